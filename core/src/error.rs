@@ -1,0 +1,139 @@
+//! The errors of the core's two boundaries: configuration and row decoding.
+
+use std::time::Duration;
+
+/// A configuration that cannot work, or a name that cannot be used.
+/// Every message names the value and says why it was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The ttl is zero or below the database clock's resolution.
+    #[error("ttl {ttl:?} is too short: it must be at least 10ms (the database clock counts milliseconds)")]
+    TtlTooShort {
+        /// The configured ttl.
+        ttl: Duration,
+    },
+    /// The ttl is longer than a day: almost surely a unit mistake.
+    #[error("ttl {ttl:?} is too long: at most 24h")]
+    TtlTooLong {
+        /// The configured ttl.
+        ttl: Duration,
+    },
+    /// The interval is zero.
+    #[error("interval {interval:?} must be greater than zero")]
+    ZeroInterval {
+        /// The configured interval.
+        interval: Duration,
+    },
+    /// The interval leaves no room for a second renewal before expiry.
+    #[error("interval {interval:?} must be less than half the ttl {ttl:?}, so a failed renewal can be retried before the lease expires")]
+    IntervalTooLong {
+        /// The configured interval.
+        interval: Duration,
+        /// The configured ttl.
+        ttl: Duration,
+    },
+    /// The request timeout is zero.
+    #[error("request timeout {timeout:?} must be greater than zero")]
+    ZeroTimeout {
+        /// The configured timeout.
+        timeout: Duration,
+    },
+    /// A request could outlive the lease it renews.
+    #[error("request timeout {timeout:?} must be less than the ttl {ttl:?}")]
+    TimeoutTooLong {
+        /// The configured timeout.
+        timeout: Duration,
+        /// The configured ttl.
+        ttl: Duration,
+    },
+    /// The drift allowance eats half the ttl or more.
+    #[error("clock-drift allowance {drift:?} must be less than half the ttl {ttl:?}")]
+    DriftTooLarge {
+        /// The configured drift allowance.
+        drift: Duration,
+        /// The configured ttl.
+        ttl: Duration,
+    },
+    /// The jitter could push a poll past the interval's own length.
+    #[error("jitter {jitter:?} must be at most half the interval {interval:?}")]
+    JitterTooLarge {
+        /// The configured jitter.
+        jitter: Duration,
+        /// The configured interval.
+        interval: Duration,
+    },
+    /// A lease name or holder id that cannot be used.
+    #[error("{kind} {value:?} {problem}")]
+    BadName {
+        /// "lease name" or "holder id".
+        kind: &'static str,
+        /// The value given (cut at 80 characters).
+        value: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A table name that is not a plain (optionally schema-qualified) identifier.
+    #[error("table name {value:?} {problem}")]
+    BadTableName {
+        /// The value given (cut at 80 characters).
+        value: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+}
+
+/// A row or result set that does not have the shape the protocol relies on:
+/// a foreign table, a hand-edited row, a schema from another program.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RowError {
+    /// A result row had the wrong number of columns.
+    #[error("{statement} returned {found} columns, expected {expected}")]
+    ColumnCount {
+        /// The statement whose result was decoded.
+        statement: &'static str,
+        /// Columns expected.
+        expected: usize,
+        /// Columns found.
+        found: usize,
+    },
+    /// A statement that must return exactly one row returned another count.
+    #[error("{statement} returned {found} rows, expected {expected}")]
+    RowCount {
+        /// The statement whose result was decoded.
+        statement: &'static str,
+        /// Rows expected (a description such as "1" or "0 or 1").
+        expected: &'static str,
+        /// Rows found.
+        found: usize,
+    },
+    /// A column held NULL where the protocol needs a value.
+    #[error("lease {lease:?}: column {column} is NULL")]
+    Null {
+        /// The lease whose row is malformed (empty when unknown).
+        lease: String,
+        /// The column.
+        column: &'static str,
+    },
+    /// An epoch below zero: not a value this protocol ever writes.
+    #[error("lease {lease:?}: epoch {epoch} is negative")]
+    NegativeEpoch {
+        /// The lease whose row is malformed (empty when unknown).
+        lease: String,
+        /// The epoch found.
+        epoch: i64,
+    },
+    /// A column of an unexpected type.
+    #[error("lease {lease:?}: column {column} holds {found}, expected {expected}")]
+    WrongType {
+        /// The lease whose row is malformed (empty when unknown).
+        lease: String,
+        /// The column.
+        column: &'static str,
+        /// The type the protocol expects.
+        expected: &'static str,
+        /// The type found.
+        found: String,
+    },
+}

@@ -1,0 +1,43 @@
+//! # picolease-core
+//!
+//! The deterministic heart of picolease: leader election through a lease
+//! row in a SQL database, as a pure state machine ([`LeaseState`]) plus the
+//! statements whose atomicity it relies on ([`sql::Statements`]).
+//!
+//! This crate has **no I/O at all**: no clock, no socket, no thread, no
+//! randomness but a seed. Drivers (the `picolease` crate) feed it ticks and
+//! statement results and carry out the [`Command`]s it emits; the simulator
+//! (feature `sim`) feeds it virtual time and a model database.
+//!
+//! ```
+//! use picolease_core::{Command, Config, HolderId, Instant, LeaseName, LeaseState, Operation};
+//!
+//! let config = Config::new(LeaseName::new("maintenance")?, HolderId::new("node-a")?);
+//! let mut lease = LeaseState::new(config, Instant::ZERO)?;
+//! lease.handle_timeout(Instant::ZERO);
+//! assert!(matches!(
+//!     lease.poll_command(),
+//!     Some(Command::Execute { operation: Operation::Acquire, .. })
+//! ));
+//! // Nothing else to do until the request times out or its reply arrives.
+//! assert_eq!(lease.poll_command(), None);
+//! assert_eq!(lease.poll_timeout(), Some(Instant::ZERO + lease.config().request_timeout));
+//! # Ok::<(), picolease_core::ConfigError>(())
+//! ```
+
+mod config;
+mod error;
+mod names;
+mod protocol;
+pub mod sql;
+mod state;
+mod time;
+
+pub use config::{Config, DB_CLOCK_RESOLUTION};
+pub use error::{ConfigError, RowError};
+pub use names::{Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN};
+pub use protocol::{
+    Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role,
+};
+pub use state::LeaseState;
+pub use time::Instant;

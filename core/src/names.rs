@@ -1,0 +1,272 @@
+//! The validated names the protocol carries: lease names, holder ids,
+//! epochs and table names.
+//!
+//! Lease names and holder ids are always bound as parameters, never spliced
+//! into SQL; they are validated only so that a typo (an empty string, a
+//! stray newline, a megabyte of text) is caught at configuration time with
+//! an error that names it. Table names *are* spliced (SQL cannot bind an
+//! identifier), so they are restricted to plain identifiers and quoted by
+//! the builder.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::ConfigError;
+
+/// The longest lease name or holder id accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+/// The longest table name accepted (schema prefix included), in bytes.
+/// PostgreSQL identifiers stop at 63 bytes, and the release notification
+/// channel is the table name plus `_released` (9 bytes), which must fit too.
+pub const MAX_TABLE_LEN: usize = 54;
+
+/// The fencing token: bumped on every acquisition, never reused.
+///
+/// Stored as a 64-bit signed integer in the database; a negative value in a
+/// row is rejected when the row is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch(u64);
+
+impl Epoch {
+    /// An epoch from its number.
+    pub const fn new(epoch: u64) -> Self {
+        Epoch(epoch)
+    }
+
+    /// The epoch's number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The epoch as the database stores it. Epochs come from the database,
+    /// which stores `i64`, so every epoch the core sees fits.
+    pub fn to_i64(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+fn check_name(kind: &'static str, value: &str) -> Result<(), ConfigError> {
+    let problem = if value.is_empty() {
+        Some("is empty")
+    } else if value.len() > MAX_NAME_LEN {
+        Some("is longer than 255 bytes")
+    } else if value.chars().any(char::is_control) {
+        Some("contains a control character")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(ConfigError::BadName {
+            kind,
+            value: value.chars().take(80).collect(),
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The name of a lease: the primary key of its row.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseName(Arc<str>);
+
+impl LeaseName {
+    /// A lease name: 1 to 255 bytes, no control characters.
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        check_name("lease name", name)?;
+        Ok(LeaseName(name.into()))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The id of one running contender. Must be unique per running instance:
+/// the acquire statement lets a holder take its own row back without
+/// waiting (to recover from a lost reply), so two live processes sharing an
+/// id would both believe they lead.
+///
+/// Cloning is cheap (a reference count), so leadership updates that carry
+/// the current holder do not allocate.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HolderId(Arc<str>);
+
+impl HolderId {
+    /// A holder id: 1 to 255 bytes, no control characters.
+    pub fn new(id: &str) -> Result<Self, ConfigError> {
+        check_name("holder id", id)?;
+        Ok(HolderId(id.into()))
+    }
+
+    /// The conventional unique id of a running instance: host, process id
+    /// and a random suffix supplied by the caller (the core has no entropy).
+    pub fn unique(host: &str, pid: u32, nonce: u64) -> Self {
+        let host: String = host
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        let host = if host.is_empty() { "host".into() } else { host };
+        HolderId(format!("{host}-{pid}-{:06x}", nonce & 0xff_ffff).into())
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for HolderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A table name, optionally schema-qualified (`schema.table`). Each part is
+/// a plain identifier: an ASCII letter or underscore, then letters, digits
+/// or underscores.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TableName {
+    schema: Option<String>,
+    table: String,
+}
+
+/// The table used when none is configured.
+pub const DEFAULT_TABLE: &str = "picolease_leases";
+
+impl TableName {
+    /// Validates `name` as `table` or `schema.table`.
+    pub fn new(name: &str) -> Result<Self, ConfigError> {
+        let bad = |problem: &'static str| ConfigError::BadTableName {
+            value: name.chars().take(80).collect(),
+            problem,
+        };
+        if name.is_empty() {
+            return Err(bad("is empty"));
+        }
+        if name.len() > MAX_TABLE_LEN {
+            return Err(bad("is longer than 54 bytes"));
+        }
+        let parts: Vec<&str> = name.split('.').collect();
+        if parts.len() > 2 {
+            return Err(bad("has more than one dot (expected table or schema.table)"));
+        }
+        for part in &parts {
+            let mut chars = part.chars();
+            match chars.next() {
+                None => return Err(bad("has an empty part")),
+                Some(c) if !(c.is_ascii_alphabetic() || c == '_') => {
+                    return Err(bad("must start with an ASCII letter or underscore"))
+                }
+                _ => {}
+            }
+            if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(bad(
+                    "may contain only ASCII letters, digits and underscores",
+                ));
+            }
+        }
+        Ok(match parts.as_slice() {
+            [table] => TableName {
+                schema: None,
+                table: table.to_string(),
+            },
+            [schema, table] => TableName {
+                schema: Some(schema.to_string()),
+                table: table.to_string(),
+            },
+            _ => unreachable!("checked above"),
+        })
+    }
+
+    /// The schema, if the name was qualified.
+    pub fn schema(&self) -> Option<&str> {
+        self.schema.as_deref()
+    }
+
+    /// The table part of the name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The PostgreSQL notification channel on which releases are announced.
+    pub fn release_channel(&self) -> String {
+        format!("{self}_released")
+    }
+}
+
+impl Default for TableName {
+    fn default() -> Self {
+        TableName {
+            schema: None,
+            table: DEFAULT_TABLE.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.schema {
+            Some(schema) => write!(f, "{schema}.{}", self.table),
+            None => f.write_str(&self.table),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        assert!(TableName::new("picolease_leases").is_ok());
+        assert_eq!(TableName::new("s1.t_2").unwrap().schema(), Some("s1"));
+        for bad in [
+            "",
+            "x\"; DROP TABLE y; --",
+            "a b",
+            "1abc",
+            "a.b.c",
+            ".t",
+            "t'",
+            "tablé",
+            &"t".repeat(55),
+        ] {
+            let err = TableName::new(bad).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::BadTableName { .. }),
+                "{bad:?} gave {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_reject_empty_long_and_control_characters() {
+        assert!(LeaseName::new("maintenance").is_ok());
+        assert!(LeaseName::new("").is_err());
+        assert!(LeaseName::new(&"x".repeat(256)).is_err());
+        assert!(HolderId::new("node\n1").is_err());
+        let err = HolderId::new("").unwrap_err();
+        assert_eq!(err.to_string(), "holder id \"\" is empty");
+    }
+
+    #[test]
+    fn unique_holder_ids_carry_host_pid_and_nonce() {
+        let id = HolderId::unique("web-1", 42, 0xabcdef);
+        assert_eq!(id.as_str(), "web-1-42-abcdef");
+        assert!(HolderId::new(id.as_str()).is_ok());
+    }
+}

@@ -1,0 +1,186 @@
+//! The plain data that crosses the boundary between `LeaseState` and its
+//! driver: requests and their replies going in, commands coming out.
+
+use crate::names::{Epoch, HolderId};
+use std::time::Duration;
+
+/// Tags one statement sent to the database. A reply is matched to the
+/// request in flight by this id; any other reply is stale and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// What the driver must execute: one of the lease statements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Take the row if free, lapsed, or already ours; bump the epoch.
+    Acquire,
+    /// Extend our own row at our epoch.
+    Renew {
+        /// The epoch being renewed.
+        epoch: Epoch,
+    },
+    /// Give the row up at our epoch.
+    Release {
+        /// The epoch being released.
+        epoch: Epoch,
+    },
+}
+
+impl Operation {
+    /// The epoch the statement is conditioned on, if any.
+    pub fn epoch(self) -> Option<Epoch> {
+        match self {
+            Operation::Acquire => None,
+            Operation::Renew { epoch } | Operation::Release { epoch } => Some(epoch),
+        }
+    }
+}
+
+/// The outcome of a statement, decoded from its rows (see
+/// `Statements::decode_reply`) or from the error the driver met.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Acquire: the row is now ours at `epoch`.
+    Acquired {
+        /// The new epoch.
+        epoch: Epoch,
+    },
+    /// Acquire: someone else holds the row, with `expires_in` left on the
+    /// database's clock when the statement ran.
+    Held {
+        /// The current holder.
+        holder: HolderId,
+        /// The current epoch.
+        epoch: Epoch,
+        /// Time the holder has left.
+        expires_in: Duration,
+    },
+    /// Renew or release: the row matched our holder id and epoch.
+    Accepted,
+    /// Renew or release: the row did not match (someone took it, or it was
+    /// force-released).
+    Rejected,
+    /// The statement did not produce an answer.
+    Failed(Failure),
+}
+
+/// Why a statement produced no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Failure {
+    /// Worth retrying: connection lost, timeout, lock contention, server
+    /// restarting.
+    Transient,
+    /// Retrying cannot help: missing table, wrong column types, a malformed
+    /// row. The state machine demotes (if leader) and finishes.
+    Fatal,
+}
+
+/// Why a leader stopped leading (DESIGN §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Demotion {
+    /// A renewal was rejected: a successor bumped the epoch.
+    Lost,
+    /// The local deadline passed without a successful renewal.
+    Expired,
+    /// Shutdown: the lease is being given up.
+    Released,
+    /// An error that makes renewing impossible.
+    Error,
+}
+
+impl Demotion {
+    /// The reason as the CLI prints it: `lost`, `expired`, `released`, `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Demotion::Lost => "lost",
+            Demotion::Expired => "expired",
+            Demotion::Released => "released",
+            Demotion::Error => "error",
+        }
+    }
+}
+
+/// Whether this node leads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// This node holds the lease.
+    Leader,
+    /// Another node, or none, holds the lease.
+    Follower,
+}
+
+/// The leadership state drivers publish on their watch channel.
+///
+/// It carries the epoch, so a watcher that missed an intermediate change
+/// still knows which term it is looking at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    /// Leader or follower.
+    pub role: Role,
+    /// The term in view: ours while leading; the one we last saw (held by
+    /// someone else, or that we just left) while following.
+    pub epoch: Option<Epoch>,
+    /// The holder in view, when known (ourselves while leading).
+    pub holder: Option<HolderId>,
+}
+
+impl Leadership {
+    /// The state before anything is known.
+    pub const fn unknown() -> Self {
+        Leadership {
+            role: Role::Follower,
+            epoch: None,
+            holder: None,
+        }
+    }
+
+    /// True while this node leads.
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+
+    /// The epoch, if this node leads.
+    pub fn leader_epoch(&self) -> Option<Epoch> {
+        match self.role {
+            Role::Leader => self.epoch,
+            Role::Follower => None,
+        }
+    }
+}
+
+/// What the state machine asks of its driver, drained with
+/// `LeaseState::poll_command`. Drivers carry these out **in order**.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Execute a lease statement and feed its outcome back with the same id.
+    Execute {
+        /// The id to answer with.
+        request: RequestId,
+        /// The statement.
+        operation: Operation,
+    },
+    /// The request timed out: cancel it on the server if possible and
+    /// forget it (a late reply will be ignored anyway).
+    Cancel {
+        /// The abandoned request.
+        request: RequestId,
+    },
+    /// Start the gated work for this term.
+    StartWork {
+        /// The term's epoch: the fencing token to hand the work.
+        epoch: Epoch,
+    },
+    /// Stop the gated work of this term. On shutdown the driver must wait
+    /// for the work to stop before executing the release that follows.
+    StopWork {
+        /// The term that ended.
+        epoch: Epoch,
+        /// Why it ended.
+        reason: Demotion,
+    },
+    /// Publish the new leadership state to watchers.
+    Publish(Leadership),
+    /// The machine is done (shutdown complete, or a fatal failure): no
+    /// more commands will come.
+    Finished,
+}

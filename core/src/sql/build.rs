@@ -1,0 +1,395 @@
+//! Building the statements with sea-query.
+//!
+//! Each statement is built once per table and dialect. sea-query renders
+//! bound values as placeholders in order of appearance; to learn which
+//! placeholder stands for what, the statements are built with *sentinel*
+//! values (one per [`Param`]) and the rendered value list is mapped back to
+//! parameters. Drivers then prepare the text once and bind real values on
+//! every call.
+
+use sea_query::{
+    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, OnConflict, PostgresQueryBuilder, Query,
+    QueryStatementWriter, SqliteQueryBuilder, Table, TableRef,
+};
+
+use super::{Dialect, Param, Statement, Statements};
+use crate::names::TableName;
+
+const LEASE: &str = "\u{1}picolease:lease";
+const HOLDER: &str = "\u{1}picolease:holder";
+const EPOCH: i64 = i64::MIN + 17;
+const TTL: i64 = i64::MIN + 29;
+
+const NAME: &str = "name";
+const HOLDER_COL: &str = "holder";
+const EPOCH_COL: &str = "epoch";
+const EXPIRES_AT: &str = "expires_at";
+
+/// The database clock in milliseconds since the Unix epoch, computed once
+/// per statement. SQLite: `julianday('now')` is fixed for the duration of one
+/// statement and has millisecond precision on every SQLite since 3.0 (no
+/// `unixepoch('subsec')`, which needs 3.42). PostgreSQL:
+/// `statement_timestamp()` is fixed for the statement (unlike
+/// `clock_timestamp()`), and unlike `now()` is not frozen by an enclosing
+/// transaction.
+fn db_now(dialect: Dialect) -> Expr {
+    match dialect {
+        Dialect::Sqlite => {
+            Expr::cust("CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)")
+        }
+        Dialect::Postgres => {
+            Expr::cust("CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)")
+        }
+    }
+}
+
+struct Builder<'a> {
+    dialect: Dialect,
+    table: &'a TableName,
+}
+
+impl Builder<'_> {
+    fn table_ref(&self) -> TableRef {
+        match self.table.schema() {
+            Some(schema) => (Alias::new(schema), Alias::new(self.table.table())).into(),
+            None => Alias::new(self.table.table()).into(),
+        }
+    }
+
+    /// A column qualified by the table's name: inside `ON CONFLICT DO UPDATE`
+    /// PostgreSQL needs the qualification to tell the existing row from
+    /// `excluded`.
+    fn col(&self, column: &'static str) -> Expr {
+        Expr::col((Alias::new(self.table.table()), Alias::new(column)))
+    }
+
+    fn quoted(&self, column: &'static str) -> String {
+        format!("\"{}\".\"{column}\"", self.table.table())
+    }
+
+    fn excluded(&self, column: &'static str) -> Expr {
+        Expr::col((Alias::new("excluded"), Alias::new(column)))
+    }
+
+    /// The existing row has the shape the protocol writes. A row that fails
+    /// this (NULL or negative epoch, on SQLite a value of another type) is
+    /// never taken over, so decoding can report it without anything having
+    /// been written.
+    fn row_is_sound(&self) -> Expr {
+        let epoch = self.col(EPOCH_COL);
+        let expires = self.col(EXPIRES_AT);
+        match self.dialect {
+            // Identifiers are validated, so quoting them by hand is safe.
+            Dialect::Sqlite => Expr::cust(format!(
+                "typeof({e}) = 'integer' AND {e} >= 0 AND typeof({x}) = 'integer'",
+                e = self.quoted(EPOCH_COL),
+                x = self.quoted(EXPIRES_AT)
+            )),
+            Dialect::Postgres => epoch
+                .clone()
+                .is_not_null()
+                .and(epoch.gte(0))
+                .and(expires.is_not_null()),
+        }
+    }
+
+    fn mine(&self) -> Expr {
+        self.col(NAME)
+            .eq(LEASE)
+            .and(self.col(HOLDER_COL).eq(HOLDER))
+            .and(self.col(EPOCH_COL).eq(EPOCH))
+    }
+
+    fn create_table(&self) -> String {
+        let table = Table::create()
+            .table(self.table_ref())
+            .if_not_exists()
+            .col(ColumnDef::new(Alias::new(NAME)).text().not_null().primary_key())
+            .col(ColumnDef::new(Alias::new(HOLDER_COL)).text().null())
+            .col(ColumnDef::new(Alias::new(EPOCH_COL)).big_integer().not_null())
+            .col(ColumnDef::new(Alias::new(EXPIRES_AT)).big_integer().not_null())
+            .to_owned();
+        match self.dialect {
+            Dialect::Sqlite => table.to_string(SqliteQueryBuilder),
+            Dialect::Postgres => table.to_string(PostgresQueryBuilder),
+        }
+    }
+
+    fn acquire(&self) -> Statement {
+        let now = || db_now(self.dialect);
+        // Free, lapsed, or ours (a lost acquire reply), and sound.
+        let takeable = || {
+            self.row_is_sound().and(
+                self.col(HOLDER_COL)
+                    .is_null()
+                    .or(self.col(EXPIRES_AT).lte(now()))
+                    .or(self.col(HOLDER_COL).eq(self.excluded(HOLDER_COL))),
+            )
+        };
+        let pick = |taken: Expr, kept: Expr| -> Expr {
+            CaseStatement::new().case(takeable(), taken).finally(kept).into()
+        };
+        let query = Query::insert()
+            .into_table(self.table_ref())
+            .columns([
+                Alias::new(NAME),
+                Alias::new(HOLDER_COL),
+                Alias::new(EPOCH_COL),
+                Alias::new(EXPIRES_AT),
+            ])
+            .values_panic([
+                Expr::val(LEASE),
+                Expr::val(HOLDER),
+                Expr::val(1i64),
+                now().add(Expr::val(TTL)),
+            ])
+            // Every SET expression reads the row as it was before the
+            // statement, so the three CASEs decide on the same state.
+            .on_conflict(
+                OnConflict::column(Alias::new(NAME))
+                    .value(
+                        Alias::new(HOLDER_COL),
+                        pick(self.excluded(HOLDER_COL), self.col(HOLDER_COL)),
+                    )
+                    .value(
+                        Alias::new(EPOCH_COL),
+                        pick(self.col(EPOCH_COL).add(1i64), self.col(EPOCH_COL)),
+                    )
+                    .value(
+                        Alias::new(EXPIRES_AT),
+                        pick(self.excluded(EXPIRES_AT), self.col(EXPIRES_AT)),
+                    )
+                    .to_owned(),
+            )
+            .returning(Query::returning().exprs([
+                self.col(HOLDER_COL),
+                self.col(EPOCH_COL),
+                self.col(EXPIRES_AT).sub(now()),
+            ]))
+            .to_owned();
+        self.render(&query)
+    }
+
+    /// Renders `query` and maps its values back to parameters. The one
+    /// values that are not sentinels, small integer literals (the epoch `1`
+    /// of a fresh row, `epoch + 1`, `SELECT 1`), are written inline.
+    fn render(&self, query: &impl QueryStatementWriter) -> Statement {
+        let (sql, values) = match self.dialect {
+            Dialect::Sqlite => query.build(SqliteQueryBuilder),
+            Dialect::Postgres => query.build(PostgresQueryBuilder),
+        };
+        let mut params = Vec::new();
+        let mut out = String::with_capacity(sql.len());
+        let mut placeholders = split_placeholders(&sql, self.dialect);
+        let mut next = 1;
+        let mut values = values.into_iter();
+        out.push_str(placeholders.remove(0));
+        for piece in placeholders {
+            let value = values.next().expect("one value per placeholder");
+            match value {
+                sea_query::Value::BigInt(Some(n)) if n != EPOCH && n != TTL => {
+                    out.push_str(&n.to_string())
+                }
+                sea_query::Value::Int(Some(n)) => out.push_str(&n.to_string()),
+                sea_query::Value::String(Some(ref s)) if s == LEASE => {
+                    params.push(Param::Lease);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                sea_query::Value::String(Some(ref s)) if s == HOLDER => {
+                    params.push(Param::Holder);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                sea_query::Value::BigInt(Some(EPOCH)) => {
+                    params.push(Param::Epoch);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                sea_query::Value::BigInt(Some(TTL)) => {
+                    params.push(Param::TtlMillis);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                other => panic!("statement built with a non-sentinel value {other:?}"),
+            }
+            out.push_str(piece);
+        }
+        Statement { sql: out, params }
+    }
+
+    fn renew(&self) -> Statement {
+        let query = Query::update()
+            .table(self.table_ref())
+            .value(Alias::new(EXPIRES_AT), db_now(self.dialect).add(Expr::val(TTL)))
+            .and_where(self.mine())
+            .returning(Query::returning().exprs([self.col(EPOCH_COL)]))
+            .to_owned();
+        self.render(&query)
+    }
+
+    fn release_update(&self) -> sea_query::UpdateStatement {
+        Query::update()
+            .table(self.table_ref())
+            .value(Alias::new(HOLDER_COL), Expr::cust("NULL"))
+            .value(Alias::new(EXPIRES_AT), db_now(self.dialect))
+            .and_where(self.mine())
+            .returning(Query::returning().exprs([self.col(NAME), self.col(EPOCH_COL)]))
+            .to_owned()
+    }
+
+    fn release(&self) -> Statement {
+        let update = self.release_update();
+        self.with_notify(&update)
+    }
+
+    fn force_release(&self) -> Statement {
+        let update = Query::update()
+            .table(self.table_ref())
+            .value(Alias::new(HOLDER_COL), Expr::cust("NULL"))
+            .value(Alias::new(EPOCH_COL), self.col(EPOCH_COL).add(1i64))
+            .value(Alias::new(EXPIRES_AT), db_now(self.dialect))
+            .and_where(self.col(NAME).eq(LEASE))
+            .returning(Query::returning().exprs([self.col(NAME), self.col(EPOCH_COL)]))
+            .to_owned();
+        self.with_notify(&update)
+    }
+
+    /// On PostgreSQL, wraps an `UPDATE … RETURNING name, epoch` so the same
+    /// statement (hence the same transaction) notifies the release channel
+    /// for each row it freed; returns `epoch` either way.
+    fn with_notify(&self, update: &sea_query::UpdateStatement) -> Statement {
+        let inner = self.render(update);
+        match self.dialect {
+            Dialect::Sqlite => {
+                // SQLite has no notifications: return just the epoch.
+                let sql = inner.sql.replacen(
+                    &format!("RETURNING \"{}\".\"{NAME}\", ", self.table.table()),
+                    "RETURNING ",
+                    1,
+                );
+                Statement {
+                    sql,
+                    params: inner.params,
+                }
+            }
+            Dialect::Postgres => Statement {
+                // The channel is derived from a validated identifier: it
+                // holds only letters, digits, underscores and a dot.
+                sql: format!(
+                    "WITH released AS ({}) SELECT released.epoch FROM released \
+                     CROSS JOIN LATERAL pg_notify('{}', released.name) AS notified",
+                    inner.sql,
+                    self.table.release_channel()
+                ),
+                params: inner.params,
+            },
+        }
+    }
+
+    fn status(&self) -> Statement {
+        let query = Query::select()
+            .exprs([
+                self.col(NAME),
+                self.col(HOLDER_COL),
+                self.col(EPOCH_COL),
+                self.col(EXPIRES_AT).sub(db_now(self.dialect)),
+            ])
+            .from(self.table_ref())
+            .order_by((Alias::new(self.table.table()), Alias::new(NAME)), sea_query::Order::Asc)
+            .to_owned();
+        self.render(&query)
+    }
+
+    fn fence(&self) -> Statement {
+        let query = Query::select()
+            .expr(Expr::exists(
+                Query::select()
+                    .expr(Expr::val(1i64))
+                    .from(self.table_ref())
+                    .and_where(self.mine())
+                    .and_where(self.col(EXPIRES_AT).gt(db_now(self.dialect)))
+                    .to_owned(),
+            ))
+            .to_owned();
+        let statement = self.render(&query);
+        Statement {
+            sql: statement
+                .sql
+                .strip_prefix("SELECT ")
+                .expect("a SELECT renders with its keyword")
+                .to_string(),
+            params: statement.params,
+        }
+    }
+}
+
+fn split_placeholders(sql: &str, dialect: Dialect) -> Vec<&str> {
+    match dialect {
+        Dialect::Sqlite => sql.split('?').collect(),
+        Dialect::Postgres => {
+            // `$n` placeholders: split at each `$` followed by digits. The
+            // statements contain no other `$` (identifiers are validated,
+            // text literals are sentinels bound as values).
+            let mut pieces = Vec::new();
+            let bytes = sql.as_bytes();
+            let mut start = 0;
+            let mut i = 0;
+            while i < bytes.len() {
+                if bytes[i] == b'$' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                    pieces.push(&sql[start..i]);
+                    i += 1;
+                    while bytes.get(i).is_some_and(u8::is_ascii_digit) {
+                        i += 1;
+                    }
+                    start = i;
+                } else {
+                    i += 1;
+                }
+            }
+            pieces.push(&sql[start..]);
+            pieces
+        }
+    }
+}
+
+fn push_placeholder(out: &mut String, dialect: Dialect, next: &mut usize) {
+    match dialect {
+        Dialect::Sqlite => out.push('?'),
+        Dialect::Postgres => {
+            out.push('$');
+            out.push_str(&next.to_string());
+        }
+    }
+    *next += 1;
+}
+
+/// The statement with its PostgreSQL placeholders renumbered from `first`.
+pub(super) fn renumber(statement: &Statement, first: usize) -> Statement {
+    if !statement.sql.contains('$') {
+        return statement.clone();
+    }
+    let pieces = split_placeholders(&statement.sql, Dialect::Postgres);
+    let mut out = String::with_capacity(statement.sql.len() + 8);
+    let mut next = first.max(1);
+    out.push_str(pieces[0]);
+    for piece in &pieces[1..] {
+        push_placeholder(&mut out, Dialect::Postgres, &mut next);
+        out.push_str(piece);
+    }
+    Statement {
+        sql: out,
+        params: statement.params.clone(),
+    }
+}
+
+pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
+    let b = Builder { dialect, table };
+    Statements {
+        dialect,
+        table: table.clone(),
+        create_table: b.create_table(),
+        acquire: b.acquire(),
+        renew: b.renew(),
+        release: b.release(),
+        force_release: b.force_release(),
+        status: b.status(),
+        fence: b.fence(),
+    }
+}

@@ -1,0 +1,204 @@
+//! Decoding result rows into protocol values, validating as we go.
+
+use std::time::Duration;
+
+use crate::error::RowError;
+use crate::names::{Epoch, HolderId};
+use crate::protocol::{Operation, Reply};
+
+/// One column value as a driver read it. Drivers map their native types
+/// here; anything that is not NULL, an integer or text is `Other`, carrying
+/// the database's name for its type so the error can say what was found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    /// SQL NULL.
+    Null,
+    /// A 64-bit integer (or a narrower integer widened).
+    Int(i64),
+    /// Text.
+    Text(String),
+    /// Any other type, by name (`real`, `blob`, `timestamptz`, …).
+    Other(String),
+}
+
+impl Cell {
+    fn type_name(&self) -> String {
+        match self {
+            Cell::Null => "NULL".into(),
+            Cell::Int(_) => "integer".into(),
+            Cell::Text(_) => "text".into(),
+            Cell::Other(name) => name.clone(),
+        }
+    }
+}
+
+/// One row of the status statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// The lease name.
+    pub name: String,
+    /// The holder, or `None` when the lease is free.
+    pub holder: Option<String>,
+    /// The current epoch.
+    pub epoch: Epoch,
+    /// Milliseconds until expiry on the database's clock (negative once
+    /// lapsed); `None` when the lease is free.
+    pub expires_in_ms: Option<i64>,
+}
+
+fn expect_columns(statement: &'static str, row: &[Cell], expected: usize) -> Result<(), RowError> {
+    if row.len() == expected {
+        Ok(())
+    } else {
+        Err(RowError::ColumnCount {
+            statement,
+            expected,
+            found: row.len(),
+        })
+    }
+}
+
+fn epoch(lease: &str, cell: &Cell) -> Result<Epoch, RowError> {
+    match cell {
+        Cell::Int(e) if *e >= 0 => Ok(Epoch::new(*e as u64)),
+        Cell::Int(e) => Err(RowError::NegativeEpoch {
+            lease: lease.into(),
+            epoch: *e,
+        }),
+        Cell::Null => Err(RowError::Null {
+            lease: lease.into(),
+            column: "epoch",
+        }),
+        other => Err(wrong_type(lease, "epoch", "integer", other)),
+    }
+}
+
+fn int(lease: &str, column: &'static str, cell: &Cell) -> Result<i64, RowError> {
+    match cell {
+        Cell::Int(v) => Ok(*v),
+        Cell::Null => Err(RowError::Null {
+            lease: lease.into(),
+            column,
+        }),
+        other => Err(wrong_type(lease, column, "integer", other)),
+    }
+}
+
+fn opt_text(lease: &str, column: &'static str, cell: &Cell) -> Result<Option<String>, RowError> {
+    match cell {
+        Cell::Text(s) => Ok(Some(s.clone())),
+        Cell::Null => Ok(None),
+        other => Err(wrong_type(lease, column, "text", other)),
+    }
+}
+
+fn wrong_type(lease: &str, column: &'static str, expected: &'static str, found: &Cell) -> RowError {
+    RowError::WrongType {
+        lease: lease.into(),
+        column,
+        expected,
+        found: found.type_name(),
+    }
+}
+
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+pub(super) fn reply(operation: Operation, me: &HolderId, rows: &[Vec<Cell>]) -> Result<Reply, RowError> {
+    match operation {
+        Operation::Acquire => {
+            let [row] = rows else {
+                return Err(RowError::RowCount {
+                    statement: "acquire",
+                    expected: "1",
+                    found: rows.len(),
+                });
+            };
+            expect_columns("acquire", row, 3)?;
+            let holder = opt_text("", "holder", &row[0])?;
+            let epoch = epoch("", &row[1])?;
+            let expires_in = int("", "expires_at", &row[2])?;
+            match holder {
+                Some(holder) if holder == me.as_str() => Ok(Reply::Acquired { epoch }),
+                Some(holder) => {
+                    let holder = HolderId::new(&holder).map_err(|_| RowError::WrongType {
+                        lease: String::new(),
+                        column: "holder",
+                        expected: "a holder id (1 to 255 bytes, no control characters)",
+                        found: format!("{:?}", holder.chars().take(40).collect::<String>()),
+                    })?;
+                    Ok(Reply::Held {
+                        holder,
+                        epoch,
+                        expires_in: millis(expires_in),
+                    })
+                }
+                // Only an unsound row (never taken over) can come back
+                // without a holder after an acquire.
+                None => Err(RowError::Null {
+                    lease: String::new(),
+                    column: "holder",
+                }),
+            }
+        }
+        Operation::Renew { .. } | Operation::Release { .. } => {
+            let statement = if matches!(operation, Operation::Renew { .. }) {
+                "renew"
+            } else {
+                "release"
+            };
+            match rows {
+                [] => Ok(Reply::Rejected),
+                [row] => {
+                    expect_columns(statement, row, 1)?;
+                    epoch("", &row[0])?;
+                    Ok(Reply::Accepted)
+                }
+                _ => Err(RowError::RowCount {
+                    statement,
+                    expected: "0 or 1",
+                    found: rows.len(),
+                }),
+            }
+        }
+    }
+}
+
+pub(super) fn status_row(row: &[Cell]) -> Result<LeaseRow, RowError> {
+    expect_columns("status", row, 4)?;
+    let name = match &row[0] {
+        Cell::Text(name) => name.clone(),
+        Cell::Null => {
+            return Err(RowError::Null {
+                lease: String::new(),
+                column: "name",
+            })
+        }
+        other => return Err(wrong_type("", "name", "text", other)),
+    };
+    let holder = opt_text(&name, "holder", &row[1])?;
+    let epoch = epoch(&name, &row[2])?;
+    let expires_in = int(&name, "expires_at", &row[3])?;
+    Ok(LeaseRow {
+        expires_in_ms: holder.as_ref().map(|_| expires_in),
+        name,
+        holder,
+        epoch,
+    })
+}
+
+pub(super) fn force_release(rows: &[Vec<Cell>]) -> Result<Option<Epoch>, RowError> {
+    match rows {
+        [] => Ok(None),
+        [row] => {
+            expect_columns("force release", row, 1)?;
+            epoch("", &row[0]).map(Some)
+        }
+        _ => Err(RowError::RowCount {
+            statement: "force release",
+            expected: "0 or 1",
+            found: rows.len(),
+        }),
+    }
+}

@@ -1,0 +1,225 @@
+//! The statements the protocol relies on, built once with sea-query and
+//! rendered per dialect (DESIGN §3), and the decoding of their results.
+//!
+//! The SQL text is part of the protocol: the state machine's safety rests on
+//! what these statements do atomically, so they live beside it. Drivers only
+//! prepare [`Statement::sql`], bind [`Statement::bind`] and hand the rows
+//! back as [`Cell`]s for [`Statements::decode_reply`] to interpret.
+//!
+//! All time arithmetic happens inside the statements on the database's own
+//! clock, as integer milliseconds since the Unix epoch: no node ever compares
+//! its clock with another's.
+
+mod build;
+mod decode;
+
+pub use decode::{Cell, LeaseRow};
+
+use crate::error::RowError;
+use crate::names::{Epoch, HolderId, LeaseName, TableName};
+use crate::protocol::{Operation, Reply};
+
+/// The SQL dialects the statements are rendered for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// SQLite 3.35+ (RETURNING and upsert), bundled or system.
+    Sqlite,
+    /// PostgreSQL 9.5+ (ON CONFLICT).
+    Postgres,
+}
+
+/// What a placeholder of a statement stands for, in order of appearance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Param {
+    /// The lease name (text).
+    Lease,
+    /// The holder id (text).
+    Holder,
+    /// The epoch the statement is conditioned on (`i64`).
+    Epoch,
+    /// The ttl in milliseconds (`i64`).
+    TtlMillis,
+}
+
+/// A value bound to a placeholder: text or a 64-bit integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// Bound as text.
+    Text(&'a str),
+    /// Bound as a 64-bit integer.
+    Int(i64),
+}
+
+/// The values a contender binds: its lease, its id, its ttl.
+#[derive(Clone, Copy, Debug)]
+pub struct Bindings<'a> {
+    /// The lease name.
+    pub lease: &'a str,
+    /// The holder id.
+    pub holder: &'a str,
+    /// The ttl in milliseconds.
+    pub ttl_millis: i64,
+}
+
+/// One rendered statement: SQL text with placeholders (`?` on SQLite, `$n`
+/// on PostgreSQL) and what each placeholder stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statement {
+    sql: String,
+    params: Vec<Param>,
+}
+
+impl Statement {
+    /// The SQL text, to prepare once and reuse.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// What each placeholder stands for, in order.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The values to bind, in placeholder order. `epoch` is used by the
+    /// statements conditioned on one (renew, release, fence); a statement
+    /// that needs it and gets `None` binds `-1`, which matches no row.
+    pub fn bind<'a>(
+        &'a self,
+        bindings: &'a Bindings<'a>,
+        epoch: Option<Epoch>,
+    ) -> impl Iterator<Item = Value<'a>> + 'a {
+        self.params.iter().map(move |param| match param {
+            Param::Lease => Value::Text(bindings.lease),
+            Param::Holder => Value::Text(bindings.holder),
+            Param::Epoch => Value::Int(epoch.map_or(-1, Epoch::to_i64)),
+            Param::TtlMillis => Value::Int(bindings.ttl_millis),
+        })
+    }
+}
+
+/// Every statement of the protocol for one table and dialect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statements {
+    dialect: Dialect,
+    table: TableName,
+    create_table: String,
+    acquire: Statement,
+    renew: Statement,
+    release: Statement,
+    force_release: Statement,
+    status: Statement,
+    fence: Statement,
+}
+
+impl Statements {
+    /// Renders every statement for `table` in `dialect`.
+    pub fn new(dialect: Dialect, table: &TableName) -> Self {
+        build::statements(dialect, table)
+    }
+
+    /// The dialect rendered for.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The table the statements address.
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` for the lease table (no parameters).
+    pub fn create_table(&self) -> &str {
+        &self.create_table
+    }
+
+    /// The upsert that takes the row when free, lapsed or already ours,
+    /// bumping the epoch; it returns `holder, epoch, expires_in_ms` whether
+    /// or not it took the row, so one round trip tells a follower who holds
+    /// the lease and for how long.
+    pub fn acquire(&self) -> &Statement {
+        &self.acquire
+    }
+
+    /// Extends our row at our epoch; returns one row if it matched.
+    pub fn renew(&self) -> &Statement {
+        &self.renew
+    }
+
+    /// Frees our row at our epoch (keeping the epoch; the next acquire bumps
+    /// it); returns one row if it matched. On PostgreSQL it also notifies
+    /// [`TableName::release_channel`] with the lease name, in the same
+    /// statement.
+    pub fn release(&self) -> &Statement {
+        &self.release
+    }
+
+    /// Administrative: frees the row whoever holds it and bumps the epoch,
+    /// so the old holder's renewals and fenced writes are rejected. Returns
+    /// the new epoch (one row) or nothing if the lease does not exist.
+    pub fn force_release(&self) -> &Statement {
+        &self.force_release
+    }
+
+    /// Reads every row: `name, holder, epoch, expires_in_ms`, by name.
+    pub fn status(&self) -> &Statement {
+        &self.status
+    }
+
+    /// The fence: a condition, evaluated by the database, that holds while
+    /// the lease is held by this holder at this epoch and unexpired. AND it
+    /// into your own `WHERE` so a stale leader's write changes nothing. Its
+    /// placeholders are numbered from 1; on PostgreSQL use
+    /// [`Statements::fence_from`] to number them after your own.
+    pub fn fence(&self) -> &Statement {
+        &self.fence
+    }
+
+    /// The fence with PostgreSQL placeholders starting at `$first` (SQLite
+    /// placeholders are positional `?`, so this is the same text there).
+    pub fn fence_from(&self, first: usize) -> Statement {
+        build::renumber(&self.fence, first)
+    }
+
+    /// The operation's statement.
+    pub fn for_operation(&self, operation: Operation) -> &Statement {
+        match operation {
+            Operation::Acquire => &self.acquire,
+            Operation::Renew { .. } => &self.renew,
+            Operation::Release { .. } => &self.release,
+        }
+    }
+
+    /// Interprets the rows a lease statement returned. An unexpected shape
+    /// or value is a [`RowError`] naming it, never a panic; the driver
+    /// reports it as a fatal failure.
+    pub fn decode_reply(
+        &self,
+        operation: Operation,
+        me: &HolderId,
+        rows: &[Vec<Cell>],
+    ) -> Result<Reply, RowError> {
+        decode::reply(operation, me, rows)
+    }
+
+    /// Interprets the rows of [`Statements::status`].
+    pub fn decode_status(&self, rows: &[Vec<Cell>]) -> Result<Vec<LeaseRow>, RowError> {
+        rows.iter().map(|row| decode::status_row(row)).collect()
+    }
+
+    /// Interprets the rows of [`Statements::force_release`]: the new epoch,
+    /// or `None` when there was no such lease.
+    pub fn decode_force_release(&self, rows: &[Vec<Cell>]) -> Result<Option<Epoch>, RowError> {
+        decode::force_release(rows)
+    }
+}
+
+/// Convenience for drivers and tests: the bindings of a lease name, holder
+/// id and ttl.
+pub fn bindings<'a>(lease: &'a LeaseName, holder: &'a HolderId, ttl_millis: i64) -> Bindings<'a> {
+    Bindings {
+        lease: lease.as_str(),
+        holder: holder.as_str(),
+        ttl_millis,
+    }
+}

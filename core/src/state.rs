@@ -1,0 +1,423 @@
+//! `LeaseState`: the deterministic election state machine of DESIGN §4.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::names::Epoch;
+use crate::protocol::{
+    Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role,
+};
+use crate::time::{nanos, Instant};
+
+/// The statement in flight (at most one per lease).
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    id: RequestId,
+    operation: Operation,
+    sent_at: Instant,
+}
+
+/// Where this node stands in the election.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    Follower,
+    /// Leading at `epoch` until the local `deadline`: the send time of the
+    /// last successful acquire or renew plus `Config::local_validity`.
+    Leader { epoch: Epoch, deadline: Instant },
+}
+
+/// Shutdown progress: stop the work, release, finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Shutting down; `release` is the epoch still to give up, if any.
+    ShuttingDown { release: Option<Epoch> },
+    Finished,
+}
+
+/// The lease election for one contender and one lease, as a pure state
+/// machine: no clock, no socket, no thread, no randomness but a seed.
+///
+/// # Contract
+///
+/// - Every input carries `now`, the caller's monotonic time.
+/// - **After every input, drain [`LeaseState::poll_command`] until it
+///   returns `None`, carrying the commands out in order; then sleep until
+///   [`LeaseState::poll_timeout`] (or until the next input) and call
+///   [`LeaseState::handle_timeout`].**
+/// - Feed every statement result back with [`LeaseState::handle_reply`],
+///   tagged with the request id it was issued under. Replies to abandoned or
+///   older requests are ignored, so a driver may deliver them carelessly.
+///
+/// The same inputs give the same commands, bit for bit. In steady state
+/// (renewing, polling) a step allocates nothing: commands sit in a queue
+/// allocated once.
+///
+/// ```
+/// use picolease_core::{Command, Config, HolderId, Instant, LeaseName, LeaseState, Operation, Reply, Epoch};
+///
+/// let config = Config::new(LeaseName::new("maintenance")?, HolderId::new("node-a")?);
+/// let mut lease = LeaseState::new(config, Instant::ZERO)?;
+/// // The first tick sends an acquire.
+/// lease.handle_timeout(Instant::ZERO);
+/// let Some(Command::Execute { request, operation: Operation::Acquire }) = lease.poll_command() else {
+///     panic!("expected an acquire");
+/// };
+/// // The database answers: the row is ours at epoch 1.
+/// lease.handle_reply(Instant::from_nanos(2_000_000), request, Reply::Acquired { epoch: Epoch::new(1) });
+/// let commands: Vec<Command> = std::iter::from_fn(|| lease.poll_command()).collect();
+/// assert!(commands.contains(&Command::StartWork { epoch: Epoch::new(1) }));
+/// assert!(lease.leadership().is_leader());
+/// # Ok::<(), picolease_core::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct LeaseState {
+    config: Config,
+    validity: Duration,
+    rng: u64,
+    next_request: u64,
+    in_flight: Option<InFlight>,
+    standing: Standing,
+    /// When to send the next acquire (follower) or renew (leader).
+    next_attempt: Instant,
+    /// A release was announced while a request was in flight: poll as soon
+    /// as it completes.
+    notice_pending: bool,
+    phase: Phase,
+    published: Leadership,
+    commands: VecDeque<Command>,
+}
+
+/// Commands one input can produce at most (demote, publish, cancel,
+/// execute, publish, start, finish), with room to spare.
+const COMMAND_CAPACITY: usize = 16;
+
+impl LeaseState {
+    /// A follower that will try to acquire at `now`. Rejects a configuration
+    /// that cannot work.
+    pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(LeaseState {
+            validity: config.local_validity(),
+            rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
+            config,
+            next_request: 0,
+            in_flight: None,
+            standing: Standing::Follower,
+            next_attempt: now,
+            notice_pending: false,
+            phase: Phase::Running,
+            published: Leadership::unknown(),
+            commands: VecDeque::with_capacity(COMMAND_CAPACITY),
+        })
+    }
+
+    /// The configuration this machine runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The leadership state as last published.
+    pub fn leadership(&self) -> &Leadership {
+        &self.published
+    }
+
+    /// While leading, the local instant at which this node will demote
+    /// itself unless a renewal succeeds first.
+    pub fn leader_deadline(&self) -> Option<Instant> {
+        match self.standing {
+            Standing::Leader { deadline, .. } => Some(deadline),
+            Standing::Follower => None,
+        }
+    }
+
+    /// True once the machine has finished (shutdown done, or a fatal
+    /// failure); it then ignores every input.
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Finished
+    }
+
+    /// The next command for the driver, in order. Drain until `None` after
+    /// every input.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// When the machine next needs [`LeaseState::handle_timeout`]: the
+    /// earliest of the leader's deadline, the in-flight request's timeout and
+    /// the next acquire or renew. `None` once finished.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.phase == Phase::Finished {
+            return None;
+        }
+        let deadline = self.leader_deadline();
+        let request = match self.in_flight {
+            Some(req) => Some(req.sent_at + self.config.request_timeout),
+            None if matches!(self.phase, Phase::Running) => Some(self.next_attempt),
+            None => None,
+        };
+        match (deadline, request) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Time passed: demote at the deadline, abandon a request past its
+    /// timeout, send the next acquire or renew when it is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.phase == Phase::Finished {
+            return;
+        }
+        self.check_deadline(now);
+        if let Some(req) = self.in_flight {
+            if now >= req.sent_at + self.config.request_timeout {
+                self.in_flight = None;
+                self.commands.push_back(Command::Cancel { request: req.id });
+                self.after_failure(now, req);
+            }
+        }
+        self.advance(now);
+    }
+
+    /// The outcome of request `id`. Ignored unless `id` is the request in
+    /// flight, so stale and abandoned replies can never make a node leader.
+    pub fn handle_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        if self.phase == Phase::Finished {
+            return;
+        }
+        // The deadline is checked first: a reply that arrives after it
+        // cannot resurrect the term that just ran out.
+        self.check_deadline(now);
+        let req = match self.in_flight {
+            Some(req) if req.id == id => req,
+            _ => {
+                self.advance(now);
+                return;
+            }
+        };
+        self.in_flight = None;
+        match (req.operation, reply) {
+            (_, Reply::Failed(Failure::Fatal)) => {
+                self.demote(Demotion::Error);
+                self.finish();
+                return;
+            }
+            (Operation::Acquire, Reply::Acquired { epoch }) => self.on_acquired(now, req, epoch),
+            (
+                Operation::Acquire,
+                Reply::Held {
+                    holder,
+                    epoch,
+                    expires_in,
+                },
+            ) => {
+                self.observe(holder, epoch);
+                let poll = req.sent_at + self.poll_delay();
+                // Try right at the known expiry when that comes sooner. The
+                // reply arrives after the statement ran, so `now +
+                // expires_in` is no earlier than the database's expiry.
+                self.next_attempt = poll.min(now + expires_in);
+            }
+            (Operation::Renew { epoch }, Reply::Accepted) => match self.standing {
+                Standing::Leader { epoch: mine, .. } if mine == epoch => {
+                    self.standing = Standing::Leader {
+                        epoch,
+                        deadline: req.sent_at + self.validity,
+                    };
+                    self.next_attempt = req.sent_at + self.config.interval;
+                }
+                // We demoted (deadline) while the renew was in flight. The
+                // row may still be ours: acquire takes it back at once.
+                _ => self.next_attempt = now,
+            },
+            (Operation::Renew { epoch }, Reply::Rejected) => {
+                if matches!(self.standing, Standing::Leader { epoch: mine, .. } if mine == epoch) {
+                    self.demote(Demotion::Lost);
+                }
+                self.next_attempt = now;
+            }
+            (Operation::Release { .. }, Reply::Accepted | Reply::Rejected) => {
+                if let Phase::ShuttingDown { .. } = self.phase {
+                    self.phase = Phase::ShuttingDown { release: None };
+                }
+            }
+            // A transient failure, or a reply that does not fit the
+            // operation (a driver bug): count it as a failed attempt.
+            _ => self.after_failure(now, req),
+        }
+        if self.notice_pending && self.standing == Standing::Follower {
+            self.notice_pending = false;
+            self.next_attempt = self.next_attempt.min(now);
+        }
+        self.advance(now);
+    }
+
+    /// Another contender released the lease (a PostgreSQL notification): a
+    /// follower tries at once instead of waiting for its next poll.
+    pub fn handle_release_notice(&mut self, now: Instant) {
+        if self.phase != Phase::Running || self.standing != Standing::Follower {
+            return;
+        }
+        if self.in_flight.is_some() {
+            self.notice_pending = true;
+        } else {
+            self.next_attempt = now;
+        }
+        self.advance(now);
+    }
+
+    /// Stop: the gated work first, then release the lease if held, then
+    /// `Finished`. A request in flight is waited for (up to its timeout) so
+    /// an acquire that succeeds meanwhile is released too.
+    pub fn handle_shutdown(&mut self, now: Instant) {
+        if self.phase != Phase::Running {
+            return;
+        }
+        self.check_deadline(now);
+        let release = match self.standing {
+            Standing::Leader { epoch, .. } => {
+                self.demote(Demotion::Released);
+                Some(epoch)
+            }
+            Standing::Follower => None,
+        };
+        self.phase = Phase::ShuttingDown { release };
+        self.advance(now);
+    }
+
+    fn on_acquired(&mut self, now: Instant, req: InFlight, epoch: Epoch) {
+        if let Phase::ShuttingDown { .. } = self.phase {
+            // Won while shutting down: never lead, just give it back.
+            self.phase = Phase::ShuttingDown {
+                release: Some(epoch),
+            };
+            return;
+        }
+        let deadline = req.sent_at + self.validity;
+        if now >= deadline {
+            // The reply took so long the lease may already have lapsed:
+            // leading on it could overlap a successor. Acquire again at once
+            // (the row is ours, so that succeeds without waiting).
+            self.next_attempt = now;
+            return;
+        }
+        self.standing = Standing::Leader { epoch, deadline };
+        self.next_attempt = req.sent_at + self.config.interval;
+        self.publish(Leadership {
+            role: Role::Leader,
+            epoch: Some(epoch),
+            holder: Some(self.config.holder.clone()),
+        });
+        self.commands.push_back(Command::StartWork { epoch });
+    }
+
+    fn after_failure(&mut self, now: Instant, req: InFlight) {
+        match self.phase {
+            Phase::ShuttingDown { .. } => {
+                if let Operation::Release { .. } = req.operation {
+                    // Could not release: the row will lapse by its ttl.
+                    self.phase = Phase::ShuttingDown { release: None };
+                }
+            }
+            _ => {
+                self.next_attempt = (req.sent_at + self.config.interval).max(now);
+            }
+        }
+    }
+
+    fn check_deadline(&mut self, now: Instant) {
+        if let Standing::Leader { deadline, .. } = self.standing {
+            if now >= deadline {
+                self.demote(Demotion::Expired);
+                self.next_attempt = self.next_attempt.min(now);
+            }
+        }
+    }
+
+    fn demote(&mut self, reason: Demotion) {
+        if let Standing::Leader { epoch, .. } = self.standing {
+            self.standing = Standing::Follower;
+            self.commands.push_back(Command::StopWork { epoch, reason });
+            self.publish(Leadership {
+                role: Role::Follower,
+                epoch: Some(epoch),
+                holder: None,
+            });
+        }
+    }
+
+    fn observe(&mut self, holder: crate::names::HolderId, epoch: Epoch) {
+        let changed = self.published.epoch != Some(epoch)
+            || self.published.holder.as_ref() != Some(&holder)
+            || self.published.role != Role::Follower;
+        if changed {
+            self.publish(Leadership {
+                role: Role::Follower,
+                epoch: Some(epoch),
+                holder: Some(holder),
+            });
+        }
+    }
+
+    fn publish(&mut self, leadership: Leadership) {
+        self.published = leadership.clone();
+        self.commands.push_back(Command::Publish(leadership));
+    }
+
+    fn finish(&mut self) {
+        self.phase = Phase::Finished;
+        self.in_flight = None;
+        self.commands.push_back(Command::Finished);
+    }
+
+    /// Sends whatever is due, if nothing is in flight.
+    fn advance(&mut self, now: Instant) {
+        if self.in_flight.is_some() {
+            return;
+        }
+        match self.phase {
+            Phase::Finished => {}
+            Phase::ShuttingDown { release: Some(epoch) } => {
+                self.send(now, Operation::Release { epoch });
+            }
+            Phase::ShuttingDown { release: None } => self.finish(),
+            Phase::Running if now >= self.next_attempt => {
+                let operation = match self.standing {
+                    Standing::Leader { epoch, .. } => Operation::Renew { epoch },
+                    Standing::Follower => Operation::Acquire,
+                };
+                self.send(now, operation);
+            }
+            Phase::Running => {}
+        }
+    }
+
+    fn send(&mut self, now: Instant, operation: Operation) {
+        self.next_request += 1;
+        let id = RequestId(self.next_request);
+        self.in_flight = Some(InFlight {
+            id,
+            operation,
+            sent_at: now,
+        });
+        self.commands.push_back(Command::Execute {
+            request: id,
+            operation,
+        });
+    }
+
+    /// A follower's poll delay: `interval − U(0, jitter)` from a seeded
+    /// splitmix64 generator.
+    fn poll_delay(&mut self) -> Duration {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let jitter = nanos(self.config.jitter);
+        let cut = if jitter == 0 { 0 } else { z % (jitter + 1) };
+        self.config.interval.saturating_sub(Duration::from_nanos(cut))
+    }
+}
