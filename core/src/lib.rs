@@ -29,6 +29,8 @@ mod config;
 mod error;
 mod names;
 mod protocol;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod sql;
 mod state;
 mod time;

@@ -122,6 +122,9 @@ pub struct Leadership {
     pub epoch: Option<Epoch>,
     /// The holder in view, when known (ourselves while leading).
     pub holder: Option<HolderId>,
+    /// Why this node stopped leading, on the update that reports it (and
+    /// until the next change); `None` otherwise.
+    pub reason: Option<Demotion>,
 }
 
 impl Leadership {
@@ -131,6 +134,7 @@ impl Leadership {
             role: Role::Follower,
             epoch: None,
             holder: None,
+            reason: None,
         }
     }
 

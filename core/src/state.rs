@@ -309,6 +309,7 @@ impl LeaseState {
             role: Role::Leader,
             epoch: Some(epoch),
             holder: Some(self.config.holder.clone()),
+            reason: None,
         });
         self.commands.push_back(Command::StartWork { epoch });
     }
@@ -344,6 +345,7 @@ impl LeaseState {
                 role: Role::Follower,
                 epoch: Some(epoch),
                 holder: None,
+                reason: Some(reason),
             });
         }
     }
@@ -357,6 +359,7 @@ impl LeaseState {
                 role: Role::Follower,
                 epoch: Some(epoch),
                 holder: Some(holder),
+                reason: None,
             });
         }
     }

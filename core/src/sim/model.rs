@@ -1,0 +1,136 @@
+//! The model database: exactly the semantics of the lease statements, on a
+//! clock the caller controls.
+//!
+//! It answers with the same rows (as [`Cell`]s) the real statements return,
+//! so the same decoder reads both, and the conformance tests can run one
+//! operation sequence on the model, on SQLite and on PostgreSQL and compare
+//! the decoded outcomes.
+
+use std::collections::BTreeMap;
+
+use crate::names::Epoch;
+use crate::sql::Cell;
+
+/// One lease row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelRow {
+    /// The holder, `None` when free.
+    pub holder: Option<String>,
+    /// The epoch.
+    pub epoch: i64,
+    /// Expiry on the database clock, in milliseconds.
+    pub expires_at: i64,
+}
+
+/// The lease table, with the database's own clock supplied per call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelDb {
+    rows: BTreeMap<String, ModelRow>,
+}
+
+impl ModelDb {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The row of `lease`, if any.
+    pub fn row(&self, lease: &str) -> Option<&ModelRow> {
+        self.rows.get(lease)
+    }
+
+    /// The acquire upsert at database time `now_ms`: take the row when it is
+    /// free, lapsed or ours, bumping the epoch; return `holder, epoch,
+    /// expires_in` either way.
+    pub fn acquire(&mut self, lease: &str, holder: &str, ttl_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
+        let row = self
+            .rows
+            .entry(lease.to_string())
+            .and_modify(|row| {
+                let takeable = row.holder.is_none()
+                    || row.expires_at <= now_ms
+                    || row.holder.as_deref() == Some(holder);
+                if takeable {
+                    row.holder = Some(holder.to_string());
+                    row.epoch += 1;
+                    row.expires_at = now_ms + ttl_ms;
+                }
+            })
+            .or_insert_with(|| ModelRow {
+                holder: Some(holder.to_string()),
+                epoch: 1,
+                expires_at: now_ms + ttl_ms,
+            });
+        vec![vec![
+            row.holder.clone().map_or(Cell::Null, Cell::Text),
+            Cell::Int(row.epoch),
+            Cell::Int(row.expires_at - now_ms),
+        ]]
+    }
+
+    fn matching(&mut self, lease: &str, holder: &str, epoch: Epoch) -> Option<&mut ModelRow> {
+        self.rows
+            .get_mut(lease)
+            .filter(|row| row.holder.as_deref() == Some(holder) && row.epoch == epoch.to_i64())
+    }
+
+    /// The renew update: extend the row if it is ours at `epoch`.
+    pub fn renew(&mut self, lease: &str, holder: &str, epoch: Epoch, ttl_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
+        match self.matching(lease, holder, epoch) {
+            Some(row) => {
+                row.expires_at = now_ms + ttl_ms;
+                vec![vec![Cell::Int(row.epoch)]]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The release update: free the row if it is ours at `epoch`, keeping
+    /// the epoch.
+    pub fn release(&mut self, lease: &str, holder: &str, epoch: Epoch, now_ms: i64) -> Vec<Vec<Cell>> {
+        match self.matching(lease, holder, epoch) {
+            Some(row) => {
+                row.holder = None;
+                row.expires_at = now_ms;
+                vec![vec![Cell::Int(row.epoch)]]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The administrative release: free the row whoever holds it and bump
+    /// the epoch.
+    pub fn force_release(&mut self, lease: &str, now_ms: i64) -> Vec<Vec<Cell>> {
+        match self.rows.get_mut(lease) {
+            Some(row) => {
+                row.holder = None;
+                row.epoch += 1;
+                row.expires_at = now_ms;
+                vec![vec![Cell::Int(row.epoch)]]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The fence: held by `holder` at `epoch` and unexpired.
+    pub fn fence(&self, lease: &str, holder: &str, epoch: Epoch, now_ms: i64) -> bool {
+        self.rows.get(lease).is_some_and(|row| {
+            row.holder.as_deref() == Some(holder) && row.epoch == epoch.to_i64() && row.expires_at > now_ms
+        })
+    }
+
+    /// The status read: `name, holder, epoch, expires_in` by name.
+    pub fn status(&self, now_ms: i64) -> Vec<Vec<Cell>> {
+        self.rows
+            .iter()
+            .map(|(name, row)| {
+                vec![
+                    Cell::Text(name.clone()),
+                    row.holder.clone().map_or(Cell::Null, Cell::Text),
+                    Cell::Int(row.epoch),
+                    Cell::Int(row.expires_at - now_ms),
+                ]
+            })
+            .collect()
+    }
+}

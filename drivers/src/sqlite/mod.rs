@@ -1,0 +1,1 @@
+//! The blocking driver on SQLite (rusqlite). Being written: see issue 3.
