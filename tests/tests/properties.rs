@@ -62,6 +62,17 @@ proptest! {
         }
     }
 
+    /// Progress: woken at its own `poll_timeout`, a machine always does
+    /// something or asks for a later instant, so a driver's loop never
+    /// spins.
+    #[test]
+    fn the_machine_never_spins_on_its_own_timeout(config in faulty_cluster()) {
+        let trace = run(&config);
+        if let Err(v) = trace.check_progress() {
+            prop_assert!(false, "{v}\n{}", report(&trace));
+        }
+    }
+
     /// 6. Determinism: the same seed and inputs give the same trace, entry
     /// for entry.
     #[test]

@@ -131,6 +131,8 @@ struct Node {
     wake_at: Option<u64>,
     abandoned_upto: u64,
     leading: Option<crate::names::Epoch>,
+    /// Consecutive wake-ups at one instant that changed nothing.
+    idle_wakes: u32,
     fifo_to_db: u64,
     fifo_to_node: u64,
 }
@@ -187,6 +189,7 @@ impl Simulation {
                 wake_at: None,
                 abandoned_upto: 0,
                 leading: None,
+                idle_wakes: 0,
                 fifo_to_db: 0,
                 fifo_to_node: 0,
             });
@@ -232,10 +235,12 @@ impl Simulation {
                 if n.incarnation == incarnation && n.wake_at == Some(at) && !n.paused {
                     n.wake_at = None;
                     let now = self.local_now(node);
+                    let before = self.trace.len() as u64;
                     if let Some(state) = self.nodes[node].state.as_mut() {
                         state.handle_timeout(now);
                     }
                     self.after_input(node);
+                    self.check_progress(node, before);
                 }
             }
             Event::AtDb {
@@ -369,6 +374,22 @@ impl Simulation {
             }
         }
         self.arm_timer(node);
+    }
+
+    /// A machine woken at its own `poll_timeout` must make progress: asking
+    /// again for the same instant with nothing done would spin a driver's
+    /// loop forever. After 100 such wake-ups in a row the node is recorded
+    /// as stuck and its timer disarmed.
+    fn check_progress(&mut self, node: usize, trace_len_before: u64) {
+        let n = &mut self.nodes[node];
+        let idle = self.trace.len() as u64 == trace_len_before && n.wake_at == Some(self.now);
+        n.idle_wakes = if idle { n.idle_wakes + 1 } else { 0 };
+        if n.idle_wakes >= 100 {
+            n.wake_at = None;
+            n.idle_wakes = 0;
+            n.state = None;
+            self.record(node, Happening::Stuck);
+        }
     }
 
     fn arm_timer(&mut self, node: usize) {

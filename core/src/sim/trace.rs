@@ -89,6 +89,9 @@ pub enum Happening {
         /// The fault, as text.
         fault: String,
     },
+    /// The machine kept asking to be woken at the same instant without
+    /// doing anything (a spinning driver loop); the simulator stopped it.
+    Stuck,
     /// Validity violated: the node believes it leads at `epoch` while the row
     /// says otherwise.
     Invalid {
@@ -308,8 +311,21 @@ impl Trace {
         Ok(())
     }
 
-    /// Invariants 1–4 together.
+    /// Progress: no machine asked to be woken again and again at the same
+    /// instant without doing anything.
+    pub fn check_progress(&self) -> Result<(), Violation> {
+        match self.entries.iter().find(|e| matches!(e.what, Happening::Stuck)) {
+            Some(e) => Err(violation(
+                "progress",
+                format!("node {} at {:.3}ms spun on its own timeout", e.node, ms(e.at)),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Invariants 1–4 together, and progress.
     pub fn check_safety(&self) -> Result<(), Violation> {
+        self.check_progress()?;
         self.check_mutual_exclusion()?;
         self.check_fencing()?;
         self.check_validity()?;
@@ -426,6 +442,7 @@ impl fmt::Display for TraceEntry {
             Happening::ShutdownBegun => write!(f, "shutting down"),
             Happening::Finished => write!(f, "finished"),
             Happening::FaultSkipped { fault } => write!(f, "fault {fault} skipped (no target)"),
+            Happening::Stuck => write!(f, "STUCK: woken 100 times at one instant with nothing to do"),
             Happening::Invalid { epoch, row } => {
                 write!(f, "INVALID: believes it leads at epoch {epoch}, row {row}")
             }
