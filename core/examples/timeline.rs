@@ -4,7 +4,10 @@ use picolease_core::sim::{Fault, SimConfig, Simulation};
 use std::time::Duration;
 
 fn main() {
-    let seed = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let seed = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let mut config = SimConfig::new(3, seed);
     config.duration = Duration::from_secs(45);
     config.faults = Fault::parse_list("crash@12s,shutdown@30s").expect("valid faults");

@@ -6,9 +6,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::error::ConfigError;
 use crate::names::Epoch;
-use crate::protocol::{
-    Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role,
-};
+use crate::protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
 use crate::time::{nanos, Instant};
 
 /// The statement in flight (at most one per lease).
@@ -25,7 +23,10 @@ enum Standing {
     Follower,
     /// Leading at `epoch` until the local `deadline`: the send time of the
     /// last successful acquire or renew plus `Config::local_validity`.
-    Leader { epoch: Epoch, deadline: Instant },
+    Leader {
+        epoch: Epoch,
+        deadline: Instant,
+    },
 }
 
 /// Shutdown progress: stop the work, release, finish.
@@ -33,7 +34,9 @@ enum Standing {
 enum Phase {
     Running,
     /// Shutting down; `release` is the epoch still to give up, if any.
-    ShuttingDown { release: Option<Epoch> },
+    ShuttingDown {
+        release: Option<Epoch>,
+    },
     Finished,
 }
 
@@ -382,7 +385,9 @@ impl LeaseState {
         }
         match self.phase {
             Phase::Finished => {}
-            Phase::ShuttingDown { release: Some(epoch) } => {
+            Phase::ShuttingDown {
+                release: Some(epoch),
+            } => {
                 self.send(now, Operation::Release { epoch });
             }
             Phase::ShuttingDown { release: None } => self.finish(),
@@ -421,6 +426,8 @@ impl LeaseState {
         z ^= z >> 31;
         let jitter = nanos(self.config.jitter);
         let cut = if jitter == 0 { 0 } else { z % (jitter + 1) };
-        self.config.interval.saturating_sub(Duration::from_nanos(cut))
+        self.config
+            .interval
+            .saturating_sub(Duration::from_nanos(cut))
     }
 }

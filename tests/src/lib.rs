@@ -51,29 +51,38 @@ pub fn faulty_cluster() -> impl Strategy<Value = SimConfig> {
                 proptest::collection::vec(fault(duration, nodes, ttl), 0..10),
             )
         })
-        .prop_map(|((nodes, seed, ttl, notify, duration), max_us, tail, loss, mut faults)| {
-            faults.sort_by_key(|f| f.at);
-            SimConfig {
-                nodes,
-                seed,
-                ttl,
-                delay_min: Duration::ZERO,
-                delay_max: Duration::from_micros(max_us),
-                tail_per_million: tail,
-                loss_per_million: loss,
-                notify,
-                duration,
-                faults,
-            }
-        })
+        .prop_map(
+            |((nodes, seed, ttl, notify, duration), max_us, tail, loss, mut faults)| {
+                faults.sort_by_key(|f| f.at);
+                SimConfig {
+                    nodes,
+                    seed,
+                    ttl,
+                    delay_min: Duration::ZERO,
+                    delay_max: Duration::from_micros(max_us),
+                    tail_per_million: tail,
+                    loss_per_million: loss,
+                    notify,
+                    duration,
+                    faults,
+                }
+            },
+        )
 }
 
 /// A fault-free network (no loss, no long tail, delays up to 1/50 of the
 /// ttl) with at most `fault` applied to the leader at a random time after
 /// the first election has settled.
 pub fn calm_cluster(fault: Option<FaultKind>) -> impl Strategy<Value = SimConfig> {
-    (2usize..=5, any::<u64>(), ttl(), any::<bool>(), 2u64..6, 0u64..1000).prop_map(
-        move |(nodes, seed, ttl, notify, at_ttls, frac)| {
+    (
+        2usize..=5,
+        any::<u64>(),
+        ttl(),
+        any::<bool>(),
+        2u64..6,
+        0u64..1000,
+    )
+        .prop_map(move |(nodes, seed, ttl, notify, at_ttls, frac)| {
             let max_delay = ttl / 50;
             let at = ttl * at_ttls as u32 + ttl * frac as u32 / 1000;
             SimConfig {
@@ -95,6 +104,5 @@ pub fn calm_cluster(fault: Option<FaultKind>) -> impl Strategy<Value = SimConfig
                     .into_iter()
                     .collect(),
             }
-        },
-    )
+        })
 }

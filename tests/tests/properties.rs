@@ -10,7 +10,9 @@ use picolease_tests::{calm_cluster, cases, faulty_cluster};
 use proptest::prelude::*;
 
 fn run(config: &SimConfig) -> Trace {
-    Simulation::new(config.clone()).expect("valid simulation").run()
+    Simulation::new(config.clone())
+        .expect("valid simulation")
+        .run()
 }
 
 fn report(trace: &Trace) -> String {
@@ -97,7 +99,10 @@ fn fault_at(config: &SimConfig) -> u64 {
 /// The fault fired on a leader (rather than being skipped because the
 /// randomly chosen instant fell in a gap).
 fn fault_hit(trace: &Trace) -> bool {
-    !trace.entries.iter().any(|e| matches!(e.what, Happening::FaultSkipped { .. }))
+    !trace
+        .entries
+        .iter()
+        .any(|e| matches!(e.what, Happening::FaultSkipped { .. }))
 }
 
 proptest! {

@@ -53,7 +53,10 @@ mod tests {
             for local in [0u64, 1, 999, 1_000_000_007, 12_345_678_901] {
                 let real = clock.real_at(local);
                 assert!(clock.local(real) >= local);
-                assert!(real == 0 || clock.local(real - 1) < local, "ppm {ppm} local {local}");
+                assert!(
+                    real == 0 || clock.local(real - 1) < local,
+                    "ppm {ppm} local {local}"
+                );
             }
         }
     }

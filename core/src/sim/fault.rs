@@ -95,7 +95,10 @@ impl Fault {
             None => (head, Target::Leader),
         };
         let (at, duration) = match when.split_once('+') {
-            Some((at, d)) => (at, Some(parse_duration(d).ok_or_else(|| fail("bad DURATION"))?)),
+            Some((at, d)) => (
+                at,
+                Some(parse_duration(d).ok_or_else(|| fail("bad DURATION"))?),
+            ),
             None => (when, None),
         };
         let at = parse_duration(at).ok_or_else(|| fail("bad TIME"))?;
@@ -106,7 +109,11 @@ impl Fault {
             "shutdown" => FaultKind::Shutdown,
             "pause" => FaultKind::Pause(needs(duration)?),
             "partition" => FaultKind::Partition(needs(duration)?),
-            _ => return Err(fail("unknown KIND (crash, restart, shutdown, pause, partition)")),
+            _ => {
+                return Err(fail(
+                    "unknown KIND (crash, restart, shutdown, pause, partition)",
+                ))
+            }
         };
         Ok(Fault { at, target, kind })
     }
@@ -139,7 +146,10 @@ mod tests {
 
     #[test]
     fn fault_lists_round_trip() {
-        let faults = Fault::parse_list("crash@3s, pause:1@10s+12s,partition@20.5s+500ms,shutdown@30s,restart:0@40s").unwrap();
+        let faults = Fault::parse_list(
+            "crash@3s, pause:1@10s+12s,partition@20.5s+500ms,shutdown@30s,restart:0@40s",
+        )
+        .unwrap();
         assert_eq!(faults.len(), 5);
         assert_eq!(
             faults[1],

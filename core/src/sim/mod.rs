@@ -113,11 +113,25 @@ enum Input {
 
 #[derive(Clone, Debug)]
 enum Event {
-    Wake { node: usize, incarnation: u32 },
-    AtDb { node: usize, holder: HolderId, request: RequestId, operation: Operation },
-    AtNode { node: usize, incarnation: u32, input: Input },
+    Wake {
+        node: usize,
+        incarnation: u32,
+    },
+    AtDb {
+        node: usize,
+        holder: HolderId,
+        request: RequestId,
+        operation: Operation,
+    },
+    AtNode {
+        node: usize,
+        incarnation: u32,
+        input: Input,
+    },
     Fault(usize),
-    Resume { node: usize },
+    Resume {
+        node: usize,
+    },
 }
 
 struct Node {
@@ -259,7 +273,13 @@ impl Simulation {
                     // The process that asked is gone.
                 } else if self.now < n.partitioned_until {
                     if let Input::Reply(request, _) = input {
-                        self.record(node, Happening::Lost { request: request.0, cause: "partition" });
+                        self.record(
+                            node,
+                            Happening::Lost {
+                                request: request.0,
+                                cause: "partition",
+                            },
+                        );
                     }
                 } else if n.paused {
                     n.pending.push_back(input);
@@ -277,11 +297,16 @@ impl Simulation {
     fn schedule(&mut self, at: u64, event: Event) {
         self.seq += 1;
         self.events.push(Some(event));
-        self.queue.push(Reverse((at, self.seq, self.events.len() - 1)));
+        self.queue
+            .push(Reverse((at, self.seq, self.events.len() - 1)));
     }
 
     fn record(&mut self, node: usize, what: Happening) {
-        self.trace.push(TraceEntry { at: self.now, node, what });
+        self.trace.push(TraceEntry {
+            at: self.now,
+            node,
+            what,
+        });
     }
 
     fn local_now(&self, node: usize) -> Instant {
@@ -322,7 +347,12 @@ impl Simulation {
         n.abandoned_upto = 0;
         let now = Instant::from_nanos(n.clock.local(self.now));
         n.state = Some(LeaseState::new(config, now)?);
-        self.record(node, Happening::Started { holder: holder.to_string() });
+        self.record(
+            node,
+            Happening::Started {
+                holder: holder.to_string(),
+            },
+        );
         if let Some(state) = self.nodes[node].state.as_mut() {
             state.handle_timeout(now);
         }
@@ -345,12 +375,22 @@ impl Simulation {
     /// Drains the node's commands, carrying each out, then re-arms its timer.
     fn after_input(&mut self, node: usize) {
         loop {
-            let Some(command) = self.nodes[node].state.as_mut().and_then(LeaseState::poll_command) else {
+            let Some(command) = self.nodes[node]
+                .state
+                .as_mut()
+                .and_then(LeaseState::poll_command)
+            else {
                 break;
             };
             match command {
                 Command::Execute { request, operation } => {
-                    self.record(node, Happening::Sent { request: request.0, operation });
+                    self.record(
+                        node,
+                        Happening::Sent {
+                            request: request.0,
+                            operation,
+                        },
+                    );
                     self.send_to_db(node, request, operation);
                 }
                 Command::Cancel { request } => {
@@ -408,11 +448,23 @@ impl Simulation {
 
     fn send_to_db(&mut self, node: usize, request: RequestId, operation: Operation) {
         if self.now < self.nodes[node].partitioned_until {
-            self.record(node, Happening::Lost { request: request.0, cause: "partition" });
+            self.record(
+                node,
+                Happening::Lost {
+                    request: request.0,
+                    cause: "partition",
+                },
+            );
             return;
         }
         if self.rng.chance(self.config.loss_per_million) {
-            self.record(node, Happening::Lost { request: request.0, cause: "loss" });
+            self.record(
+                node,
+                Happening::Lost {
+                    request: request.0,
+                    cause: "loss",
+                },
+            );
             return;
         }
         let at = (self.now + self.delay()).max(self.nodes[node].fifo_to_db);
@@ -433,11 +485,23 @@ impl Simulation {
         let n = &self.nodes[node];
         let same_process = n.holder == holder;
         if self.now < n.partitioned_until && same_process {
-            self.record(node, Happening::Lost { request: request.0, cause: "partition" });
+            self.record(
+                node,
+                Happening::Lost {
+                    request: request.0,
+                    cause: "partition",
+                },
+            );
             return;
         }
         if same_process && request.0 <= n.abandoned_upto {
-            self.record(node, Happening::Lost { request: request.0, cause: "cancelled" });
+            self.record(
+                node,
+                Happening::Lost {
+                    request: request.0,
+                    cause: "cancelled",
+                },
+            );
             return;
         }
         let lease = "sim";
@@ -460,7 +524,12 @@ impl Simulation {
                 reply: reply.clone(),
             },
         );
-        if self.config.notify && matches!((operation, &reply), (Operation::Release { .. }, Reply::Accepted)) {
+        if self.config.notify
+            && matches!(
+                (operation, &reply),
+                (Operation::Release { .. }, Reply::Accepted)
+            )
+        {
             for other in 0..self.nodes.len() {
                 if other != node {
                     self.reply_to(other, Input::Notice);
@@ -475,7 +544,13 @@ impl Simulation {
     fn reply_to(&mut self, node: usize, input: Input) {
         if self.rng.chance(self.config.loss_per_million) {
             if let Input::Reply(request, _) = input {
-                self.record(node, Happening::Lost { request: request.0, cause: "loss" });
+                self.record(
+                    node,
+                    Happening::Lost {
+                        request: request.0,
+                        cause: "loss",
+                    },
+                );
             }
             return;
         }
@@ -502,13 +577,19 @@ impl Simulation {
                 .rev()
                 .copied()
                 .find(|&n| self.nodes[n].state.is_none()),
-            (Target::Leader, _) => (0..self.nodes.len()).find(|&n| self.nodes[n].leading.is_some() && !self.nodes[n].paused),
+            (Target::Leader, _) => (0..self.nodes.len())
+                .find(|&n| self.nodes[n].leading.is_some() && !self.nodes[n].paused),
         }
     }
 
     fn fault(&mut self, fault: Fault) {
         let Some(node) = self.target(&fault) else {
-            self.record(0, Happening::FaultSkipped { fault: fault.to_string() });
+            self.record(
+                0,
+                Happening::FaultSkipped {
+                    fault: fault.to_string(),
+                },
+            );
             return;
         };
         let running = self.nodes[node].state.is_some();
@@ -546,7 +627,12 @@ impl Simulation {
                 self.nodes[node].partitioned_until = until;
                 self.record(node, Happening::Partitioned { until });
             }
-            _ => self.record(node, Happening::FaultSkipped { fault: fault.to_string() }),
+            _ => self.record(
+                node,
+                Happening::FaultSkipped {
+                    fault: fault.to_string(),
+                },
+            ),
         }
     }
 
@@ -581,7 +667,9 @@ impl Simulation {
             };
             let row = self.db.row("sim");
             let valid = row.is_some_and(|row| {
-                row.holder.as_deref() == Some(n.holder.as_str()) && row.epoch == epoch.to_i64() && row.expires_at > now_ms
+                row.holder.as_deref() == Some(n.holder.as_str())
+                    && row.epoch == epoch.to_i64()
+                    && row.expires_at > now_ms
             });
             if !valid {
                 let row = format!("{row:?} at db time {now_ms}");

@@ -42,7 +42,13 @@ impl ModelDb {
     /// The acquire upsert at database time `now_ms`: take the row when it is
     /// free, lapsed or ours, bumping the epoch; return `holder, epoch,
     /// expires_in` either way.
-    pub fn acquire(&mut self, lease: &str, holder: &str, ttl_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
+    pub fn acquire(
+        &mut self,
+        lease: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
         let row = self
             .rows
             .entry(lease.to_string())
@@ -75,7 +81,14 @@ impl ModelDb {
     }
 
     /// The renew update: extend the row if it is ours at `epoch`.
-    pub fn renew(&mut self, lease: &str, holder: &str, epoch: Epoch, ttl_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
+    pub fn renew(
+        &mut self,
+        lease: &str,
+        holder: &str,
+        epoch: Epoch,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
         match self.matching(lease, holder, epoch) {
             Some(row) => {
                 row.expires_at = now_ms + ttl_ms;
@@ -87,7 +100,13 @@ impl ModelDb {
 
     /// The release update: free the row if it is ours at `epoch`, keeping
     /// the epoch.
-    pub fn release(&mut self, lease: &str, holder: &str, epoch: Epoch, now_ms: i64) -> Vec<Vec<Cell>> {
+    pub fn release(
+        &mut self,
+        lease: &str,
+        holder: &str,
+        epoch: Epoch,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
         match self.matching(lease, holder, epoch) {
             Some(row) => {
                 row.holder = None;
@@ -115,7 +134,9 @@ impl ModelDb {
     /// The fence: held by `holder` at `epoch` and unexpired.
     pub fn fence(&self, lease: &str, holder: &str, epoch: Epoch, now_ms: i64) -> bool {
         self.rows.get(lease).is_some_and(|row| {
-            row.holder.as_deref() == Some(holder) && row.epoch == epoch.to_i64() && row.expires_at > now_ms
+            row.holder.as_deref() == Some(holder)
+                && row.epoch == epoch.to_i64()
+                && row.expires_at > now_ms
         })
     }
 

@@ -251,14 +251,21 @@ impl Trace {
     /// (that node, e) unexpired. The simulator checks the row after every
     /// event and records any mismatch.
     pub fn check_validity(&self) -> Result<(), Violation> {
-        match self.entries.iter().find(|e| matches!(e.what, Happening::Invalid { .. })) {
+        match self
+            .entries
+            .iter()
+            .find(|e| matches!(e.what, Happening::Invalid { .. }))
+        {
             Some(TraceEntry {
                 at,
                 node,
                 what: Happening::Invalid { epoch, row },
             }) => Err(violation(
                 "validity",
-                format!("at {:.3}ms node {node} believed it led at epoch {epoch}; row: {row}", ms(*at)),
+                format!(
+                    "at {:.3}ms node {node} believed it led at epoch {epoch}; row: {row}",
+                    ms(*at)
+                ),
             )),
             _ => Ok(()),
         }
@@ -273,24 +280,36 @@ impl Trace {
         let mut last_published: Vec<Option<Leadership>> = vec![None; self.nodes];
         for e in &self.entries {
             let n = e.node;
-            let fail = |detail: String| Err(violation("gating", format!("node {n} at {:.3}ms: {detail}", ms(e.at))));
+            let fail = |detail: String| {
+                Err(violation(
+                    "gating",
+                    format!("node {n} at {:.3}ms: {detail}", ms(e.at)),
+                ))
+            };
             match &e.what {
                 Happening::Published(l) => last_published[n] = Some(l.clone()),
                 Happening::Leader { epoch } => {
                     if let Some(prev) = running[n] {
-                        return fail(format!("work started at epoch {epoch} while epoch {prev} ran"));
+                        return fail(format!(
+                            "work started at epoch {epoch} while epoch {prev} ran"
+                        ));
                     }
                     let announced = last_published[n]
                         .as_ref()
                         .is_some_and(|l| l.leader_epoch() == Some(*epoch));
                     if !announced {
-                        return fail(format!("work started at epoch {epoch} without a leader publication"));
+                        return fail(format!(
+                            "work started at epoch {epoch} without a leader publication"
+                        ));
                     }
                     running[n] = Some(*epoch);
                 }
                 Happening::Follower { epoch, .. } => {
                     if running[n] != Some(*epoch) {
-                        return fail(format!("work stopped at epoch {epoch}, but {:?} ran", running[n]));
+                        return fail(format!(
+                            "work stopped at epoch {epoch}, but {:?} ran",
+                            running[n]
+                        ));
                     }
                     running[n] = None;
                 }
@@ -304,7 +323,9 @@ impl Trace {
             }
             if let (Happening::Published(l), Some(epoch)) = (&e.what, running[n]) {
                 if !l.is_leader() {
-                    return fail(format!("published follower while work of epoch {epoch} ran"));
+                    return fail(format!(
+                        "published follower while work of epoch {epoch} ran"
+                    ));
                 }
             }
         }
@@ -314,10 +335,18 @@ impl Trace {
     /// Progress: no machine asked to be woken again and again at the same
     /// instant without doing anything.
     pub fn check_progress(&self) -> Result<(), Violation> {
-        match self.entries.iter().find(|e| matches!(e.what, Happening::Stuck)) {
+        match self
+            .entries
+            .iter()
+            .find(|e| matches!(e.what, Happening::Stuck))
+        {
             Some(e) => Err(violation(
                 "progress",
-                format!("node {} at {:.3}ms spun on its own timeout", e.node, ms(e.at)),
+                format!(
+                    "node {} at {:.3}ms spun on its own timeout",
+                    e.node,
+                    ms(e.at)
+                ),
             )),
             None => Ok(()),
         }
@@ -376,7 +405,8 @@ impl Trace {
                     from_node: e.node,
                     cause,
                     ended_at: e.at,
-                    next: next.map(|(node, epoch, at)| (node, epoch, Duration::from_nanos(at - e.at))),
+                    next: next
+                        .map(|(node, epoch, at)| (node, epoch, Duration::from_nanos(at - e.at))),
                 });
             }
         }
@@ -389,7 +419,10 @@ impl Trace {
         let mut out = String::new();
         for e in &self.entries {
             let line = match &e.what {
-                Happening::Sent { .. } | Happening::Executed { .. } | Happening::Lost { .. } | Happening::Abandoned { .. }
+                Happening::Sent { .. }
+                | Happening::Executed { .. }
+                | Happening::Lost { .. }
+                | Happening::Abandoned { .. }
                     if !verbose =>
                 {
                     continue
@@ -442,7 +475,10 @@ impl fmt::Display for TraceEntry {
             Happening::ShutdownBegun => write!(f, "shutting down"),
             Happening::Finished => write!(f, "finished"),
             Happening::FaultSkipped { fault } => write!(f, "fault {fault} skipped (no target)"),
-            Happening::Stuck => write!(f, "STUCK: woken 100 times at one instant with nothing to do"),
+            Happening::Stuck => write!(
+                f,
+                "STUCK: woken 100 times at one instant with nothing to do"
+            ),
             Happening::Invalid { epoch, row } => {
                 write!(f, "INVALID: believes it leads at epoch {epoch}, row {row}")
             }

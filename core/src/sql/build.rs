@@ -104,10 +104,23 @@ impl Builder<'_> {
         let table = Table::create()
             .table(self.table_ref())
             .if_not_exists()
-            .col(ColumnDef::new(Alias::new(NAME)).text().not_null().primary_key())
+            .col(
+                ColumnDef::new(Alias::new(NAME))
+                    .text()
+                    .not_null()
+                    .primary_key(),
+            )
             .col(ColumnDef::new(Alias::new(HOLDER_COL)).text().null())
-            .col(ColumnDef::new(Alias::new(EPOCH_COL)).big_integer().not_null())
-            .col(ColumnDef::new(Alias::new(EXPIRES_AT)).big_integer().not_null())
+            .col(
+                ColumnDef::new(Alias::new(EPOCH_COL))
+                    .big_integer()
+                    .not_null(),
+            )
+            .col(
+                ColumnDef::new(Alias::new(EXPIRES_AT))
+                    .big_integer()
+                    .not_null(),
+            )
             .to_owned();
         match self.dialect {
             Dialect::Sqlite => table.to_string(SqliteQueryBuilder),
@@ -127,7 +140,10 @@ impl Builder<'_> {
             )
         };
         let pick = |taken: Expr, kept: Expr| -> Expr {
-            CaseStatement::new().case(takeable(), taken).finally(kept).into()
+            CaseStatement::new()
+                .case(takeable(), taken)
+                .finally(kept)
+                .into()
         };
         let query = Query::insert()
             .into_table(self.table_ref())
@@ -217,7 +233,10 @@ impl Builder<'_> {
     fn renew(&self) -> Statement {
         let query = Query::update()
             .table(self.table_ref())
-            .value(Alias::new(EXPIRES_AT), db_now(self.dialect).add(Expr::val(TTL)))
+            .value(
+                Alias::new(EXPIRES_AT),
+                db_now(self.dialect).add(Expr::val(TTL)),
+            )
             .and_where(self.mine())
             .returning(Query::returning().exprs([self.col(EPOCH_COL)]))
             .to_owned();
@@ -292,7 +311,10 @@ impl Builder<'_> {
                 self.col(EXPIRES_AT).sub(db_now(self.dialect)),
             ])
             .from(self.table_ref())
-            .order_by((Alias::new(self.table.table()), Alias::new(NAME)), sea_query::Order::Asc)
+            .order_by(
+                (Alias::new(self.table.table()), Alias::new(NAME)),
+                sea_query::Order::Asc,
+            )
             .to_owned();
         self.render(&query)
     }

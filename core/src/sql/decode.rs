@@ -105,7 +105,11 @@ fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 
-pub(super) fn reply(operation: Operation, me: &HolderId, rows: &[Vec<Cell>]) -> Result<Reply, RowError> {
+pub(super) fn reply(
+    operation: Operation,
+    me: &HolderId,
+    rows: &[Vec<Cell>],
+) -> Result<Reply, RowError> {
     match operation {
         Operation::Acquire => {
             let [row] = rows else {

@@ -1,0 +1,407 @@
+//! `LeaseState` as a specification: exact command sequences for each rule
+//! of DESIGN §4, on hand-picked times.
+
+use std::time::Duration;
+
+use picolease_core::{
+    Command, Config, Demotion, Epoch, Failure, HolderId, Instant, Leadership, LeaseName,
+    LeaseState, Operation, Reply, RequestId, Role,
+};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn ms(n: u64) -> Instant {
+    Instant::from_nanos(n * 1_000_000)
+}
+
+fn me() -> HolderId {
+    HolderId::new("me").unwrap()
+}
+
+fn config() -> Config {
+    let mut c = Config::with_ttl(LeaseName::new("l").unwrap(), me(), TTL);
+    c.jitter = Duration::ZERO;
+    c
+}
+
+fn drain(s: &mut LeaseState) -> Vec<Command> {
+    std::iter::from_fn(|| s.poll_command()).collect()
+}
+
+fn execute(id: u64, operation: Operation) -> Command {
+    Command::Execute {
+        request: RequestId(id),
+        operation,
+    }
+}
+
+fn leader(epoch: u64) -> Leadership {
+    Leadership {
+        role: Role::Leader,
+        epoch: Some(Epoch::new(epoch)),
+        holder: Some(me()),
+        reason: None,
+    }
+}
+
+fn demoted(epoch: u64, reason: Demotion) -> Vec<Command> {
+    vec![
+        Command::StopWork {
+            epoch: Epoch::new(epoch),
+            reason,
+        },
+        Command::Publish(Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(epoch)),
+            holder: None,
+            reason: Some(reason),
+        }),
+    ]
+}
+
+fn held(holder: &str, epoch: u64, left_ms: u64) -> Reply {
+    Reply::Held {
+        holder: HolderId::new(holder).unwrap(),
+        epoch: Epoch::new(epoch),
+        expires_in: Duration::from_millis(left_ms),
+    }
+}
+
+/// A machine that became leader at epoch 1 from an acquire sent at 0 ms and
+/// answered at 2 ms.
+fn leading() -> LeaseState {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    assert_eq!(drain(&mut s), vec![execute(1, Operation::Acquire)]);
+    s.handle_reply(
+        ms(2),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(1),
+        },
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Publish(leader(1)),
+            Command::StartWork {
+                epoch: Epoch::new(1)
+            }
+        ]
+    );
+    s
+}
+
+#[test]
+fn an_acquire_reply_makes_a_leader_that_renews_every_interval_from_the_send() {
+    let mut s = leading();
+    // Deadline from the *send* time (0 ms): ttl − 1 % − 1 ms.
+    assert_eq!(s.leader_deadline(), Some(ms(9_899)));
+    assert_eq!(s.poll_timeout(), Some(ms(2_500)));
+    s.handle_timeout(ms(2_500));
+    let renew = Operation::Renew {
+        epoch: Epoch::new(1),
+    };
+    assert_eq!(drain(&mut s), vec![execute(2, renew)]);
+    s.handle_reply(ms(2_600), RequestId(2), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.leader_deadline(), Some(ms(12_399)));
+    assert_eq!(s.poll_timeout(), Some(ms(5_000)));
+}
+
+#[test]
+fn a_rejected_renew_demotes_with_lost_and_competes_again_at_once() {
+    let mut s = leading();
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    s.handle_reply(ms(2_510), RequestId(2), Reply::Rejected);
+    let mut expected = demoted(1, Demotion::Lost);
+    expected.push(execute(3, Operation::Acquire));
+    assert_eq!(drain(&mut s), expected);
+}
+
+#[test]
+fn the_leader_demotes_at_its_deadline_even_with_a_renew_in_flight() {
+    let mut s = leading();
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    // The renew times out; retries go out, none answered.
+    s.handle_timeout(ms(5_000));
+    let renew = Operation::Renew {
+        epoch: Epoch::new(1),
+    };
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Cancel {
+                request: RequestId(2)
+            },
+            execute(3, renew)
+        ]
+    );
+    s.handle_timeout(ms(7_500));
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Cancel {
+                request: RequestId(3)
+            },
+            execute(4, renew)
+        ]
+    );
+    assert_eq!(s.poll_timeout(), Some(ms(9_899)));
+    s.handle_timeout(ms(9_899));
+    assert_eq!(drain(&mut s), demoted(1, Demotion::Expired));
+    // A late success for the in-flight renew does not restore leadership;
+    // the machine acquires again (taking its own row back).
+    s.handle_reply(ms(9_900), RequestId(4), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![execute(5, Operation::Acquire)]);
+    assert!(!s.leadership().is_leader());
+}
+
+#[test]
+fn stale_and_abandoned_replies_never_make_a_leader() {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    // Request 1 times out and is abandoned; request 2 goes out.
+    s.handle_timeout(ms(2_500));
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Cancel {
+                request: RequestId(1)
+            },
+            execute(2, Operation::Acquire)
+        ]
+    );
+    s.handle_reply(
+        ms(2_600),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(7),
+        },
+    );
+    assert_eq!(drain(&mut s), vec![]);
+    s.handle_reply(
+        ms(2_600),
+        RequestId(99),
+        Reply::Acquired {
+            epoch: Epoch::new(8),
+        },
+    );
+    assert_eq!(drain(&mut s), vec![]);
+    assert!(!s.leadership().is_leader());
+    s.handle_reply(
+        ms(2_700),
+        RequestId(2),
+        Reply::Acquired {
+            epoch: Epoch::new(9),
+        },
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Publish(leader(9)),
+            Command::StartWork {
+                epoch: Epoch::new(9)
+            }
+        ]
+    );
+    assert_eq!(s.leader_deadline(), Some(ms(2_500 + 9_899)));
+}
+
+#[test]
+fn an_acquire_answered_after_its_validity_is_not_trusted() {
+    let mut c = config();
+    c.request_timeout = Duration::from_millis(9_999);
+    let mut s = LeaseState::new(c, ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(
+        ms(9_899),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(1),
+        },
+    );
+    assert_eq!(drain(&mut s), vec![execute(2, Operation::Acquire)]);
+    assert!(!s.leadership().is_leader());
+}
+
+#[test]
+fn a_follower_tries_right_at_the_known_expiry_when_sooner_than_its_poll() {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(4), RequestId(1), held("other", 3, 700));
+    assert_eq!(
+        drain(&mut s),
+        vec![Command::Publish(Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(3)),
+            holder: Some(HolderId::new("other").unwrap()),
+            reason: None,
+        })]
+    );
+    assert_eq!(s.poll_timeout(), Some(ms(704)));
+    s.handle_timeout(ms(704));
+    assert_eq!(drain(&mut s), vec![execute(2, Operation::Acquire)]);
+    // Same holder and epoch again: nothing new to publish; poll after an
+    // interval from the send (the lease has 9 s left).
+    s.handle_reply(ms(706), RequestId(2), held("other", 3, 9_000));
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.poll_timeout(), Some(ms(704 + 2_500)));
+}
+
+#[test]
+fn jitter_shortens_polls_within_its_bound_and_follows_the_seed() {
+    let polls = |seed: u64| {
+        let mut c = config();
+        c.seed = seed;
+        c.jitter = Duration::from_millis(250);
+        let mut s = LeaseState::new(c, ms(0)).unwrap();
+        let mut out = Vec::new();
+        let mut now = ms(0);
+        for id in 1..=20 {
+            s.handle_timeout(now);
+            drain(&mut s);
+            s.handle_reply(now, RequestId(id), held("other", 1, 60_000));
+            drain(&mut s);
+            let next = s.poll_timeout().unwrap();
+            out.push(next.saturating_duration_since(now));
+            now = next;
+        }
+        out
+    };
+    let a = polls(1);
+    assert_eq!(a, polls(1));
+    assert_ne!(a, polls(2));
+    for d in a {
+        assert!(
+            d <= Duration::from_millis(2_500) && d >= Duration::from_millis(2_250),
+            "{d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_release_notice_makes_an_idle_follower_try_at_once() {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(1), RequestId(1), held("other", 1, 9_000));
+    drain(&mut s);
+    s.handle_release_notice(ms(100));
+    assert_eq!(drain(&mut s), vec![execute(2, Operation::Acquire)]);
+    // A notice while a request is in flight: try again as soon as it ends.
+    s.handle_release_notice(ms(101));
+    assert_eq!(drain(&mut s), vec![]);
+    s.handle_reply(ms(102), RequestId(2), held("other", 1, 8_900));
+    assert_eq!(drain(&mut s), vec![execute(3, Operation::Acquire)]);
+}
+
+#[test]
+fn shutdown_stops_the_work_then_releases_then_finishes() {
+    let mut s = leading();
+    s.handle_shutdown(ms(1_000));
+    let mut expected = demoted(1, Demotion::Released);
+    expected.push(execute(
+        2,
+        Operation::Release {
+            epoch: Epoch::new(1),
+        },
+    ));
+    assert_eq!(drain(&mut s), expected);
+    s.handle_reply(ms(1_001), RequestId(2), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![Command::Finished]);
+    assert!(s.is_finished());
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(ms(5_000));
+    assert_eq!(drain(&mut s), vec![]);
+}
+
+#[test]
+fn shutdown_waits_for_an_acquire_in_flight_and_gives_back_what_it_won() {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_shutdown(ms(1));
+    assert_eq!(drain(&mut s), vec![]);
+    s.handle_reply(
+        ms(2),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(4),
+        },
+    );
+    // Never leads: no StartWork, straight to the release.
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(
+            2,
+            Operation::Release {
+                epoch: Epoch::new(4)
+            }
+        )]
+    );
+    s.handle_timeout(ms(2_502));
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Cancel {
+                request: RequestId(2)
+            },
+            Command::Finished
+        ]
+    );
+}
+
+#[test]
+fn a_follower_shuts_down_without_a_statement() {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_shutdown(ms(0));
+    assert_eq!(drain(&mut s), vec![Command::Finished]);
+}
+
+#[test]
+fn a_fatal_failure_demotes_with_error_and_finishes() {
+    let mut s = leading();
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    s.handle_reply(ms(2_501), RequestId(2), Reply::Failed(Failure::Fatal));
+    let mut expected = demoted(1, Demotion::Error);
+    expected.push(Command::Finished);
+    assert_eq!(drain(&mut s), expected);
+}
+
+#[test]
+fn a_transient_failure_retries_an_interval_after_the_send() {
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(3), RequestId(1), Reply::Failed(Failure::Transient));
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.poll_timeout(), Some(ms(2_500)));
+    // A reply that does not fit the operation counts as a failure too.
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    s.handle_reply(ms(2_501), RequestId(2), Reply::Accepted);
+    assert_eq!(s.poll_timeout(), Some(ms(5_000)));
+    assert!(!s.leadership().is_leader());
+}
+
+#[test]
+fn time_going_backwards_does_not_panic_or_lead() {
+    let mut s = leading();
+    s.handle_timeout(ms(1));
+    s.handle_reply(
+        ms(0),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(2),
+        },
+    );
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.leadership().leader_epoch(), Some(Epoch::new(1)));
+}

@@ -1,0 +1,204 @@
+//! The rendered statements: one placeholder per parameter, identifiers
+//! quoted, PostgreSQL placeholders renumbered for the fence, and decoding
+//! that names what is wrong with a row.
+
+use picolease_core::sql::{Cell, Dialect, Param, Statements};
+use picolease_core::{Epoch, HolderId, Operation, Reply, RowError, TableName};
+
+fn placeholders(sql: &str, dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => sql.matches('?').count(),
+        _ => sql.matches('$').count(),
+    }
+}
+
+#[test]
+fn every_statement_has_one_placeholder_per_parameter() {
+    let table = TableName::new("app.leases").unwrap();
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        let s = Statements::new(dialect, &table);
+        for st in [
+            s.acquire(),
+            s.renew(),
+            s.release(),
+            s.force_release(),
+            s.status(),
+            s.fence(),
+        ] {
+            assert_eq!(
+                placeholders(st.sql(), dialect),
+                st.params().len(),
+                "{dialect:?}: {}",
+                st.sql()
+            );
+            assert!(
+                st.sql().contains("\"app\".\"leases\"") || st.sql().contains("\"leases\""),
+                "{}",
+                st.sql()
+            );
+        }
+        assert_eq!(
+            s.acquire().params(),
+            &[Param::Lease, Param::Holder, Param::TtlMillis]
+        );
+        assert_eq!(
+            s.renew().params(),
+            &[Param::TtlMillis, Param::Lease, Param::Holder, Param::Epoch]
+        );
+        assert_eq!(
+            s.release().params(),
+            &[Param::Lease, Param::Holder, Param::Epoch]
+        );
+        assert!(s
+            .create_table()
+            .starts_with("CREATE TABLE IF NOT EXISTS \"app\".\"leases\""));
+    }
+}
+
+#[test]
+fn renew_and_release_are_conditioned_on_holder_and_epoch() {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        let s = Statements::new(dialect, &TableName::default());
+        for st in [s.renew(), s.release(), s.fence()] {
+            assert!(
+                st.sql().contains("\"picolease_leases\".\"holder\" ="),
+                "{}",
+                st.sql()
+            );
+            assert!(
+                st.sql().contains("\"picolease_leases\".\"epoch\" ="),
+                "{}",
+                st.sql()
+            );
+        }
+    }
+    let pg = Statements::new(Dialect::Postgres, &TableName::default());
+    assert!(pg
+        .release()
+        .sql()
+        .contains("pg_notify('picolease_leases_released'"));
+}
+
+#[test]
+fn the_fence_renumbers_postgres_placeholders_after_the_users_own() {
+    let pg = Statements::new(Dialect::Postgres, &TableName::default());
+    let fence = pg.fence_from(3);
+    assert!(fence.sql().starts_with("EXISTS"));
+    assert!(fence.sql().contains("$3") && fence.sql().contains("$4") && fence.sql().contains("$5"));
+    assert!(!fence.sql().contains("$1") && !fence.sql().contains("$6"));
+    let sqlite = Statements::new(Dialect::Sqlite, &TableName::default());
+    assert_eq!(sqlite.fence_from(3), sqlite.fence().clone());
+}
+
+#[test]
+fn bound_values_follow_the_parameters() {
+    use picolease_core::sql::{Bindings, Value};
+    let s = Statements::new(Dialect::Sqlite, &TableName::default());
+    let b = Bindings {
+        lease: "l",
+        holder: "h",
+        ttl_millis: 10_000,
+    };
+    let values: Vec<Value> = s.renew().bind(&b, Some(Epoch::new(7))).collect();
+    assert_eq!(
+        values,
+        vec![
+            Value::Int(10_000),
+            Value::Text("l"),
+            Value::Text("h"),
+            Value::Int(7)
+        ]
+    );
+}
+
+#[test]
+fn decoding_names_what_is_wrong_with_a_row() {
+    let s = Statements::new(Dialect::Sqlite, &TableName::default());
+    let me = HolderId::new("me").unwrap();
+    let row = |holder: Cell, epoch: Cell, left: Cell| vec![vec![holder, epoch, left]];
+    let ok = s.decode_reply(
+        Operation::Acquire,
+        &me,
+        &row(Cell::Text("me".into()), Cell::Int(4), Cell::Int(10_000)),
+    );
+    assert_eq!(
+        ok,
+        Ok(Reply::Acquired {
+            epoch: Epoch::new(4)
+        })
+    );
+    let held = s.decode_reply(
+        Operation::Acquire,
+        &me,
+        &row(Cell::Text("x".into()), Cell::Int(4), Cell::Int(900)),
+    );
+    assert!(matches!(held, Ok(Reply::Held { .. })));
+    assert_eq!(
+        s.decode_reply(
+            Operation::Acquire,
+            &me,
+            &row(Cell::Text("x".into()), Cell::Null, Cell::Int(1))
+        ),
+        Err(RowError::Null {
+            lease: String::new(),
+            column: "epoch"
+        })
+    );
+    assert_eq!(
+        s.decode_reply(
+            Operation::Acquire,
+            &me,
+            &row(Cell::Text("x".into()), Cell::Int(-3), Cell::Int(1))
+        ),
+        Err(RowError::NegativeEpoch {
+            lease: String::new(),
+            epoch: -3
+        })
+    );
+    let wrong = s.decode_reply(
+        Operation::Acquire,
+        &me,
+        &row(Cell::Text("x".into()), Cell::Text("1".into()), Cell::Int(1)),
+    );
+    assert!(
+        matches!(
+            wrong,
+            Err(RowError::WrongType {
+                column: "epoch",
+                ..
+            })
+        ),
+        "{wrong:?}"
+    );
+    assert!(matches!(
+        s.decode_reply(Operation::Acquire, &me, &[]),
+        Err(RowError::RowCount { .. })
+    ));
+    let renew = Operation::Renew {
+        epoch: Epoch::new(1),
+    };
+    assert_eq!(s.decode_reply(renew, &me, &[]), Ok(Reply::Rejected));
+    assert_eq!(
+        s.decode_reply(renew, &me, &[vec![Cell::Int(1)]]),
+        Ok(Reply::Accepted)
+    );
+    let status = s.decode_status(&[vec![
+        Cell::Text("l".into()),
+        Cell::Null,
+        Cell::Null,
+        Cell::Int(0),
+    ]]);
+    assert_eq!(
+        status.unwrap_err().to_string(),
+        "lease \"l\": column epoch is NULL"
+    );
+    let free = s
+        .decode_status(&[vec![
+            Cell::Text("l".into()),
+            Cell::Null,
+            Cell::Int(3),
+            Cell::Int(-5),
+        ]])
+        .unwrap();
+    assert_eq!(free[0].expires_in_ms, None);
+}
