@@ -175,13 +175,22 @@ mod tests {
         ));
         let mut c = config(1000);
         c.interval = Duration::ZERO;
-        assert!(matches!(c.validate(), Err(ConfigError::ZeroInterval { .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::ZeroInterval { .. })
+        ));
         let mut c = config(1000);
         c.drift = ms(500);
-        assert!(matches!(c.validate(), Err(ConfigError::DriftTooLarge { .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::DriftTooLarge { .. })
+        ));
         let mut c = config(1000);
         c.jitter = ms(200);
-        assert!(matches!(c.validate(), Err(ConfigError::JitterTooLarge { .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::JitterTooLarge { .. })
+        ));
         let err = config(0).validate().unwrap_err().to_string();
         assert!(err.contains("ttl 0ns"), "{err}");
     }

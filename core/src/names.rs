@@ -114,11 +114,7 @@ impl HolderId {
     /// The conventional unique id of a running instance: host, process id
     /// and a random suffix supplied by the caller (the core has no entropy).
     pub fn unique(host: &str, pid: u32, nonce: u64) -> Self {
-        let host: String = host
-            .chars()
-            .filter(|c| !c.is_control())
-            .take(200)
-            .collect();
+        let host: String = host.chars().filter(|c| !c.is_control()).take(200).collect();
         let host = if host.is_empty() { "host".into() } else { host };
         HolderId(format!("{host}-{pid}-{:06x}", nonce & 0xff_ffff).into())
     }
@@ -162,7 +158,9 @@ impl TableName {
         }
         let parts: Vec<&str> = name.split('.').collect();
         if parts.len() > 2 {
-            return Err(bad("has more than one dot (expected table or schema.table)"));
+            return Err(bad(
+                "has more than one dot (expected table or schema.table)",
+            ));
         }
         for part in &parts {
             let mut chars = part.chars();

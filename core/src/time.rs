@@ -62,10 +62,7 @@ mod tests {
         let max = Instant::from_nanos(u64::MAX);
         assert_eq!(max + Duration::from_secs(1), max);
         assert_eq!(Instant::ZERO - Duration::from_secs(1), Instant::ZERO);
-        assert_eq!(
-            Instant::ZERO.saturating_duration_since(max),
-            Duration::ZERO
-        );
+        assert_eq!(Instant::ZERO.saturating_duration_since(max), Duration::ZERO);
         assert_eq!(
             Instant::from_nanos(1_500).saturating_duration_since(Instant::from_nanos(500)),
             Duration::from_nanos(1_000)
