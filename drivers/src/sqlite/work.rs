@@ -1,0 +1,156 @@
+//! "Run while leader": user closures started on their own threads when the
+//! node becomes leader and stopped when it is not (DESIGN §5).
+//!
+//! The driver carries out the core's `StartWork`/`StopWork` commands here.
+//! Stopping only *signals* the work; the threads are joined before the
+//! driver's next statement or next start. That one rule gives both
+//! guarantees of the contract without an `if` about leadership in the
+//! driver: the work of a term is gone before the release that follows a
+//! shutdown, and before a new term can start.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use picolease_core::{Epoch, HolderId, LeaseName};
+
+/// The cancellation signal of one term: set once, never cleared.
+#[derive(Clone, Debug, Default)]
+pub struct Cancellation {
+    inner: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Cancellation {
+    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.inner.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Signals the work to stop.
+    pub fn cancel(&self) {
+        *self.lock() = true;
+        self.inner.1.notify_all();
+    }
+
+    /// True once the work should stop.
+    pub fn is_cancelled(&self) -> bool {
+        *self.lock()
+    }
+
+    /// Blocks until cancelled or `timeout` passes; true if cancelled. A
+    /// work loop sleeps between rounds with this, so it stops at once.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut cancelled = self.lock();
+        while !*cancelled {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            cancelled = self
+                .inner
+                .1
+                .wait_timeout(cancelled, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Blocks until cancelled.
+    pub fn wait(&self) {
+        let mut cancelled = self.lock();
+        while !*cancelled {
+            cancelled = self.inner.1.wait(cancelled).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// What a gated closure is handed: the term it runs in and the signal to
+/// stop.
+#[derive(Clone, Debug)]
+pub struct WorkContext {
+    /// The lease.
+    pub lease: LeaseName,
+    /// This node's holder id.
+    pub holder: HolderId,
+    /// The term's epoch: the fencing token for the work's writes.
+    pub epoch: Epoch,
+    /// Set when the term ends (demotion, shutdown).
+    pub cancellation: Cancellation,
+}
+
+impl WorkContext {
+    /// True once the work should stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
+    }
+
+    /// Sleeps up to `timeout`, waking at once on cancellation; true if
+    /// cancelled.
+    pub fn sleep(&self, timeout: Duration) -> bool {
+        self.cancellation.wait_timeout(timeout)
+    }
+}
+
+/// A gated closure.
+pub(crate) type Work = Arc<dyn Fn(WorkContext) + Send + Sync + 'static>;
+
+/// The registered closures and the threads of the current (or last) term.
+#[derive(Default)]
+pub(crate) struct Gate {
+    works: Vec<Work>,
+    /// Threads of the current term.
+    running: Vec<JoinHandle<()>>,
+    /// Threads of an ended term, signalled but not yet joined.
+    stopped: Vec<JoinHandle<()>>,
+    cancellation: Option<Cancellation>,
+}
+
+impl Gate {
+    pub(crate) fn add(&mut self, work: Work) {
+        self.works.push(work);
+    }
+
+    /// Starts every closure for the term `epoch` (after joining the last
+    /// term's threads).
+    pub(crate) fn start(&mut self, lease: &LeaseName, holder: &HolderId, epoch: Epoch) {
+        // A StartWork always follows a StopWork; stop anyway, defensively.
+        self.stop();
+        self.join_stopped();
+        let cancellation = Cancellation::default();
+        for (i, work) in self.works.iter().enumerate() {
+            let context = WorkContext {
+                lease: lease.clone(),
+                holder: holder.clone(),
+                epoch,
+                cancellation: cancellation.clone(),
+            };
+            let work = Arc::clone(work);
+            match std::thread::Builder::new()
+                .name(format!("picolease-work-{i}"))
+                .spawn(move || work(context))
+            {
+                Ok(handle) => self.running.push(handle),
+                Err(e) => tracing::error!(epoch = epoch.get(), "cannot start gated work {i}: {e}"),
+            }
+        }
+        self.cancellation = Some(cancellation);
+    }
+
+    /// Signals the running work to stop (does not wait).
+    pub(crate) fn stop(&mut self) {
+        if let Some(cancellation) = self.cancellation.take() {
+            cancellation.cancel();
+        }
+        self.stopped.append(&mut self.running);
+    }
+
+    /// Waits for stopped work to finish. A closure that panicked is logged.
+    pub(crate) fn join_stopped(&mut self) {
+        for handle in self.stopped.drain(..) {
+            if handle.join().is_err() {
+                tracing::error!("a gated work closure panicked");
+            }
+        }
+    }
+}
