@@ -1,0 +1,209 @@
+//! The driver's one error type, and how a tokio-postgres error is sorted
+//! into "retry" (transient) and "retrying cannot help" (fatal).
+
+use std::time::Duration;
+
+use picolease_core::{ConfigError, Failure, RowError};
+
+/// Everything the PostgreSQL driver can report.
+///
+/// Messages name the value at fault (the table, the SQLSTATE, the URL
+/// with its password removed). The type is `Clone` and `PartialEq` so that
+/// tests and the CLI can compare errors, which is why the tokio-postgres
+/// error is kept as its SQLSTATE and text rather than as a source.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// The lease configuration, lease name, holder id or table name cannot
+    /// be used.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The connection string could not be parsed.
+    #[error("invalid PostgreSQL URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL given, with any password replaced by `***`.
+        url: String,
+        /// What tokio-postgres said about it.
+        reason: String,
+    },
+    /// Connecting failed for a reason retrying may cure (refused, unreachable,
+    /// the server starting up or going away).
+    #[error("could not connect to PostgreSQL: {reason}")]
+    Connect {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The server refused the credentials or the database (SQLSTATE class
+    /// 28 or 3D): retrying with the same settings cannot help.
+    #[error("PostgreSQL refused the login (SQLSTATE {code}): {reason}")]
+    Login {
+        /// The SQLSTATE, e.g. `28000` (no such role) or `3D000` (no such
+        /// database).
+        code: String,
+        /// The server's message.
+        reason: String,
+    },
+    /// The lease table does not exist and auto-create is off.
+    #[error("lease table {table} does not exist (create it with `init`, or enable auto-create)")]
+    MissingTable {
+        /// The table that was looked for.
+        table: String,
+    },
+    /// The table exists but does not have the columns and types the
+    /// statements need (wrong column types, missing columns, a foreign
+    /// table), or the statements are not allowed on it.
+    #[error("lease table {table} does not fit the protocol (SQLSTATE {code}): {reason}")]
+    Schema {
+        /// The table.
+        table: String,
+        /// The SQLSTATE, e.g. `42883` (operator does not exist for the
+        /// column's type).
+        code: String,
+        /// The server's message.
+        reason: String,
+    },
+    /// A row of the lease table is malformed (NULL or negative epoch, a
+    /// column of another type).
+    #[error("lease table {table}: {source}")]
+    Row {
+        /// The table.
+        table: String,
+        /// What was wrong with the row.
+        #[source]
+        source: RowError,
+    },
+    /// Any other error the server reported.
+    #[error("PostgreSQL error during {during} (SQLSTATE {code}): {reason}")]
+    Database {
+        /// What the driver was doing (`acquire`, `renew`, `status`, …).
+        during: &'static str,
+        /// The SQLSTATE.
+        code: String,
+        /// The server's message.
+        reason: String,
+    },
+    /// The connection broke (closed, reset, I/O error).
+    #[error("PostgreSQL connection lost during {during}: {reason}")]
+    Connection {
+        /// What the driver was doing.
+        during: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A statement did not answer within the request timeout; it was
+    /// cancelled on the server.
+    #[error("{during} did not answer within {after:?}")]
+    Timeout {
+        /// What the driver was doing.
+        during: &'static str,
+        /// The timeout that passed.
+        after: Duration,
+    },
+    /// The driver task ended without reporting (it panicked or its runtime
+    /// shut down).
+    #[error("the lease driver task stopped unexpectedly: {reason}")]
+    Stopped {
+        /// What the task's join handle said.
+        reason: String,
+    },
+}
+
+impl PgError {
+    /// Whether retrying may help. Fatal errors finish the driver; transient
+    /// ones are retried at the next attempt.
+    pub fn failure(&self) -> Failure {
+        match self {
+            PgError::Connect { .. }
+            | PgError::Connection { .. }
+            | PgError::Timeout { .. }
+            | PgError::Database { .. } => Failure::Transient,
+            _ => Failure::Fatal,
+        }
+    }
+
+    /// Sorts an error met while running a statement on `table`.
+    pub(crate) fn from_statement(during: &'static str, table: &str, err: &tokio_postgres::Error) -> Self {
+        let Some(db) = err.as_db_error() else {
+            return PgError::Connection {
+                during,
+                reason: err.to_string(),
+            };
+        };
+        let code = db.code().code().to_string();
+        let reason = db.message().to_string();
+        match code.as_str() {
+            "42P01" => PgError::MissingTable {
+                table: table.to_string(),
+            },
+            // Class 42 (undefined column or function, datatype mismatch,
+            // insufficient privilege, …), 23 (a NOT NULL or CHECK column the
+            // protocol does not know), 22 (data exception: an epoch that
+            // overflows, text where a number belongs), 3F (no such schema).
+            c if ["42", "23", "22", "3F"].iter().any(|class| c.starts_with(class)) => {
+                PgError::Schema {
+                    table: table.to_string(),
+                    code,
+                    reason,
+                }
+            }
+            c if c.starts_with("28") || c.starts_with("3D") => PgError::Login { code, reason },
+            _ => PgError::Database {
+                during,
+                code,
+                reason,
+            },
+        }
+    }
+
+    /// Sorts an error met while connecting.
+    pub(crate) fn from_connect(err: &tokio_postgres::Error) -> Self {
+        match err.as_db_error() {
+            Some(db) if db.code().code().starts_with("28") || db.code().code().starts_with("3D") => {
+                PgError::Login {
+                    code: db.code().code().to_string(),
+                    reason: db.message().to_string(),
+                }
+            }
+            _ => PgError::Connect {
+                reason: err.to_string(),
+            },
+        }
+    }
+}
+
+/// `url` with the password (between `://user:` and `@`) replaced, so an
+/// error message never leaks it.
+pub(crate) fn redact(url: &str) -> String {
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        if let Some(at) = rest.find('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                return format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &rest[..colon],
+                    &rest[at..]
+                );
+            }
+        }
+    }
+    if url.contains("password") {
+        return "<connection string with a password>".to_string();
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://bob:secret@db:5432/x"),
+            "postgres://bob:***@db:5432/x"
+        );
+        assert_eq!(redact("postgres://db/x"), "postgres://db/x");
+        assert!(!redact("host=db password=secret").contains("secret"));
+    }
+}

@@ -1,0 +1,82 @@
+//! Fenced writes: the application's own statements made conditional on
+//! the lease, so that a paused or partitioned ex-leader's write changes
+//! nothing — the database itself rejects it.
+
+use std::sync::Arc;
+
+use picolease_core::sql::{Param, Statements};
+use picolease_core::Epoch;
+use tokio_postgres::types::ToSql;
+
+/// The condition "this lease is still held by this holder at this epoch and
+/// has not expired", to AND into the `WHERE` of your own statement.
+///
+/// Gated tasks get one from [`LeaderContext::fence`](super::LeaderContext::fence);
+/// [`PgLease::fence`](super::PgLease::fence) gives the current term's.
+/// The database evaluates it, on its own clock, in the same statement as
+/// your write: a successor that bumped the epoch, or a lapsed ttl, makes
+/// the write touch no row (check the affected-row count).
+///
+/// ```
+/// # fn demo(fence: &picolease::postgres::Fence) {
+/// use tokio_postgres::types::ToSql;
+///
+/// let job_id: i64 = 7;
+/// // Your placeholders come first ($1); the fence's follow from $2.
+/// let sql = format!(
+///     "UPDATE jobs SET done = true WHERE id = $1 AND {}",
+///     fence.condition(2)
+/// );
+/// let mut params: Vec<&(dyn ToSql + Sync)> = vec![&job_id];
+/// params.extend(fence.params());
+/// // client.execute(&sql, &params).await? == 0  ⇒ no longer the leader.
+/// # let _ = (sql, params);
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Fence {
+    statements: Arc<Statements>,
+    lease: String,
+    holder: String,
+    epoch: i64,
+}
+
+impl Fence {
+    pub(crate) fn new(statements: Arc<Statements>, lease: &str, holder: &str, epoch: Epoch) -> Self {
+        Fence {
+            statements,
+            lease: lease.to_string(),
+            holder: holder.to_string(),
+            epoch: epoch.to_i64(),
+        }
+    }
+
+    /// The term this fence holds for.
+    pub fn epoch(&self) -> Epoch {
+        Epoch::new(self.epoch.max(0) as u64)
+    }
+
+    /// The condition as SQL, an `EXISTS(…)` whose placeholders are numbered
+    /// from `$first` (put your own parameters first).
+    pub fn condition(&self, first: usize) -> String {
+        self.statements.fence_from(first).sql().to_string()
+    }
+
+    /// The values to bind for the condition's placeholders, in order:
+    /// append them after your own.
+    pub fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.statements
+            .fence()
+            .params()
+            .iter()
+            .map(|param| match param {
+                Param::Lease => &self.lease as &(dyn ToSql + Sync),
+                Param::Holder => &self.holder,
+                Param::Epoch => &self.epoch,
+                // The fence binds no ttl; should a future fence need one,
+                // -1 makes it match nothing rather than something.
+                Param::TtlMillis => &-1i64,
+            })
+            .collect()
+    }
+}

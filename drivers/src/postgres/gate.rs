@@ -1,0 +1,208 @@
+//! Gated work: tasks that run only while this node leads.
+//!
+//! Each term gets a cancellation token and a task tracker. `StartWork`
+//! spawns every registered task with the term's [`LeaderContext`]; each
+//! first waits for the previous term's tasks to finish, so two terms' work
+//! never overlaps on one node. `StopWork` cancels the token; the term's
+//! tasks are then "winding down", and the driver waits for them before it
+//! sends its next statement (DESIGN §4: on shutdown, stop the work, then
+//! release) and before it reports shutdown done.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::future::{BoxFuture, FutureExt, Shared};
+use picolease_core::sql::Statements;
+use picolease_core::Epoch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::fence::Fence;
+
+/// What a gated task is given when its term starts.
+#[derive(Clone, Debug)]
+pub struct LeaderContext {
+    epoch: Epoch,
+    token: CancellationToken,
+    fence: Fence,
+}
+
+impl LeaderContext {
+    /// The term's epoch: the fencing token to attach to the work.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// Cancelled when the term ends (demotion or shutdown).
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Completes when the term ends: `select!` on it in your loop.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await
+    }
+
+    /// True once the term has ended.
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// The fence for this term, to make your own writes conditional on it.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+}
+
+/// A registered gated task: called once per term.
+pub(crate) type GatedTask = Arc<dyn Fn(LeaderContext) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Boxes a user's `Fn(LeaderContext) -> impl Future` as a [`GatedTask`].
+pub(crate) fn gated_task<F, Fut>(task: F) -> GatedTask
+where
+    F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    Arc::new(move |ctx| task(ctx).boxed())
+}
+
+/// Completes when a term's tasks have all finished.
+type Done = Shared<BoxFuture<'static, ()>>;
+
+struct Term {
+    epoch: Epoch,
+    context: LeaderContext,
+    tracker: TaskTracker,
+    /// The term before this one, still winding down when this one started.
+    previous: Done,
+}
+
+/// The gated tasks of one driver and the term they run in.
+pub(crate) struct Gate {
+    tasks: Vec<GatedTask>,
+    current: Option<Term>,
+    /// The last stopped term's tasks (and, through it, every earlier one).
+    stopped: Done,
+    statements: Arc<Statements>,
+    lease: Arc<str>,
+    holder: Arc<str>,
+}
+
+fn done() -> Done {
+    futures::future::ready(()).boxed().shared()
+}
+
+impl Gate {
+    pub(crate) fn new(tasks: Vec<GatedTask>, statements: Arc<Statements>, lease: Arc<str>, holder: Arc<str>) -> Self {
+        Gate {
+            tasks,
+            current: None,
+            stopped: done(),
+            statements,
+            lease,
+            holder,
+        }
+    }
+
+    /// Registers a task; if a term is running it starts in it at once.
+    pub(crate) fn add(&mut self, task: GatedTask) {
+        if let Some(term) = &self.current {
+            spawn(term, &task);
+        }
+        self.tasks.push(task);
+    }
+
+    /// `StartWork`: spawns every task for the term at `epoch`.
+    pub(crate) fn start(&mut self, epoch: Epoch) {
+        if let Some(term) = self.current.take() {
+            // Not expected (the core stops a term before starting the next),
+            // but never leave a term running unstopped.
+            self.stopped = stop(term);
+        }
+        let context = LeaderContext {
+            epoch,
+            token: CancellationToken::new(),
+            fence: Fence::new(self.statements.clone(), &self.lease, &self.holder, epoch),
+        };
+        let term = Term {
+            epoch,
+            context,
+            tracker: TaskTracker::new(),
+            previous: self.stopped.clone(),
+        };
+        for task in &self.tasks {
+            spawn(&term, task);
+        }
+        tracing::debug!(epoch = epoch.get(), tasks = self.tasks.len(), "picolease: gated work started");
+        self.current = Some(term);
+    }
+
+    /// `StopWork`: cancels the term at `epoch`; its tasks wind down.
+    pub(crate) fn stop(&mut self, epoch: Epoch) {
+        if self.current.as_ref().is_some_and(|term| term.epoch == epoch) {
+            if let Some(term) = self.current.take() {
+                self.stopped = stop(term);
+                tracing::debug!(epoch = epoch.get(), "picolease: gated work stopping");
+            }
+        }
+    }
+
+    /// Completes when every stopped term's tasks have finished.
+    pub(crate) fn stopped(&self) -> Done {
+        self.stopped.clone()
+    }
+
+    /// Stops whatever runs (the driver is ending) and returns the future
+    /// of everything finishing.
+    pub(crate) fn stop_all(&mut self) -> Done {
+        if let Some(term) = self.current.take() {
+            self.stopped = stop(term);
+        }
+        self.stopped.clone()
+    }
+}
+
+fn stop(term: Term) -> Done {
+    term.context.token.cancel();
+    term.tracker.close();
+    let tracker = term.tracker;
+    let previous = term.previous;
+    async move {
+        previous.await;
+        tracker.wait().await
+    }
+    .boxed()
+    .shared()
+}
+
+fn spawn(term: &Term, task: &GatedTask) {
+    let context = term.context.clone();
+    let previous = term.previous.clone();
+    let task = task.clone();
+    term.tracker.spawn(async move {
+        previous.await;
+        if context.is_cancelled() {
+            return;
+        }
+        let epoch = context.epoch;
+        if let Err(panic) = AssertUnwindSafe(task(context)).catch_unwind().await {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(epoch = epoch.get(), panic = %message, "picolease: a gated task panicked");
+        }
+    });
+}
+
+impl Drop for Gate {
+    /// The driver task was dropped (aborted, or its runtime shut down):
+    /// tell the running term's tasks to stop rather than leave them leading.
+    fn drop(&mut self) {
+        if let Some(term) = &self.current {
+            term.context.token.cancel();
+        }
+    }
+}

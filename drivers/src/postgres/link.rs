@@ -1,0 +1,309 @@
+//! The driver's statement connection: connected on demand, its prepared
+//! statements reused across renewals, dropped when it breaks or a statement
+//! on it times out, and reconnected with capped, jittered backoff.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use picolease_core::sql::{Bindings, Cell, Statement, Statements};
+use picolease_core::Operation;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+use tokio_postgres::{CancelToken, Client};
+
+use super::cells::{param_type, rows_to_cells, to_sql};
+use super::connect::Connect;
+use super::error::PgError;
+
+/// The first reconnect waits about this long; each failure doubles it.
+const BACKOFF_BASE: Duration = Duration::from_millis(50);
+
+/// Consecutive connection failures, turned into a wait before the next
+/// attempt: `min(cap, base · 2^(n−1))`, scaled by a random factor in
+/// [½, 1] so that contenders that lost the database together do not all
+/// come back in the same millisecond.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    failures: u32,
+    cap: Duration,
+    last_failure: Option<Instant>,
+    last_reason: String,
+}
+
+impl Backoff {
+    pub(crate) fn new(cap: Duration) -> Self {
+        Backoff {
+            failures: 0,
+            cap,
+            last_failure: None,
+            last_reason: String::new(),
+        }
+    }
+
+    /// When the next connection attempt may start.
+    fn next_attempt(&self) -> Option<Instant> {
+        let last = self.last_failure?;
+        let exp = BACKOFF_BASE.saturating_mul(1 << self.failures.saturating_sub(1).min(16));
+        let delay = exp.min(self.cap);
+        // A fresh random factor per failure (RandomState is seeded from the
+        // operating system's entropy), fixed until the next failure.
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u32(self.failures);
+        let factor = 0.5 + (hasher.finish() % 1000) as f64 / 2000.0;
+        Some(last + delay.mul_f64(factor))
+    }
+
+    fn failed(&mut self, reason: String) {
+        self.failures = self.failures.saturating_add(1);
+        self.last_failure = Some(Instant::now());
+        self.last_reason = reason;
+    }
+
+    fn succeeded(&mut self) {
+        self.failures = 0;
+        self.last_failure = None;
+    }
+}
+
+/// One live connection and the statements prepared on it.
+pub(crate) struct Session {
+    client: Client,
+    acquire: OnceCell<tokio_postgres::Statement>,
+    renew: OnceCell<tokio_postgres::Statement>,
+    release: OnceCell<tokio_postgres::Statement>,
+}
+
+impl Session {
+    fn new(client: Client) -> Self {
+        Session {
+            client,
+            acquire: OnceCell::new(),
+            renew: OnceCell::new(),
+            release: OnceCell::new(),
+        }
+    }
+
+    /// The operation's prepared statement, prepared on first use on this
+    /// connection.
+    async fn prepared(
+        &self,
+        operation: Operation,
+        statement: &Statement,
+    ) -> Result<&tokio_postgres::Statement, tokio_postgres::Error> {
+        let cell = match operation {
+            Operation::Acquire => &self.acquire,
+            Operation::Renew { .. } => &self.renew,
+            Operation::Release { .. } => &self.release,
+        };
+        cell.get_or_try_init(|| {
+            let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
+            async move { self.client.prepare_typed(statement.sql(), &types).await }
+        })
+        .await
+    }
+}
+
+struct LinkState {
+    current: Option<Arc<Session>>,
+    /// The table has been created (or found) once: no need to again.
+    table_ready: bool,
+    backoff: Backoff,
+}
+
+/// The connection of one driver, shared between the driver loop and the
+/// statement in flight (at most one, so nothing contends for it).
+pub(crate) struct Link {
+    connector: Arc<dyn Connect>,
+    statements: Arc<Statements>,
+    auto_create: bool,
+    state: Mutex<LinkState>,
+}
+
+/// What one statement needs besides the link: its bound values' sources.
+pub(crate) struct Call {
+    pub(crate) operation: Operation,
+    pub(crate) lease: Arc<str>,
+    pub(crate) holder: Arc<str>,
+    pub(crate) ttl_millis: i64,
+    /// The request timeout runs out here: connecting or backing off past
+    /// it is pointless.
+    pub(crate) deadline: Instant,
+    /// The request timeout (for messages).
+    pub(crate) timeout: Duration,
+}
+
+/// The name of an operation in messages.
+pub(crate) fn operation_name(operation: Operation) -> &'static str {
+    match operation {
+        Operation::Acquire => "acquire",
+        Operation::Renew { .. } => "renew",
+        Operation::Release { .. } => "release",
+    }
+}
+
+impl Link {
+    pub(crate) fn new(
+        connector: Arc<dyn Connect>,
+        statements: Arc<Statements>,
+        auto_create: bool,
+        backoff_cap: Duration,
+    ) -> Self {
+        Link {
+            connector,
+            statements,
+            auto_create,
+            state: Mutex::new(LinkState {
+                current: None,
+                table_ready: false,
+                backoff: Backoff::new(backoff_cap),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, LinkState> {
+        // A panic while holding this lock cannot leave it inconsistent (each
+        // critical section is a single assignment), so poisoning is ignored.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn table(&self) -> String {
+        self.statements.table().to_string()
+    }
+
+    /// Runs one lease statement and returns its rows as cells.
+    pub(crate) async fn execute(&self, call: Call) -> Result<Vec<Vec<Cell>>, PgError> {
+        let during = operation_name(call.operation);
+        let session = self.session(during, call.deadline, call.timeout).await?;
+        let statement = self.statements.for_operation(call.operation);
+        let bindings = Bindings {
+            lease: &call.lease,
+            holder: &call.holder,
+            ttl_millis: call.ttl_millis,
+        };
+        let values: Vec<_> = statement
+            .bind(&bindings, call.operation.epoch())
+            .collect();
+        let params: Vec<_> = values.iter().map(to_sql).collect();
+        let result = async {
+            let prepared = session.prepared(call.operation, statement).await?;
+            let rows = session.client.query(prepared, &params).await?;
+            rows_to_cells(&rows)
+        }
+        .await;
+        result.map_err(|e| {
+            if session.client.is_closed() {
+                self.forget(&session);
+            }
+            PgError::from_statement(during, &self.table(), &e)
+        })
+    }
+
+    /// The live session, connecting (after the backoff) if there is none.
+    async fn session(
+        &self,
+        during: &'static str,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Arc<Session>, PgError> {
+        let (wait_until, table_ready) = {
+            let mut state = self.state();
+            if let Some(session) = &state.current {
+                if !session.client.is_closed() {
+                    return Ok(session.clone());
+                }
+                state.current = None;
+            }
+            (state.backoff.next_attempt(), state.table_ready)
+        };
+        if let Some(at) = wait_until {
+            if at >= deadline {
+                let state = self.state();
+                return Err(PgError::Connect {
+                    reason: format!(
+                        "backing off for {:?} after {} failed attempts (last: {})",
+                        at.saturating_duration_since(Instant::now()),
+                        state.backoff.failures,
+                        state.backoff.last_reason
+                    ),
+                });
+            }
+            tokio::time::sleep_until(at).await;
+        }
+        let attempt = async {
+            let client = self
+                .connector
+                .connect()
+                .await
+                .map_err(|e| PgError::from_connect(&e))?;
+            if self.auto_create && !table_ready {
+                create_table(&client, &self.statements).await?;
+            }
+            Ok::<_, PgError>(client)
+        };
+        let outcome = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(PgError::Timeout {
+                during,
+                after: timeout,
+            }),
+        };
+        let mut state = self.state();
+        match outcome {
+            Ok(client) => {
+                tracing::debug!(table = %self.statements.table(), "picolease: connected");
+                let session = Arc::new(Session::new(client));
+                state.backoff.succeeded();
+                state.table_ready = true;
+                state.current = Some(session.clone());
+                Ok(session)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "picolease: could not connect");
+                state.backoff.failed(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn forget(&self, session: &Arc<Session>) {
+        let mut state = self.state();
+        if state
+            .current
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, session))
+        {
+            state.current = None;
+        }
+    }
+
+    /// A statement on the current connection timed out: the connection is
+    /// suspect (a stalled socket would hold every later statement), so it is
+    /// dropped; returns its cancel token so the server-side query can be
+    /// cancelled.
+    pub(crate) fn abandon(&self) -> Option<CancelToken> {
+        let session = self.state().current.take()?;
+        Some(session.client.cancel_token())
+    }
+
+    /// The connector (to send cancel requests with).
+    pub(crate) fn connector(&self) -> &Arc<dyn Connect> {
+        &self.connector
+    }
+}
+
+/// Runs `CREATE TABLE IF NOT EXISTS`. Two contenders creating the table at
+/// the same moment can make PostgreSQL report a duplicate (42P07, or 23505
+/// on its catalog): the table exists, which is all that was asked.
+pub(crate) async fn create_table(client: &Client, statements: &Statements) -> Result<(), PgError> {
+    match client.batch_execute(statements.create_table()).await {
+        Ok(()) => Ok(()),
+        Err(e) if matches!(e.code().map(|c| c.code()), Some("42P07" | "23505")) => Ok(()),
+        Err(e) => Err(PgError::from_statement(
+            "create table",
+            &statements.table().to_string(),
+            &e,
+        )),
+    }
+}
