@@ -1,1 +1,97 @@
-fn main() {}
+//! `picolease`: the command-line tool (issue 3's contract).
+//!
+//! Exit codes: 0 success, 2 bad usage or configuration, 1 failure at run
+//! time. Every error is one line on stderr; no panic reaches the user (a
+//! bug still ends in one line and exit 1).
+
+mod backend;
+mod cli;
+mod commands;
+mod demo;
+mod duration;
+mod failure;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::failure::CliError;
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "error: internal error (a bug in picolease){at}: {}",
+            failure::one_line(&message)
+        );
+    }));
+    match std::panic::catch_unwind(run) {
+        Ok(Ok(code)) => code,
+        Ok(Err(error)) => {
+            eprintln!("error: {error}");
+            error.exit_code()
+        }
+        Err(_) => ExitCode::from(1),
+    }
+}
+
+fn run() -> Result<ExitCode, CliError> {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return Ok(clap_error(e)),
+    };
+    init_logging();
+    commands::dispatch(cli)
+}
+
+/// Help and version go to stdout with exit 0; a usage error is reduced to
+/// its first line (which names the flag or value) and exits 2.
+fn clap_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("error: bad usage");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("error: {} (see --help)", failure::one_line(first));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Driver logs go to stderr when `PICOLEASE_LOG` (or `RUST_LOG`) asks for
+/// them, e.g. `PICOLEASE_LOG=picolease=debug`; silent otherwise.
+fn init_logging() {
+    let filter = std::env::var("PICOLEASE_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "off".into());
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

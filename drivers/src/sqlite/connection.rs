@@ -119,10 +119,7 @@ pub fn open_connection(db: &Database) -> Result<rusqlite::Connection, Error> {
                 return Err(Error::MissingDatabase { path });
             }
             if file.is_dir() {
-                return Err(Error::Open {
-                    path,
-                    source: rusqlite::Error::InvalidPath(file.clone()),
-                });
+                return Err(Error::IsDirectory { path });
             }
             rusqlite::Connection::open_with_flags(file, flags)
         }

@@ -18,6 +18,12 @@ pub enum Error {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// The path names a directory.
+    #[error("SQLite database path {path:?} is a directory, not a file")]
+    IsDirectory {
+        /// The path given.
+        path: String,
+    },
     /// The file exists but is not a SQLite database.
     #[error("{path:?} is not a SQLite database")]
     NotADatabase {

@@ -1,0 +1,186 @@
+//! `picolease run`: contend for a lease until stopped, printing each
+//! transition; optionally run a command while leader.
+
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use picolease::sqlite::{Builder, Transition};
+use picolease::{Config, HolderId, Leadership, LeaseName, Role, TableName};
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use super::child::{self, ChildEvent};
+use crate::backend::Backend;
+use crate::cli::RunArgs;
+use crate::failure::CliError;
+use crate::output::{line, unix_ms};
+
+/// Why the main loop stops.
+enum Stop {
+    Signal,
+    ChildExited(u8),
+    ChildFailed(String),
+    DriverFinished,
+}
+
+/// Runs until SIGTERM/SIGINT, CMD's own exit, or a fatal driver error.
+pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCode, CliError> {
+    let lease = LeaseName::new(&args.name).map_err(CliError::usage)?;
+    let holder = match &args.node {
+        Some(node) => HolderId::new(node).map_err(CliError::usage)?,
+        None => unique_holder(),
+    };
+    let nonce = random_u64();
+    let mut config = Config::with_ttl(lease.clone(), holder.clone(), args.ttl);
+    if let Some(interval) = args.interval {
+        config = config.interval(interval);
+    }
+    config.seed = nonce;
+    config.validate().map_err(CliError::usage)?;
+
+    // Signals first, so a SIGTERM during start-up is not lost.
+    let (signal_tx, signal_rx) = mpsc::channel();
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
+    std::thread::Builder::new()
+        .name("picolease-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if signal_tx.send(signal).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| CliError::runtime(format!("cannot start the signal thread: {e}")))?;
+
+    let mut builder = Builder::new(config, backend.sqlite(table));
+    let transitions = builder.subscribe();
+    let (child_tx, child_rx) = mpsc::channel();
+    if !args.command.is_empty() {
+        builder = builder.while_leader(child::supervisor(args.command.clone(), args.grace, child_tx));
+    }
+    let driver = builder.start()?;
+    if !args.json {
+        line(&format!("{holder} contending for lease {lease:?}"));
+    }
+    let printer = Printer {
+        lease: lease.as_str(),
+        node: holder.as_str(),
+        json: args.json,
+    };
+    let stop = loop {
+        for transition in transitions.try_iter() {
+            printer.print(&transition);
+        }
+        if signal_rx.try_recv().is_ok() {
+            break Stop::Signal;
+        }
+        match child_rx.try_recv() {
+            Ok(ChildEvent::Exited(status)) => break Stop::ChildExited(child::exit_code(status)),
+            Ok(ChildEvent::SpawnFailed(message)) => break Stop::ChildFailed(message),
+            Err(_) => {}
+        }
+        if driver.is_finished() {
+            break Stop::DriverFinished;
+        }
+        // Transitions are the thing to react to fast; the rest is polled.
+        if let Ok(transition) = transitions.recv_timeout(Duration::from_millis(20)) {
+            printer.print(&transition);
+        }
+    };
+    // Stops CMD (the gated work) first, then releases.
+    let outcome = driver.shutdown();
+    for transition in transitions.iter() {
+        printer.print(&transition);
+    }
+    outcome?;
+    match stop {
+        Stop::Signal => Ok(ExitCode::SUCCESS),
+        Stop::ChildExited(code) => Ok(ExitCode::from(code)),
+        Stop::ChildFailed(message) => Err(CliError::runtime(message)),
+        Stop::DriverFinished => Err(CliError::runtime(format!(
+            "the lease driver for {lease:?} stopped unexpectedly"
+        ))),
+    }
+}
+
+/// Prints transitions as the contract says.
+struct Printer<'a> {
+    lease: &'a str,
+    node: &'a str,
+    json: bool,
+}
+
+impl Printer<'_> {
+    fn print(&self, transition: &Transition) {
+        let Leadership {
+            role,
+            epoch,
+            holder,
+            reason,
+        } = &transition.leadership;
+        let epoch = epoch.map(|e| e.get());
+        let at = unix_ms(transition.at);
+        let text = match (role, reason) {
+            (Role::Leader, _) if self.json => serde_json::json!({
+                "event": "leader", "name": self.lease, "node": self.node,
+                "epoch": epoch, "unix_ms": at,
+            })
+            .to_string(),
+            (Role::Leader, _) => format!(
+                "{} leader of {:?} at epoch {}",
+                self.node,
+                self.lease,
+                epoch.unwrap_or(0)
+            ),
+            (Role::Follower, Some(reason)) if self.json => serde_json::json!({
+                "event": "follower", "name": self.lease, "node": self.node,
+                "epoch": epoch, "reason": reason.as_str(), "unix_ms": at,
+            })
+            .to_string(),
+            (Role::Follower, Some(reason)) => format!(
+                "{} follower of {:?}: left epoch {} ({})",
+                self.node,
+                self.lease,
+                epoch.unwrap_or(0),
+                reason.as_str()
+            ),
+            // A new holder observed: shown to people, not in the JSON stream.
+            (Role::Follower, None) if self.json => return,
+            (Role::Follower, None) => match holder {
+                Some(holder) => format!(
+                    "{} follower of {:?}: held by {holder} at epoch {}",
+                    self.node,
+                    self.lease,
+                    epoch.unwrap_or(0)
+                ),
+                None => return,
+            },
+        };
+        line(&text);
+    }
+}
+
+/// `host-pid-random`: unique per running instance, as DESIGN §3 requires.
+fn unique_holder() -> HolderId {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".into());
+    HolderId::unique(host.trim(), std::process::id(), random_u64())
+}
+
+/// Entropy without a dependency: std's randomly keyed hasher, mixed with
+/// the clock and the process id.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}

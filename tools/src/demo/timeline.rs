@@ -1,0 +1,229 @@
+//! The demo's timeline: receives every node's leadership changes, prints
+//! them as they happen with progress lines, and keeps the leadership
+//! intervals to check that no two overlapped.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use picolease::sqlite::{Database, Transition};
+use picolease::{Epoch, Role};
+
+use crate::output::line;
+
+/// A closed leadership interval: node, epoch, start, end (wall clock).
+type Term = (usize, u64, SystemTime, SystemTime);
+
+/// The live view of the demo.
+pub struct Timeline {
+    events: mpsc::Receiver<(usize, Transition)>,
+    conn: Option<rusqlite::Connection>,
+    start: Instant,
+    start_wall: SystemTime,
+    names: Vec<String>,
+    open: BTreeMap<usize, (u64, SystemTime)>,
+    closed: Vec<Term>,
+    next_progress: Instant,
+}
+
+impl Timeline {
+    /// A timeline starting now.
+    pub fn new(events: mpsc::Receiver<(usize, Transition)>, database: Database, start: Instant) -> Self {
+        Timeline {
+            events,
+            conn: picolease::sqlite::open_connection(&database).ok(),
+            start,
+            start_wall: SystemTime::now(),
+            names: Vec::new(),
+            open: BTreeMap::new(),
+            closed: Vec::new(),
+            next_progress: start + Duration::from_secs(1),
+        }
+    }
+
+    /// The nodes' names, by index.
+    pub fn set_names(&mut self, names: Vec<String>) {
+        self.names = names;
+    }
+
+    /// Time since the demo started.
+    pub fn since_start(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn stamp(&self, at: Instant) -> String {
+        format!("[{:>6.2}s]", at.saturating_duration_since(self.start).as_secs_f64())
+    }
+
+    /// Prints a line of the demo's own actions.
+    pub fn note(&self, text: &str) {
+        line(&format!("{} {text}", self.stamp(Instant::now())));
+    }
+
+    fn name(&self, node: usize) -> &str {
+        self.names.get(node).map_or("node-?", String::as_str)
+    }
+
+    fn instant(&self, at: SystemTime) -> Instant {
+        match at.duration_since(self.start_wall) {
+            Ok(d) => self.start + d,
+            Err(_) => self.start,
+        }
+    }
+
+    fn close(&mut self, node: usize, end: SystemTime) {
+        if let Some((epoch, start)) = self.open.remove(&node) {
+            self.closed.push((node, epoch, start, end));
+        }
+    }
+
+    /// A crashed node's term ends now (it will never say so itself).
+    pub fn crashed(&mut self, node: usize) {
+        self.close(node, SystemTime::now());
+    }
+
+    /// A node stopped cleanly; its `released` event closes its term.
+    pub fn stopped(&mut self, _node: usize) {}
+
+    fn handle(&mut self, node: usize, transition: &Transition) -> Option<(usize, Epoch, Instant)> {
+        let l = &transition.leadership;
+        let at = self.instant(transition.at);
+        let epoch = l.epoch.map_or(0, |e| e.get());
+        match (l.role, l.reason) {
+            (Role::Leader, _) => {
+                line(&format!("{} {:<18} LEADER   epoch {epoch}", self.stamp(at), self.name(node)));
+                self.open.insert(node, (epoch, transition.at));
+                l.epoch.map(|e| (node, e, at))
+            }
+            (Role::Follower, Some(reason)) => {
+                line(&format!(
+                    "{} {:<18} follower (left epoch {epoch}: {})",
+                    self.stamp(at),
+                    self.name(node),
+                    reason.as_str()
+                ));
+                self.close(node, transition.at);
+                None
+            }
+            (Role::Follower, None) => None,
+        }
+    }
+
+    fn progress(&mut self) {
+        if Instant::now() < self.next_progress {
+            return;
+        }
+        self.next_progress = Instant::now() + Duration::from_secs(1);
+        let Some(conn) = &self.conn else { return };
+        let counts = conn.query_row(
+            "SELECT (SELECT count(*) FROM upload_reservations WHERE committed = 0 AND reclaimed_epoch IS NOT NULL),
+                    (SELECT count(*) FROM upload_reservations WHERE committed = 0),
+                    (SELECT count(*) FROM objects WHERE destroyed = 1 AND deleted_epoch IS NOT NULL),
+                    (SELECT count(*) FROM objects WHERE destroyed = 1)",
+            [],
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get::<_, i64>(2)?, row.get::<_, i64>(3)?)),
+        );
+        if let Ok((reclaimed, stale, deleted, destroyed)) = counts {
+            let leader = self
+                .open
+                .iter()
+                .next()
+                .map(|(node, (epoch, _))| format!("{} at epoch {epoch}", self.name(*node)))
+                .unwrap_or_else(|| "none".into());
+            line(&format!(
+                "{}   progress: {reclaimed}/{stale} reservations reclaimed, {deleted}/{destroyed} objects deleted; leader: {leader}",
+                self.stamp(Instant::now())
+            ));
+        }
+    }
+
+    fn queues_empty(&self) -> bool {
+        let Some(conn) = &self.conn else { return false };
+        conn.query_row(
+            "SELECT (SELECT count(*) FROM upload_reservations WHERE committed = 0 AND reclaimed_epoch IS NULL)
+                  + (SELECT count(*) FROM objects WHERE destroyed = 1 AND deleted_epoch IS NULL)",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+        .map(|left| left == 0)
+        .unwrap_or(false)
+    }
+
+    /// Processes events for `duration`.
+    pub fn pump(&mut self, duration: Duration) {
+        let until = Instant::now() + duration;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            if left.is_zero() {
+                break;
+            }
+            if let Ok((node, transition)) = self.events.recv_timeout(left.min(Duration::from_millis(100))) {
+                self.handle(node, &transition);
+            }
+            self.progress();
+        }
+    }
+
+    /// Processes events until the queues are empty; false on timeout.
+    pub fn pump_until_drained(&mut self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if self.queues_empty() {
+                self.next_progress = Instant::now();
+                self.progress();
+                return true;
+            }
+            self.pump(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// Waits for a node not in `exclude` to lead; returns it, its epoch and
+    /// when it became leader.
+    pub fn wait_leader(&mut self, exclude: &[usize], timeout: Duration) -> Option<(usize, Epoch, Instant)> {
+        if let Some((&node, &(epoch, at))) = self.open.iter().find(|(n, _)| !exclude.contains(n)) {
+            return Some((node, Epoch::new(epoch), self.instant(at)));
+        }
+        let until = Instant::now() + timeout;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            if let Ok((node, transition)) = self.events.recv_timeout(left.min(Duration::from_millis(100))) {
+                if let Some(found) = self.handle(node, &transition) {
+                    if !exclude.contains(&found.0) {
+                        return Some(found);
+                    }
+                }
+            }
+            self.progress();
+        }
+        None
+    }
+
+    /// Processes every remaining event (after the senders are gone).
+    pub fn drain(&mut self) {
+        while let Ok((node, transition)) = self.events.recv_timeout(Duration::from_millis(500)) {
+            self.handle(node, &transition);
+        }
+    }
+
+    /// How many pairs of leadership intervals overlapped in time.
+    pub fn overlaps(&self) -> usize {
+        let mut terms = self.closed.clone();
+        let now = SystemTime::now();
+        terms.extend(self.open.iter().map(|(&n, &(e, s))| (n, e, s, now)));
+        let mut count = 0;
+        for (i, a) in terms.iter().enumerate() {
+            for b in &terms[i + 1..] {
+                if a.0 != b.0 && a.2 < b.3 && b.2 < a.3 {
+                    line(&format!(
+                        "  OVERLAP: {} (epoch {}) and {} (epoch {})",
+                        self.name(a.0),
+                        a.1,
+                        self.name(b.0),
+                        b.1
+                    ));
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+}

@@ -1,0 +1,60 @@
+//! The CLI's one error type and its exit codes: 2 for bad usage or
+//! configuration, 1 for a failure at run time.
+
+use std::process::ExitCode;
+
+use picolease::sqlite;
+
+/// An error to print on one line of stderr and exit with.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage or configuration: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// A failure at run time: exit 1.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Usage(_) => ExitCode::from(2),
+            CliError::Runtime(_) => ExitCode::from(1),
+        }
+    }
+
+    /// A bad-usage error from anything printable.
+    pub fn usage(e: impl std::fmt::Display) -> Self {
+        CliError::Usage(one_line(&e.to_string()))
+    }
+
+    /// A run-time error from anything printable.
+    pub fn runtime(e: impl std::fmt::Display) -> Self {
+        CliError::Runtime(one_line(&e.to_string()))
+    }
+}
+
+/// Messages from SQLite or the OS may span lines; the CLI prints one.
+pub fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl From<sqlite::Error> for CliError {
+    /// Pointing at the wrong thing (a bad value, a directory, a foreign file,
+    /// a missing table) is a configuration error; everything else happened
+    /// at run time.
+    fn from(e: sqlite::Error) -> Self {
+        match e {
+            sqlite::Error::Config(_)
+            | sqlite::Error::Open { .. }
+            | sqlite::Error::NotADatabase { .. }
+            | sqlite::Error::IsDirectory { .. }
+            | sqlite::Error::MissingDatabase { .. }
+            | sqlite::Error::MissingTable { .. }
+            | sqlite::Error::BadSchema { .. } => CliError::usage(e),
+            _ => CliError::runtime(e),
+        }
+    }
+}
