@@ -59,24 +59,33 @@ fn run() -> Result<ExitCode, CliError> {
 fn clap_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     match e.kind() {
-        ErrorKind::DisplayHelp
-        | ErrorKind::DisplayVersion
-        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();
-            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            }
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            eprintln!(
+                "error: a subcommand is required: demo, init, status, run, release or simulate (see --help)"
+            );
+            ExitCode::from(2)
         }
         _ => {
+            // The first line names the problem; when it ends with a colon
+            // the value follows on the next lines.
             let rendered = e.render().to_string();
-            let first = rendered
+            let mut lines = rendered
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("error: bad usage");
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or("error: bad usage");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("error: {} (see --help)", failure::one_line(first));
+            let mut message = first.to_string();
+            if message.ends_with(':') {
+                let rest: Vec<&str> = lines.collect();
+                message = format!("{message} {}", rest.join(", "));
+            }
+            eprintln!("error: {} (see --help)", failure::one_line(&message));
             ExitCode::from(2)
         }
     }
