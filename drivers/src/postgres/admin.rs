@@ -47,8 +47,12 @@ pub async fn force_release(
     let statements = Statements::new(Dialect::Postgres, table);
     let statement = statements.force_release();
     let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
-    let fail = |e: tokio_postgres::Error| PgError::from_statement("force release", &table.to_string(), &e);
-    let prepared = client.prepare_typed(statement.sql(), &types).await.map_err(fail)?;
+    let fail =
+        |e: tokio_postgres::Error| PgError::from_statement("force release", &table.to_string(), &e);
+    let prepared = client
+        .prepare_typed(statement.sql(), &types)
+        .await
+        .map_err(fail)?;
     // The statement binds only the lease name.
     let bindings = Bindings {
         lease: lease.as_str(),

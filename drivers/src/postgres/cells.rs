@@ -11,10 +11,7 @@ use tokio_postgres::Row;
 struct AnyValue;
 
 impl<'a> FromSql<'a> for AnyValue {
-    fn from_sql(
-        _: &Type,
-        _: &'a [u8],
-    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+    fn from_sql(_: &Type, _: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         Ok(AnyValue)
     }
 
@@ -28,9 +25,11 @@ fn cell(row: &Row, index: usize) -> Result<Cell, tokio_postgres::Error> {
     let cell = if *ty == Type::INT8 {
         row.try_get::<_, Option<i64>>(index)?.map(Cell::Int)
     } else if *ty == Type::INT4 {
-        row.try_get::<_, Option<i32>>(index)?.map(|v| Cell::Int(v.into()))
+        row.try_get::<_, Option<i32>>(index)?
+            .map(|v| Cell::Int(v.into()))
     } else if *ty == Type::INT2 {
-        row.try_get::<_, Option<i16>>(index)?.map(|v| Cell::Int(v.into()))
+        row.try_get::<_, Option<i16>>(index)?
+            .map(|v| Cell::Int(v.into()))
     } else if [Type::TEXT, Type::VARCHAR, Type::BPCHAR, Type::NAME].contains(ty) {
         row.try_get::<_, Option<String>>(index)?.map(Cell::Text)
     } else {

@@ -34,6 +34,21 @@ struct InFlight {
     future: BoxFuture<'static, Result<Vec<Vec<Cell>>, PgError>>,
 }
 
+/// One published change of leadership, stamped when the driver published
+/// it. Unlike the watch channel, a subscriber sees every change, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The new state.
+    pub leadership: Leadership,
+    /// Wall-clock time of publication (for logs and events).
+    pub at: std::time::SystemTime,
+    /// Monotonic time of publication (for measuring gaps and overlaps).
+    pub instant: std::time::Instant,
+}
+
+/// The senders of every subscriber, shared with the handle.
+pub(crate) type Subscribers = Arc<Mutex<Vec<mpsc::UnboundedSender<Transition>>>>;
+
 /// The most recent error, shared with the handle (transient errors are
 /// retried, so they are only visible here and in the logs).
 pub(crate) type LastError = Arc<Mutex<Option<PgError>>>;
@@ -52,6 +67,7 @@ pub(crate) struct Driver {
     pub(crate) notices: Option<mpsc::Receiver<()>>,
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) last_error: LastError,
+    pub(crate) subscribers: Subscribers,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -220,7 +236,16 @@ impl Driver {
                     if leadership.role == Role::Leader {
                         tracing::info!(epoch = ?leadership.epoch.map(|e| e.get()), lease = %self.lease_name, "picolease: leading");
                     }
+                    let transition = Transition {
+                        leadership: leadership.clone(),
+                        at: std::time::SystemTime::now(),
+                        instant: std::time::Instant::now(),
+                    };
                     self.leadership.send_replace(leadership);
+                    self.subscribers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .retain(|s| s.send(transition.clone()).is_ok());
                 }
                 Command::Finished => {
                     tracing::debug!(lease = %self.lease_name, "picolease: driver finished");

@@ -122,7 +122,11 @@ impl PgError {
     }
 
     /// Sorts an error met while running a statement on `table`.
-    pub(crate) fn from_statement(during: &'static str, table: &str, err: &tokio_postgres::Error) -> Self {
+    pub(crate) fn from_statement(
+        during: &'static str,
+        table: &str,
+        err: &tokio_postgres::Error,
+    ) -> Self {
         let Some(db) = err.as_db_error() else {
             return PgError::Connection {
                 during,
@@ -139,7 +143,10 @@ impl PgError {
             // insufficient privilege, …), 23 (a NOT NULL or CHECK column the
             // protocol does not know), 22 (data exception: an epoch that
             // overflows, text where a number belongs), 3F (no such schema).
-            c if ["42", "23", "22", "3F"].iter().any(|class| c.starts_with(class)) => {
+            c if ["42", "23", "22", "3F"]
+                .iter()
+                .any(|class| c.starts_with(class)) =>
+            {
                 PgError::Schema {
                     table: table.to_string(),
                     code,
@@ -158,7 +165,9 @@ impl PgError {
     /// Sorts an error met while connecting.
     pub(crate) fn from_connect(err: &tokio_postgres::Error) -> Self {
         match err.as_db_error() {
-            Some(db) if db.code().code().starts_with("28") || db.code().code().starts_with("3D") => {
+            Some(db)
+                if db.code().code().starts_with("28") || db.code().code().starts_with("3D") =>
+            {
                 PgError::Login {
                     code: db.code().code().to_string(),
                     reason: db.message().to_string(),

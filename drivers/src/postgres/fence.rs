@@ -42,7 +42,12 @@ pub struct Fence {
 }
 
 impl Fence {
-    pub(crate) fn new(statements: Arc<Statements>, lease: &str, holder: &str, epoch: Epoch) -> Self {
+    pub(crate) fn new(
+        statements: Arc<Statements>,
+        lease: &str,
+        holder: &str,
+        epoch: Epoch,
+    ) -> Self {
         Fence {
             statements,
             lease: lease.to_string(),

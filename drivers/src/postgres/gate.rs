@@ -94,7 +94,12 @@ fn done() -> Done {
 }
 
 impl Gate {
-    pub(crate) fn new(tasks: Vec<GatedTask>, statements: Arc<Statements>, lease: Arc<str>, holder: Arc<str>) -> Self {
+    pub(crate) fn new(
+        tasks: Vec<GatedTask>,
+        statements: Arc<Statements>,
+        lease: Arc<str>,
+        holder: Arc<str>,
+    ) -> Self {
         Gate {
             tasks,
             current: None,
@@ -134,13 +139,21 @@ impl Gate {
         for task in &self.tasks {
             spawn(&term, task);
         }
-        tracing::debug!(epoch = epoch.get(), tasks = self.tasks.len(), "picolease: gated work started");
+        tracing::debug!(
+            epoch = epoch.get(),
+            tasks = self.tasks.len(),
+            "picolease: gated work started"
+        );
         self.current = Some(term);
     }
 
     /// `StopWork`: cancels the term at `epoch`; its tasks wind down.
     pub(crate) fn stop(&mut self, epoch: Epoch) {
-        if self.current.as_ref().is_some_and(|term| term.epoch == epoch) {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|term| term.epoch == epoch)
+        {
             if let Some(term) = self.current.take() {
                 self.stopped = stop(term);
                 tracing::debug!(epoch = epoch.get(), "picolease: gated work stopping");

@@ -182,9 +182,7 @@ impl Link {
             holder: &call.holder,
             ttl_millis: call.ttl_millis,
         };
-        let values: Vec<_> = statement
-            .bind(&bindings, call.operation.epoch())
-            .collect();
+        let values: Vec<_> = statement.bind(&bindings, call.operation.epoch()).collect();
         let params: Vec<_> = values.iter().map(to_sql).collect();
         let result = async {
             let prepared = session.prepared(call.operation, statement).await?;

@@ -97,7 +97,9 @@ pub use error::PgError;
 pub use fence::Fence;
 pub use gate::LeaderContext;
 
-use driver::{Control, Driver, LastError};
+pub use driver::Transition;
+
+use driver::{Control, Driver, LastError, Subscribers};
 use gate::{gated_task, Gate, GatedTask};
 use link::Link;
 
@@ -167,6 +169,7 @@ impl PgLeaseBuilder {
         let (leadership, watcher) = watch::channel(Leadership::unknown());
         let (control_tx, control) = mpsc::unbounded_channel();
         let last_error: LastError = Arc::new(Mutex::new(None));
+        let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
 
         let (listener, notices) = if self.notifications {
             let (tx, rx) = mpsc::channel(1);
@@ -193,13 +196,19 @@ impl PgLeaseBuilder {
             origin,
             statements: statements.clone(),
             link,
-            gate: Gate::new(self.tasks, statements.clone(), lease_name.clone(), holder.clone()),
+            gate: Gate::new(
+                self.tasks,
+                statements.clone(),
+                lease_name.clone(),
+                holder.clone(),
+            ),
             lease_name: lease_name.clone(),
             holder: holder.clone(),
             leadership,
             notices,
             control,
             last_error: last_error.clone(),
+            subscribers: subscribers.clone(),
             listener,
         };
         let task = tokio::spawn(driver.run());
@@ -210,6 +219,7 @@ impl PgLeaseBuilder {
             control: control_tx,
             task: Some(task),
             last_error,
+            subscribers,
         })
     }
 }
@@ -226,6 +236,7 @@ pub struct PgLease {
     control: mpsc::UnboundedSender<Control>,
     task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
     last_error: LastError,
+    subscribers: Subscribers,
 }
 
 impl std::fmt::Debug for PgLease {
@@ -259,6 +270,17 @@ impl PgLease {
         self.leadership.clone()
     }
 
+    /// Every leadership change from now on, in order, time-stamped (the
+    /// watch channel may skip an intermediate state; this never does).
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Transition> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+        rx
+    }
+
     /// This contender's configuration (its lease name and holder id).
     pub fn config(&self) -> &Config {
         &self.config
@@ -279,7 +301,10 @@ impl PgLease {
     /// …), cleared by the next successful statement. Transient errors are
     /// retried; they show here and in the `tracing` logs.
     pub fn last_error(&self) -> Option<PgError> {
-        self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Runs `task` whenever this node becomes leader, with the term's
