@@ -123,6 +123,26 @@ impl Recorder {
         });
     }
 
+    /// Records that `name` crashed now: its term (if any) ends here, since
+    /// an aborted driver publishes nothing.
+    pub fn mark_crash(&self, name: &str) {
+        let t = Transition {
+            leadership: Leadership::unknown(),
+            at: std::time::SystemTime::now(),
+            instant: Instant::now(),
+        };
+        self.log.lock().unwrap().push((name.to_string(), t));
+    }
+
+    /// Transitions of `name` so far.
+    pub fn of(&self, name: &str) -> Vec<Transition> {
+        self.log()
+            .into_iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| t)
+            .collect()
+    }
+
     /// A copy of the log so far.
     pub fn log(&self) -> Vec<(String, Transition)> {
         self.log.lock().unwrap().clone()
