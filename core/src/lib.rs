@@ -27,6 +27,8 @@
 
 mod config;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod names;
 mod protocol;
 #[cfg(feature = "sim")]
@@ -37,9 +39,9 @@ mod time;
 
 pub use config::{Config, DB_CLOCK_RESOLUTION};
 pub use error::{ConfigError, RowError};
-pub use names::{Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN};
-pub use protocol::{
-    Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role,
+pub use names::{
+    Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN,
 };
+pub use protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
 pub use state::LeaseState;
 pub use time::Instant;

@@ -1,0 +1,25 @@
+//! Fuzz bodies (feature `fuzzing`): the code each `cargo fuzz` target runs,
+//! kept in the library so that a normal build compiles it and a stable
+//! `cargo test` replays the committed corpus through it (the targets in
+//! `fuzz/fuzz_targets/` are three lines each).
+//!
+//! - [`lease_state::run`] — an arbitrary configuration and an arbitrary
+//!   sequence of inputs (timeouts at monotone or, in a second mode, arbitrary
+//!   instants; replies with the right, stale, future or random request id
+//!   and every [`crate::Reply`] variant; shutdowns; release notices) fed to
+//!   one [`crate::LeaseState`], checking the contract after every step.
+//! - [`decode::run`] — arbitrary rows of [`crate::sql::Cell`]s into the
+//!   decoders, arbitrary strings into the name validators, arbitrary
+//!   durations into [`crate::Config::validate`]: never a panic, and every
+//!   accepted value means what the type promises.
+//!
+//! Every body takes the raw fuzzer bytes and panics on a broken invariant;
+//! running out of bytes simply ends the input.
+
+pub mod decode;
+pub mod lease_state;
+
+/// Every fuzz target by name (the name of its folder under `fuzz/corpus/`
+/// and of its file under `fuzz/fuzz_targets/`), with its body.
+pub const TARGETS: &[(&str, fn(&[u8]))] =
+    &[("lease_state", lease_state::run), ("decode", decode::run)];
