@@ -1,0 +1,725 @@
+//! Shared by `model_vs_sqlite` and `model_vs_postgres`: one operation
+//! sequence runs on [`ModelDb`] and on a real database executing the real
+//! [`Statements`] with bound parameters; both sides' rows go through the
+//! same decoders and the decoded outcomes must agree.
+//!
+//! Time: the model's clock is a number the test moves; the real database's
+//! clock is its own. "Advance time by Δ" moves the model's clock by Δ and
+//! shifts every real `expires_at` back by Δ, which is the same thing as far
+//! as the statements can tell. Real time also passes while a case runs, so
+//! every time the model can see (the ttl, each Δ) is a multiple of
+//! [`STEP_MS`]: as long as a case runs for less than a step of real time,
+//! real and model agree on every "expired yet?" question, and a real
+//! `expires_in` is at most the model's and less than a step below it.
+#![allow(dead_code)] // each test binary uses part of this module
+
+use picolease_core::sim::ModelDb;
+use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements, Value};
+use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, RowError};
+use proptest::prelude::*;
+
+/// The contenders of the random sequences.
+pub const HOLDERS: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// The leases of the random sequences (two, so a statement touching the
+/// wrong row shows).
+pub const LEASES: [&str; 2] = ["jobs", "reports"];
+/// The granularity of model time (see the module docs).
+pub const STEP_MS: i64 = 1_000;
+/// The ttl of the random sequences: a whole number of steps.
+pub const TTL_MS: i64 = 10 * STEP_MS;
+
+/// A value to bind, owned (a [`Value`] borrows its bindings).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Bound {
+    Text(String),
+    Int(i64),
+}
+
+impl From<Value<'_>> for Bound {
+    fn from(value: Value<'_>) -> Self {
+        match value {
+            Value::Text(s) => Bound::Text(s.to_string()),
+            Value::Int(n) => Bound::Int(n),
+        }
+    }
+}
+
+/// Runs SQL on a real database, mapping its values to [`Cell`]s the way a
+/// driver does. Database errors panic: a statement of the protocol that
+/// fails on a sound table is itself a finding.
+pub trait RealDb {
+    /// The dialect the statements are rendered for.
+    fn dialect(&self) -> Dialect;
+    /// Runs statements without parameters or results.
+    fn batch(&mut self, sql: &str);
+    /// Runs one statement and returns its rows.
+    fn query(&mut self, sql: &str, values: &[Bound]) -> Vec<Vec<Cell>>;
+    /// Runs one statement and returns the number of rows it changed.
+    fn execute(&mut self, sql: &str, values: &[Bound]) -> u64;
+}
+
+/// Which epoch a renew, release or fence is conditioned on, relative to
+/// the lease's current epoch (in the model).
+#[derive(Clone, Copy, Debug)]
+pub enum EpochPick {
+    /// The current epoch.
+    Current,
+    /// Current plus `k` (stale when negative, from the future when positive).
+    Offset(i8),
+    /// A small absolute epoch.
+    Raw(u8),
+}
+
+/// One step of a sequence.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    Acquire {
+        who: usize,
+        lease: usize,
+    },
+    Renew {
+        who: usize,
+        lease: usize,
+        epoch: EpochPick,
+    },
+    Release {
+        who: usize,
+        lease: usize,
+        epoch: EpochPick,
+    },
+    ForceRelease {
+        lease: usize,
+    },
+    /// A write through the fence into the application's own table.
+    Fence {
+        who: usize,
+        lease: usize,
+        epoch: EpochPick,
+    },
+    /// Advance time by `steps · STEP_MS`.
+    Advance {
+        steps: u8,
+    },
+}
+
+fn epoch_pick() -> impl Strategy<Value = EpochPick> {
+    prop_oneof![
+        3 => Just(EpochPick::Current),
+        2 => (-2i8..=1).prop_map(EpochPick::Offset),
+        1 => (0u8..6).prop_map(EpochPick::Raw),
+    ]
+}
+
+/// A random operation: mostly acquires, renews and time steps.
+pub fn op() -> impl Strategy<Value = Op> {
+    let who = 0..HOLDERS.len();
+    let lease = prop_oneof![4 => Just(0usize), 1 => Just(1usize)];
+    prop_oneof![
+        4 => (who.clone(), lease.clone()).prop_map(|(who, lease)| Op::Acquire { who, lease }),
+        4 => (who.clone(), lease.clone(), epoch_pick())
+            .prop_map(|(who, lease, epoch)| Op::Renew { who, lease, epoch }),
+        2 => (who.clone(), lease.clone(), epoch_pick())
+            .prop_map(|(who, lease, epoch)| Op::Release { who, lease, epoch }),
+        1 => lease.clone().prop_map(|lease| Op::ForceRelease { lease }),
+        2 => (who, lease, epoch_pick()).prop_map(|(who, lease, epoch)| Op::Fence { who, lease, epoch }),
+        // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
+        4 => (0u8..=12).prop_map(|steps| Op::Advance { steps }),
+    ]
+}
+
+/// A random sequence of up to `max` operations.
+pub fn ops(max: usize) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(), 1..=max)
+}
+
+/// A statement as executed: the real text (or a deliberately broken copy,
+/// to check that the comparison notices) and the parameters it binds.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    statement: Statement,
+    sql: String,
+    /// Parameter positions removed together with the SQL that used them.
+    dropped: Vec<usize>,
+}
+
+impl Prepared {
+    fn new(statement: &Statement) -> Self {
+        Prepared {
+            statement: statement.clone(),
+            sql: statement.sql().to_string(),
+            dropped: Vec::new(),
+        }
+    }
+
+    /// The SQL text executed.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+
+    /// The values bound, from [`Statement::bind`].
+    pub fn values(
+        &self,
+        holder: &str,
+        lease: &str,
+        ttl_ms: i64,
+        epoch: Option<Epoch>,
+    ) -> Vec<Bound> {
+        let b = Bindings {
+            lease,
+            holder,
+            ttl_millis: ttl_ms,
+        };
+        self.statement
+            .bind(&b, epoch)
+            .enumerate()
+            .filter(|(i, _)| !self.dropped.contains(i))
+            .map(|(_, v)| Bound::from(v))
+            .collect()
+    }
+
+    /// A mutant: removes `text` (which must occur exactly once) from the
+    /// SQL, and with it the parameter at position `param`, if any. On
+    /// PostgreSQL the placeholders after it are renumbered.
+    pub fn mutate(&mut self, text: &str, param: Option<usize>) {
+        assert_eq!(
+            self.sql.matches(text).count(),
+            1,
+            "{text:?} must occur once in {}",
+            self.sql
+        );
+        self.sql = self.sql.replacen(text, "", 1);
+        if let Some(param) = param {
+            self.dropped.push(param);
+            if self.sql.contains('$') {
+                let mut n = 1;
+                let mut out = String::new();
+                let mut rest = self.sql.as_str();
+                while let Some(at) = rest.find('$') {
+                    out.push_str(&rest[..at]);
+                    let digits = rest[at + 1..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .count();
+                    out.push_str(&format!("${n}"));
+                    n += 1;
+                    rest = &rest[at + 1 + digits..];
+                }
+                out.push_str(rest);
+                self.sql = out;
+            }
+        }
+    }
+}
+
+/// The SQL a comparison runs: the real statements, unless mutated.
+#[derive(Clone, Debug)]
+pub struct Sql {
+    pub statements: Statements,
+    pub acquire: Prepared,
+    pub renew: Prepared,
+    pub release: Prepared,
+    pub force_release: Prepared,
+    pub status: Prepared,
+    /// The fence, numbered to follow the application's own `id` parameter.
+    pub fence: Prepared,
+}
+
+impl Sql {
+    pub fn new(statements: &Statements) -> Self {
+        Sql {
+            statements: statements.clone(),
+            acquire: Prepared::new(statements.acquire()),
+            renew: Prepared::new(statements.renew()),
+            release: Prepared::new(statements.release()),
+            force_release: Prepared::new(statements.force_release()),
+            status: Prepared::new(statements.status()),
+            fence: Prepared::new(&statements.fence_from(2)),
+        }
+    }
+
+    /// The renew without its epoch condition: a renew that succeeds for a
+    /// stale holder of the same id (the mutant named in the core issue).
+    pub fn renew_without_epoch(mut self) -> Self {
+        let table = self.statements.table().table().to_string();
+        let placeholder = match self.statements.dialect() {
+            Dialect::Postgres => "$4",
+            _ => "?",
+        };
+        let text = format!(" AND \"{table}\".\"epoch\" = {placeholder}");
+        self.renew.mutate(&text, Some(3));
+        self
+    }
+
+    /// The acquire without the "lapsed" condition: an expired lease is
+    /// never taken over.
+    pub fn acquire_without_expiry(mut self) -> Self {
+        let table = self.statements.table().table().to_string();
+        let text = format!(" OR \"{table}\".\"expires_at\" <= (");
+        // Three CASEs carry the condition; remove it from each.
+        let occurrences = self.acquire.sql.matches(&text).count();
+        assert_eq!(occurrences, 3, "{}", self.acquire.sql);
+        let now = match self.statements.dialect() {
+            Dialect::Postgres => {
+                "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT))"
+            }
+            _ => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER))",
+        };
+        let whole = format!("{text}{now}");
+        assert_eq!(
+            self.acquire.sql.matches(&whole).count(),
+            3,
+            "{}",
+            self.acquire.sql
+        );
+        self.acquire.sql = self.acquire.sql.replace(&whole, "");
+        self
+    }
+
+    /// The fence without its expiry check.
+    pub fn fence_without_expiry(mut self) -> Self {
+        let table = self.statements.table().table().to_string();
+        let start = format!(" AND \"{table}\".\"expires_at\" > ");
+        let at = self
+            .fence
+            .sql
+            .find(&start)
+            .expect("the fence checks expiry");
+        // Remove up to the closing parenthesis of EXISTS.
+        let end = self.fence.sql.rfind(')').expect("EXISTS(...)");
+        self.fence.sql.replace_range(at..end, "");
+        self
+    }
+}
+
+/// A decoded outcome of one operation, on one side.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Reply(Result<Reply, RowError>),
+    ForceReleased(Result<Option<Epoch>, RowError>),
+    Fenced(bool),
+    Advanced,
+}
+
+/// Whether two decoded outcomes agree: exactly, except that a `Held`
+/// reply's time left may be smaller on the real side by less than a step.
+pub fn agree(model: &Outcome, real: &Outcome) -> bool {
+    match (model, real) {
+        (
+            Outcome::Reply(Ok(Reply::Held {
+                holder: h1,
+                epoch: e1,
+                expires_in: x1,
+            })),
+            Outcome::Reply(Ok(Reply::Held {
+                holder: h2,
+                epoch: e2,
+                expires_in: x2,
+            })),
+        ) => h1 == h2 && e1 == e2 && close(x1.as_millis() as i64, x2.as_millis() as i64),
+        _ => model == real,
+    }
+}
+
+fn close(model_ms: i64, real_ms: i64) -> bool {
+    real_ms <= model_ms + 1 && model_ms - real_ms < STEP_MS
+}
+
+fn status_agree(model: &[LeaseRow], real: &[LeaseRow]) -> bool {
+    model.len() == real.len()
+        && model.iter().zip(real).all(|(m, r)| {
+            m.name == r.name
+                && m.holder == r.holder
+                && m.epoch == r.epoch
+                && match (m.expires_in_ms, r.expires_in_ms) {
+                    (Some(a), Some(b)) => close(a, b),
+                    (a, b) => a == b,
+                }
+        })
+}
+
+/// One comparison run: a fresh lease table and application table on the
+/// real database, an empty model, and the SQL to run.
+pub struct Comparison<'r, R: RealDb> {
+    real: &'r mut R,
+    sql: Sql,
+    app_table: String,
+    model: ModelDb,
+    model_now: i64,
+    /// Every operation and both outcomes so far, for the failure message.
+    log: Vec<String>,
+}
+
+impl<'r, R: RealDb> Comparison<'r, R> {
+    /// Creates (fresh) the tables named by `sql` and `app_table`.
+    pub fn new(real: &'r mut R, sql: Sql, app_table: &str) -> Self {
+        let table = sql.statements.table().to_string();
+        real.batch(&format!(
+            "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{app_table}\"; {}; \
+             CREATE TABLE \"{app_table}\" (id BIGINT PRIMARY KEY, writes BIGINT NOT NULL); \
+             INSERT INTO \"{app_table}\" (id, writes) VALUES (1, 0)",
+            sql.statements.create_table()
+        ));
+        Comparison {
+            real,
+            sql,
+            app_table: app_table.to_string(),
+            model: ModelDb::new(),
+            model_now: 1_700_000_000_000,
+            log: Vec::new(),
+        }
+    }
+
+    /// Drops the tables.
+    pub fn drop_tables(self) {
+        let table = self.sql.statements.table().to_string();
+        self.real.batch(&format!(
+            "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{}\"",
+            self.app_table
+        ));
+    }
+
+    fn epoch(&self, lease: &str, pick: EpochPick) -> Epoch {
+        let current = self.model.row(lease).map_or(0, |row| row.epoch);
+        Epoch::new(match pick {
+            EpochPick::Current => current.max(0) as u64,
+            EpochPick::Offset(k) => (current + i64::from(k)).max(0) as u64,
+            EpochPick::Raw(n) => u64::from(n),
+        })
+    }
+
+    /// Runs `op` on both sides with the given ttl; returns both outcomes.
+    pub fn step(&mut self, op: Op, ttl_ms: i64) -> (Outcome, Outcome) {
+        let s = self.sql.statements.clone();
+        let now = self.model_now;
+        let (model, real) = match op {
+            Op::Acquire { who, lease } => {
+                let (holder, lease) = (HOLDERS[who], LEASES[lease]);
+                let me = HolderId::new(holder).unwrap();
+                let model = self.model.acquire(lease, holder, ttl_ms, now);
+                let values = self.sql.acquire.values(holder, lease, ttl_ms, None);
+                let real = self.real.query(self.sql.acquire.sql(), &values);
+                (
+                    Outcome::Reply(s.decode_reply(Operation::Acquire, &me, &model)),
+                    Outcome::Reply(s.decode_reply(Operation::Acquire, &me, &real)),
+                )
+            }
+            Op::Renew { who, lease, epoch } => {
+                let epoch = self.epoch(LEASES[lease], epoch);
+                let (holder, lease) = (HOLDERS[who], LEASES[lease]);
+                let me = HolderId::new(holder).unwrap();
+                let operation = Operation::Renew { epoch };
+                let model = self.model.renew(lease, holder, epoch, ttl_ms, now);
+                let values = self.sql.renew.values(holder, lease, ttl_ms, Some(epoch));
+                let real = self.real.query(self.sql.renew.sql(), &values);
+                (
+                    Outcome::Reply(s.decode_reply(operation, &me, &model)),
+                    Outcome::Reply(s.decode_reply(operation, &me, &real)),
+                )
+            }
+            Op::Release { who, lease, epoch } => {
+                let epoch = self.epoch(LEASES[lease], epoch);
+                let (holder, lease) = (HOLDERS[who], LEASES[lease]);
+                let me = HolderId::new(holder).unwrap();
+                let operation = Operation::Release { epoch };
+                let model = self.model.release(lease, holder, epoch, now);
+                let values = self.sql.release.values(holder, lease, ttl_ms, Some(epoch));
+                let real = self.real.query(self.sql.release.sql(), &values);
+                (
+                    Outcome::Reply(s.decode_reply(operation, &me, &model)),
+                    Outcome::Reply(s.decode_reply(operation, &me, &real)),
+                )
+            }
+            Op::ForceRelease { lease } => {
+                let lease = LEASES[lease];
+                let model = self.model.force_release(lease, now);
+                let values = self.sql.force_release.values("", lease, ttl_ms, None);
+                let real = self.real.query(self.sql.force_release.sql(), &values);
+                (
+                    Outcome::ForceReleased(s.decode_force_release(&model)),
+                    Outcome::ForceReleased(s.decode_force_release(&real)),
+                )
+            }
+            Op::Fence { who, lease, epoch } => {
+                let epoch = self.epoch(LEASES[lease], epoch);
+                let (holder, lease) = (HOLDERS[who], LEASES[lease]);
+                let model = self.model.fence(lease, holder, epoch, now);
+                let real = self.fenced_write(holder, lease, epoch);
+                (Outcome::Fenced(model), Outcome::Fenced(real))
+            }
+            Op::Advance { steps } => {
+                let delta = i64::from(steps) * STEP_MS;
+                self.model_now += delta;
+                let table = s.table().to_string();
+                self.real.execute(
+                    &format!("UPDATE \"{table}\" SET expires_at = expires_at - {delta}"),
+                    &[],
+                );
+                (Outcome::Advanced, Outcome::Advanced)
+            }
+        };
+        self.log.push(format!(
+            "{op:?}\n      model {model:?}\n      real  {real:?}"
+        ));
+        (model, real)
+    }
+
+    /// `UPDATE app SET writes = writes + 1 WHERE id = 1 AND <fence>` on the
+    /// real database: true when it changed the row.
+    pub fn fenced_write(&mut self, holder: &str, lease: &str, epoch: Epoch) -> bool {
+        let id = match self.real.dialect() {
+            Dialect::Postgres => "$1",
+            _ => "?",
+        };
+        let sql = format!(
+            "UPDATE \"{}\" SET writes = writes + 1 WHERE id = {id} AND {}",
+            self.app_table,
+            self.sql.fence.sql()
+        );
+        let mut values = vec![Bound::Int(1)];
+        values.extend(self.sql.fence.values(holder, lease, 0, Some(epoch)));
+        match self.real.execute(&sql, &values) {
+            0 => false,
+            1 => true,
+            n => panic!("a fenced write changed {n} rows"),
+        }
+    }
+
+    /// Both sides' status, decoded.
+    pub fn status(
+        &mut self,
+    ) -> (
+        Result<Vec<LeaseRow>, RowError>,
+        Result<Vec<LeaseRow>, RowError>,
+    ) {
+        let s = &self.sql.statements;
+        let model = s.decode_status(&self.model.status(self.model_now));
+        let values = self.sql.status.values("", "", 0, None);
+        let real = s.decode_status(&self.real.query(self.sql.status.sql(), &values));
+        (model, real)
+    }
+
+    /// Runs the whole sequence; `Err` describes the first disagreement with
+    /// the operations that led to it.
+    pub fn run(&mut self, ops: &[Op]) -> Result<(), String> {
+        for &op in ops {
+            let (model, real) = self.step(op, TTL_MS);
+            if !agree(&model, &real) {
+                return Err(self.disagreement("outcomes differ"));
+            }
+            let (model, real) = self.status();
+            let same = match (&model, &real) {
+                (Ok(m), Ok(r)) => status_agree(m, r),
+                (m, r) => m == r,
+            };
+            if !same {
+                self.log.push(format!(
+                    "status\n      model {model:?}\n      real  {real:?}"
+                ));
+                return Err(self.disagreement("status differs"));
+            }
+        }
+        Ok(())
+    }
+
+    fn disagreement(&self, what: &str) -> String {
+        format!(
+            "model and {:?} disagree ({what}) after:\n  {}",
+            self.real.dialect(),
+            self.log.join("\n  ")
+        )
+    }
+
+    /// The model, for tests that drive it directly.
+    pub fn model(&mut self) -> (&mut ModelDb, &mut i64) {
+        (&mut self.model, &mut self.model_now)
+    }
+
+    /// The SQL in use.
+    pub fn sql(&self) -> &Sql {
+        &self.sql
+    }
+
+    /// The real database.
+    pub fn real(&mut self) -> &mut R {
+        self.real
+    }
+}
+
+/// The lease name and holder id as validated types.
+pub fn names(lease: &str, holder: &str) -> (LeaseName, HolderId) {
+    (
+        LeaseName::new(lease).unwrap(),
+        HolderId::new(holder).unwrap(),
+    )
+}
+
+/// The values of an ad-hoc statement, as [`Statement::bind`] gives them.
+pub fn bind(
+    statement: &Statement,
+    lease: &str,
+    holder: &str,
+    ttl_ms: i64,
+    epoch: Option<Epoch>,
+) -> Vec<Bound> {
+    let b = Bindings {
+        lease,
+        holder,
+        ttl_millis: ttl_ms,
+    };
+    statement.bind(&b, epoch).map(Bound::from).collect()
+}
+
+/// Whether every contender of a concurrent acquire on a free row saw one
+/// winner at epoch 1, as the model says: the winner's reply is
+/// `Acquired(1)` and every other reply is `Held(winner, 1)`, equal (up to
+/// the time left) to what the model answers when the same acquires run in
+/// that order.
+pub fn check_concurrent_acquires(
+    statements: &Statements,
+    ttl_ms: i64,
+    replies: &[(String, Reply)],
+) {
+    let winners: Vec<&str> = replies
+        .iter()
+        .filter(|(_, reply)| matches!(reply, Reply::Acquired { .. }))
+        .map(|(holder, _)| holder.as_str())
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one winner expected: {replies:#?}"
+    );
+    let winner = winners[0];
+    let mut model = ModelDb::new();
+    let now = 1_700_000_000_000;
+    let lease = LEASES[0];
+    let decode = |holder: &str, rows: Vec<Vec<Cell>>| {
+        statements
+            .decode_reply(Operation::Acquire, &HolderId::new(holder).unwrap(), &rows)
+            .unwrap()
+    };
+    let first = decode(winner, model.acquire(lease, winner, ttl_ms, now));
+    assert_eq!(
+        first,
+        Reply::Acquired {
+            epoch: Epoch::new(1)
+        }
+    );
+    for (holder, real) in replies {
+        let expected = if holder == winner {
+            first.clone()
+        } else {
+            decode(holder, model.acquire(lease, holder, ttl_ms, now))
+        };
+        assert!(
+            agree(
+                &Outcome::Reply(Ok(expected.clone())),
+                &Outcome::Reply(Ok(real.clone()))
+            ),
+            "{holder}: model {expected:?}, real {real:?}"
+        );
+    }
+}
+
+/// A lease with a short real ttl lapses on the database's own clock: a
+/// second contender is refused while it runs and takes it at epoch 2 once
+/// the database says it has expired; the first holder's renew and fenced
+/// write are then refused. Each real outcome equals the model's, whose
+/// clock is moved to the expiry. Polls the status (bounded), no blind
+/// sleep. Returns false if the machine was too slow to observe the lease
+/// before it lapsed (the caller retries).
+pub fn check_real_expiry<R: RealDb>(c: &mut Comparison<'_, R>, lease: usize, ttl_ms: i64) -> bool {
+    let lease_name = LEASES[lease];
+    let started = std::time::Instant::now();
+    let (model, real) = c.step(Op::Acquire { who: 0, lease }, ttl_ms);
+    assert_eq!(model, real);
+    assert_eq!(
+        real,
+        Outcome::Reply(Ok(Reply::Acquired {
+            epoch: Epoch::new(1)
+        }))
+    );
+    let (model, real) = c.step(Op::Acquire { who: 1, lease }, ttl_ms);
+    if started.elapsed() >= std::time::Duration::from_millis(ttl_ms as u64) {
+        return false;
+    }
+    let Outcome::Reply(Ok(Reply::Held {
+        holder,
+        epoch,
+        expires_in,
+    })) = &real
+    else {
+        panic!("before expiry the lease is held: real {real:?}");
+    };
+    assert_eq!((holder.as_str(), epoch.get()), (HOLDERS[0], 1));
+    assert!(expires_in.as_millis() as i64 <= ttl_ms);
+    assert!(agree(&model, &real), "model {model:?}, real {real:?}");
+
+    // Wait until the database itself reports the lease lapsed.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, real) = c.status();
+        let row = real
+            .unwrap()
+            .into_iter()
+            .find(|row| row.name == lease_name)
+            .expect("the row exists");
+        if row.expires_in_ms.is_some_and(|ms| ms <= 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the lease never lapsed: {row:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // The model's clock reaches the expiry too.
+    *c.model().1 += ttl_ms;
+
+    // The successor takes it with a long ttl, so the checks below do not
+    // race its own expiry.
+    let (model, real) = c.step(Op::Acquire { who: 1, lease }, 60_000);
+    assert_eq!(model, real);
+    assert_eq!(
+        real,
+        Outcome::Reply(Ok(Reply::Acquired {
+            epoch: Epoch::new(2)
+        }))
+    );
+    let stale = EpochPick::Offset(-1);
+    for op in [
+        Op::Renew {
+            who: 0,
+            lease,
+            epoch: stale,
+        },
+        Op::Fence {
+            who: 0,
+            lease,
+            epoch: stale,
+        },
+        Op::Release {
+            who: 0,
+            lease,
+            epoch: stale,
+        },
+        Op::Fence {
+            who: 1,
+            lease,
+            epoch: EpochPick::Current,
+        },
+    ] {
+        let (model, real) = c.step(op, 60_000);
+        assert_eq!(model, real, "{op:?}");
+    }
+    let (_, real) = c.step(
+        Op::Fence {
+            who: 1,
+            lease,
+            epoch: EpochPick::Current,
+        },
+        60_000,
+    );
+    assert_eq!(real, Outcome::Fenced(true), "the new holder's fence holds");
+    true
+}

@@ -1,0 +1,320 @@
+//! The model database ([`picolease_core::sim::ModelDb`]) against the real
+//! PostgreSQL server, on the same operation sequences, running the real
+//! `Statements` with bound parameters and decoding both sides with the same
+//! decoders (DESIGN §6).
+//!
+//! The server is the one at 127.0.0.1:5432 (user `postgres`, database
+//! `test`; `PICOLEASE_PG_URL` overrides). These tests **fail** when it is
+//! unreachable: a skipped conformance test proves nothing. Every test uses
+//! tables of its own, named with the process id, and drops them.
+//!
+//! `cargo test -p picolease-tests --test model_vs_postgres`
+
+mod model_vs;
+
+use std::sync::Barrier;
+
+use model_vs::{
+    check_concurrent_acquires, check_real_expiry, ops, Bound, Comparison, EpochPick, Op, Outcome,
+    RealDb, Sql, LEASES,
+};
+use picolease_core::sql::{Cell, Dialect, Statements};
+use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
+use proptest::test_runner::{
+    Config, FileFailurePersistence, RngAlgorithm, TestError, TestRng, TestRunner,
+};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls};
+
+fn url() -> String {
+    std::env::var("PICOLEASE_PG_URL")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=5432 user=postgres dbname=test".into())
+}
+
+/// A blocking connection: tokio-postgres on a runtime of its own.
+struct Postgres {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+}
+
+impl Postgres {
+    fn connect() -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let url = url();
+        let (client, connection) = runtime
+            .block_on(tokio_postgres::connect(&url, NoTls))
+            .unwrap_or_else(|e| {
+                panic!("PostgreSQL must be reachable at {url:?} for these tests (they never skip): {e}")
+            });
+        // A current-thread runtime drives the connection whenever a query
+        // is blocked on.
+        runtime.spawn(async move {
+            let _ = connection.await;
+        });
+        Postgres { runtime, client }
+    }
+}
+
+fn params(values: &[Bound]) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    values
+        .iter()
+        .map(|v| -> Box<dyn ToSql + Sync + Send> {
+            match v {
+                Bound::Text(s) => Box::new(s.clone()),
+                Bound::Int(n) => Box::new(*n),
+            }
+        })
+        .collect()
+}
+
+impl RealDb for Postgres {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn batch(&mut self, sql: &str) {
+        self.runtime
+            .block_on(self.client.batch_execute(sql))
+            .unwrap_or_else(|e| panic!("{e:?}: {sql}"));
+    }
+
+    fn query(&mut self, sql: &str, values: &[Bound]) -> Vec<Vec<Cell>> {
+        let owned = params(values);
+        let refs: Vec<&(dyn ToSql + Sync)> = owned.iter().map(|b| &**b as _).collect();
+        let rows = self
+            .runtime
+            .block_on(self.client.query(sql, &refs))
+            .unwrap_or_else(|e| panic!("{e:?}: {sql}"));
+        rows.iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|i| {
+                        let ty = row.columns()[i].type_();
+                        if *ty == Type::INT8 {
+                            row.get::<_, Option<i64>>(i).map_or(Cell::Null, Cell::Int)
+                        } else if *ty == Type::INT4 {
+                            row.get::<_, Option<i32>>(i)
+                                .map_or(Cell::Null, |n| Cell::Int(n.into()))
+                        } else if *ty == Type::TEXT || *ty == Type::VARCHAR {
+                            row.get::<_, Option<String>>(i)
+                                .map_or(Cell::Null, Cell::Text)
+                        } else {
+                            Cell::Other(ty.name().to_string())
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn execute(&mut self, sql: &str, values: &[Bound]) -> u64 {
+        let owned = params(values);
+        let refs: Vec<&(dyn ToSql + Sync)> = owned.iter().map(|b| &**b as _).collect();
+        self.runtime
+            .block_on(self.client.execute(sql, &refs))
+            .unwrap_or_else(|e| panic!("{e:?}: {sql}"))
+    }
+}
+
+/// A table name private to this test and process.
+fn table(test: &str) -> String {
+    format!("mvp_{test}_{}", std::process::id())
+}
+
+fn statements(table: &str) -> Statements {
+    Statements::new(Dialect::Postgres, &TableName::new(table).unwrap())
+}
+
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs random sequences with `sql_for(table)` on one connection, fresh
+/// tables per case; returns proptest's verdict.
+fn random_sequences(
+    runner: &mut TestRunner,
+    test: &str,
+    sql_for: impl Fn(&str) -> Sql,
+) -> Result<(), TestError<Vec<Op>>> {
+    let db = std::cell::RefCell::new(Postgres::connect());
+    let lease_table = table(test);
+    let app_table = table(&format!("{test}_app"));
+    runner.run(&ops(40), |ops| {
+        let mut db = db.borrow_mut();
+        let mut c = Comparison::new(&mut *db, sql_for(&lease_table), &app_table);
+        let verdict = c.run(&ops);
+        c.drop_tables();
+        verdict.map_err(proptest::test_runner::TestCaseError::fail)
+    })
+}
+
+/// The model and PostgreSQL agree on every outcome (who holds, the epoch,
+/// accepted or rejected, the fence) of random sequences of acquires,
+/// renews, releases and force-releases by three holders with current,
+/// stale and future epochs, and time steps.
+#[test]
+fn model_and_postgres_agree_on_random_operation_sequences() {
+    let config = Config {
+        cases: cases(64),
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    if let Err(e) = random_sequences(&mut runner, "props", |t| Sql::new(&statements(t))) {
+        panic!("{e}");
+    }
+}
+
+/// The comparison is sharp enough on PostgreSQL too: the renew without
+/// its epoch condition (` AND "…"."epoch" = $4` stripped) is caught.
+#[test]
+fn the_comparison_catches_a_renew_without_its_epoch_condition_on_postgres() {
+    let config = Config {
+        cases: 256,
+        max_shrink_iters: 64,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    match random_sequences(&mut runner, "mutant", |t| {
+        Sql::new(&statements(t)).renew_without_epoch()
+    }) {
+        Err(TestError::Fail(why, ops)) => {
+            eprintln!("caught by {} operations: {why}", ops.len())
+        }
+        other => panic!("the mutant renew was not caught ({other:?})"),
+    }
+}
+
+/// Sixteen connections acquire a free row at once: exactly one wins, at
+/// epoch 1, and every other sees that winner and epoch, as in the model.
+#[test]
+fn sixteen_concurrent_acquires_on_postgres_elect_one_like_the_model() {
+    let name = table("concurrent");
+    let s = statements(&name);
+    let mut setup = Postgres::connect();
+    setup.batch(&format!(
+        "DROP TABLE IF EXISTS \"{name}\"; {}",
+        s.create_table()
+    ));
+    let ttl_ms = 60_000;
+    let barrier = Barrier::new(16);
+    let replies: Vec<(String, Reply)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let (s, barrier) = (&s, &barrier);
+                scope.spawn(move || {
+                    let holder = format!("node-{i:02}");
+                    let mut db = Postgres::connect();
+                    let values = model_vs::bind(s.acquire(), LEASES[0], &holder, ttl_ms, None);
+                    barrier.wait();
+                    let rows = db.query(s.acquire().sql(), &values);
+                    let me = HolderId::new(&holder).unwrap();
+                    (
+                        holder,
+                        s.decode_reply(Operation::Acquire, &me, &rows).unwrap(),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    setup.batch(&format!("DROP TABLE IF EXISTS \"{name}\""));
+    check_concurrent_acquires(&s, ttl_ms, &replies);
+}
+
+/// With a real ttl of 50 ms the lease lapses on PostgreSQL's own clock:
+/// the second holder is refused before, takes it at epoch 2 after, and
+/// the first holder's renew, release and fenced write are then refused —
+/// the model agreeing at every step.
+#[test]
+fn a_short_real_ttl_lapses_on_postgres_like_the_model() {
+    let mut db = Postgres::connect();
+    for attempt in 0..5 {
+        let s = statements(&table(&format!("expiry{attempt}")));
+        let app = table(&format!("expiry{attempt}_app"));
+        let mut c = Comparison::new(&mut db, Sql::new(&s), &app);
+        let observed = check_real_expiry(&mut c, 0, 50);
+        c.drop_tables();
+        if observed {
+            return;
+        }
+        eprintln!("attempt {attempt}: too slow to see the lease before it lapsed; again");
+    }
+    panic!("five attempts too slow to observe a 50 ms lease");
+}
+
+/// The fence, numbered after the application's own parameter
+/// (`fence_from(2)`), ANDed into a real `UPDATE app SET … WHERE id = $1 AND
+/// <fence>`, changes the row exactly when the model's fence holds.
+#[test]
+fn the_fence_in_a_real_update_agrees_with_the_model_on_postgres() {
+    let mut db = Postgres::connect();
+    let s = statements(&table("fence"));
+    let app = table("fence_app");
+    let mut c = Comparison::new(&mut db, Sql::new(&s), &app);
+    let lease = 0;
+    let fence = |who, epoch| Op::Fence { who, lease, epoch };
+    let acquired = |e| {
+        Outcome::Reply(Ok(Reply::Acquired {
+            epoch: Epoch::new(e),
+        }))
+    };
+    let script = [
+        (fence(0, EpochPick::Raw(0)), Outcome::Fenced(false)),
+        (Op::Acquire { who: 0, lease }, acquired(1)),
+        (fence(0, EpochPick::Current), Outcome::Fenced(true)),
+        (fence(0, EpochPick::Offset(-1)), Outcome::Fenced(false)),
+        (fence(0, EpochPick::Offset(1)), Outcome::Fenced(false)),
+        (fence(1, EpochPick::Current), Outcome::Fenced(false)),
+        (Op::Acquire { who: 1, lease: 1 }, acquired(1)),
+        (fence(1, EpochPick::Current), Outcome::Fenced(false)),
+        (Op::Advance { steps: 9 }, Outcome::Advanced),
+        (fence(0, EpochPick::Current), Outcome::Fenced(true)),
+        (Op::Advance { steps: 1 }, Outcome::Advanced),
+        (fence(0, EpochPick::Current), Outcome::Fenced(false)),
+        (Op::Acquire { who: 0, lease }, acquired(2)),
+        (fence(0, EpochPick::Current), Outcome::Fenced(true)),
+        (
+            Op::Release {
+                who: 0,
+                lease,
+                epoch: EpochPick::Current,
+            },
+            Outcome::Reply(Ok(Reply::Accepted)),
+        ),
+        (fence(0, EpochPick::Current), Outcome::Fenced(false)),
+        (Op::Acquire { who: 2, lease }, acquired(3)),
+        (fence(2, EpochPick::Current), Outcome::Fenced(true)),
+        (
+            Op::ForceRelease { lease },
+            Outcome::ForceReleased(Ok(Some(Epoch::new(4)))),
+        ),
+        (fence(2, EpochPick::Offset(-1)), Outcome::Fenced(false)),
+        (fence(2, EpochPick::Current), Outcome::Fenced(false)),
+    ];
+    for (op, expected) in script {
+        let (model, real) = c.step(op, model_vs::TTL_MS);
+        assert_eq!(model, expected, "model, {op:?}");
+        assert_eq!(real, expected, "PostgreSQL, {op:?}");
+    }
+    let writes = c
+        .real()
+        .query(&format!("SELECT writes FROM \"{app}\" WHERE id = 1"), &[]);
+    assert_eq!(
+        writes,
+        vec![vec![Cell::Int(4)]],
+        "four fenced writes went through"
+    );
+    c.drop_tables();
+}
