@@ -18,9 +18,16 @@ fn picolease(args: &[&str]) -> Output {
 fn assert_error(out: &Output, code: i32, names: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "one line expected, got: {stderr:?}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "one line expected, got: {stderr:?}"
+    );
     assert!(stderr.starts_with("error: "), "{stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("internal error"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("internal error"),
+        "{stderr}"
+    );
     for name in names {
         assert!(stderr.contains(name), "{name:?} not named in {stderr:?}");
     }
@@ -73,7 +80,11 @@ fn foreign_row(path: &Path, epoch: &str) {
 #[test]
 fn unknown_flags_and_subcommands_are_usage_errors() {
     assert_error(&picolease(&["--frobnicate"]), 2, &["--frobnicate"]);
-    assert_error(&picolease(&["run", "--name", "a", "--bogus"]), 2, &["--bogus"]);
+    assert_error(
+        &picolease(&["run", "--name", "a", "--bogus"]),
+        2,
+        &["--bogus"],
+    );
     assert_error(&picolease(&["explode"]), 2, &["explode"]);
     assert_error(&picolease(&["run"]), 2, &["--name"]);
 }
@@ -82,32 +93,98 @@ fn unknown_flags_and_subcommands_are_usage_errors() {
 fn impossible_timings_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let db = url(&dir.path().join("t.db"));
-    assert_error(&picolease(&["--db", &db, "run", "--name", "a", "--ttl", "0"]), 2, &["ttl"]);
-    assert_error(&picolease(&["--db", &db, "run", "--name", "a", "--ttl", "0s"]), 2, &["ttl"]);
     assert_error(
-        &picolease(&["--db", &db, "run", "--name", "a", "--ttl", "1s", "--interval", "500ms"]),
+        &picolease(&["--db", &db, "run", "--name", "a", "--ttl", "0"]),
+        2,
+        &["ttl"],
+    );
+    assert_error(
+        &picolease(&["--db", &db, "run", "--name", "a", "--ttl", "0s"]),
+        2,
+        &["ttl"],
+    );
+    assert_error(
+        &picolease(&[
+            "--db",
+            &db,
+            "run",
+            "--name",
+            "a",
+            "--ttl",
+            "1s",
+            "--interval",
+            "500ms",
+        ]),
         2,
         &["interval", "500ms"],
     );
-    assert_error(&picolease(&["--db", &db, "run", "--name", "a", "--ttl", "5parsecs"]), 2, &["5parsecs"]);
-    assert_error(&picolease(&["--db", &db, "run", "--name", "a", "--ttl", "99999999999h"]), 2, &["99999999999h"]);
-    assert_error(&picolease(&["--db", &db, "run", "--name", ""]), 2, &["lease name"]);
-    assert_error(&picolease(&["--db", &db, "run", "--name", "a", "--node", "x\ny"]), 2, &["holder id"]);
+    assert_error(
+        &picolease(&["--db", &db, "run", "--name", "a", "--ttl", "5parsecs"]),
+        2,
+        &["5parsecs"],
+    );
+    assert_error(
+        &picolease(&["--db", &db, "run", "--name", "a", "--ttl", "99999999999h"]),
+        2,
+        &["99999999999h"],
+    );
+    assert_error(
+        &picolease(&["--db", &db, "run", "--name", ""]),
+        2,
+        &["lease name"],
+    );
+    assert_error(
+        &picolease(&["--db", &db, "run", "--name", "a", "--node", "x\ny"]),
+        2,
+        &["holder id"],
+    );
     assert_error(&picolease(&["demo", "--nodes", "1"]), 2, &["--nodes"]);
-    assert!(!dir.path().join("t.db").exists(), "no file created for a bad configuration");
+    assert!(
+        !dir.path().join("t.db").exists(),
+        "no file created for a bad configuration"
+    );
 }
 
 #[test]
 fn bad_database_urls_and_paths() {
     let dir = tempfile::tempdir().unwrap();
-    assert_error(&picolease(&["--db", &url(dir.path()), "init"]), 2, &["directory"]);
-    assert_error(&picolease(&["--db", &url(dir.path()), "run", "--name", "a"]), 2, &["directory"]);
-    assert_error(&picolease(&["--db", "sqlite:///proc/picolease/none/x.db", "init"]), 2, &["/proc/picolease/none/x.db"]);
-    assert_error(&picolease(&["--db", "mysql://h/db", "status"]), 2, &["mysql://h/db"]);
-    assert_error(&picolease(&["--db", "postgres://u:pw@h/db", "status"]), 2, &["postgres support not built yet"]);
+    assert_error(
+        &picolease(&["--db", &url(dir.path()), "init"]),
+        2,
+        &["directory"],
+    );
+    assert_error(
+        &picolease(&["--db", &url(dir.path()), "run", "--name", "a"]),
+        2,
+        &["directory"],
+    );
+    assert_error(
+        &picolease(&["--db", "sqlite:///proc/picolease/none/x.db", "init"]),
+        2,
+        &["/proc/picolease/none/x.db"],
+    );
+    assert_error(
+        &picolease(&["--db", "mysql://h/db", "status"]),
+        2,
+        &["mysql://h/db"],
+    );
+    assert_error(
+        &picolease(&["--db", "postgres://u:pw@h/db", "status"]),
+        2,
+        &["postgres support not built yet"],
+    );
     let foreign = dir.path().join("notes.txt");
-    std::fs::write(&foreign, "these are not the bytes of a database\n".repeat(100)).unwrap();
-    for args in [vec!["init"], vec!["status"], vec!["run", "--name", "a"], vec!["release", "--name", "a", "--force"]] {
+    std::fs::write(
+        &foreign,
+        "these are not the bytes of a database\n".repeat(100),
+    )
+    .unwrap();
+    for args in [
+        vec!["init"],
+        vec!["status"],
+        vec!["run", "--name", "a"],
+        vec!["release", "--name", "a", "--force"],
+    ] {
         let mut all = vec!["--db", &*Box::leak(url(&foreign).into_boxed_str())];
         all.extend(args);
         assert_error(&picolease(&all), 2, &["not a SQLite database"]);
@@ -124,7 +201,12 @@ fn table_names_with_quotes_or_semicolons_are_refused_before_any_write() {
     let path = dir.path().join("t.db");
     for table in ["x\"; DROP TABLE y; --", "a;b", "it's", "a b", "1x", ""] {
         for args in [vec!["init"], vec!["status"], vec!["run", "--name", "a"]] {
-            let mut all = vec!["--db".to_string(), url(&path), "--table".into(), table.into()];
+            let mut all = vec![
+                "--db".to_string(),
+                url(&path),
+                "--table".into(),
+                table.into(),
+            ];
             all.extend(args.iter().map(|s| s.to_string()));
             let all: Vec<&str> = all.iter().map(String::as_str).collect();
             assert_error(&picolease(&all), 2, &["table name"]);
@@ -144,7 +226,11 @@ fn malformed_rows_are_reported_and_left_untouched() {
         let out = picolease(&["--db", &db, "run", "--name", "job", "--ttl", "1s"]);
         assert_error(&out, 1, &["epoch", "picolease_leases"]);
         assert_error(&picolease(&["--db", &db, "status"]), 1, &["epoch"]);
-        assert_error(&picolease(&["--db", &db, "status", "--json"]), 1, &["epoch"]);
+        assert_error(
+            &picolease(&["--db", &db, "status", "--json"]),
+            1,
+            &["epoch"],
+        );
         assert_eq!(dump(&path), before, "nothing changed for epoch {epoch}");
     }
 }
@@ -154,8 +240,16 @@ fn release_needs_force_and_an_existing_lease() {
     let dir = tempfile::tempdir().unwrap();
     let db = url(&dir.path().join("t.db"));
     assert_eq!(picolease(&["--db", &db, "init"]).status.code(), Some(0));
-    assert_error(&picolease(&["--db", &db, "release", "--name", "job"]), 2, &["--force", "job"]);
-    assert_error(&picolease(&["--db", &db, "release", "--name", "job", "--force"]), 1, &["job"]);
+    assert_error(
+        &picolease(&["--db", &db, "release", "--name", "job"]),
+        2,
+        &["--force", "job"],
+    );
+    assert_error(
+        &picolease(&["--db", &db, "release", "--name", "job", "--force"]),
+        1,
+        &["job"],
+    );
 }
 
 #[test]

@@ -1,0 +1,403 @@
+//! Several `picolease run --json` processes on one SQLite file, with real
+//! signals: SIGKILL (crash), SIGTERM (clean stop), SIGSTOP past the ttl then
+//! SIGCONT (a paused leader). Checked from the recorded events: never two
+//! leaders at once, epochs strictly increasing, takeover within generous
+//! bounds, the paused node reports `follower` right after it resumes.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+const TTL_MS: u64 = 800;
+/// Generous for a loaded 2-core machine.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+/// One event line, with the index of the process that printed it and when
+/// the test read it.
+#[derive(Clone, Debug)]
+struct Event {
+    node: usize,
+    json: Value,
+    read_at: Instant,
+}
+
+impl Event {
+    fn kind(&self) -> &str {
+        self.json["event"].as_str().unwrap_or("")
+    }
+    fn epoch(&self) -> u64 {
+        self.json["epoch"].as_u64().expect("epoch is a number")
+    }
+    fn unix_ms(&self) -> u64 {
+        self.json["unix_ms"].as_u64().expect("unix_ms is a number")
+    }
+}
+
+type Log = Arc<Mutex<Vec<Event>>>;
+
+struct Node {
+    child: Child,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+fn spawn(db: &Path, node: usize, log: &Log, extra: &[&str]) -> Node {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .arg("--db")
+        .arg(format!("sqlite://{}", db.display()))
+        .args([
+            "run",
+            "--name",
+            "job",
+            "--ttl",
+            &format!("{TTL_MS}ms"),
+            "--json",
+        ])
+        .args(["--node", &format!("n{node}")])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("picolease starts");
+    let stdout = child.stdout.take().unwrap();
+    let log = Arc::clone(log);
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            let json: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"));
+            for key in ["event", "name", "node", "epoch", "unix_ms"] {
+                assert!(json.get(key).is_some(), "{key} missing in {line}");
+            }
+            log.lock().unwrap().push(Event {
+                node,
+                json,
+                read_at: Instant::now(),
+            });
+        }
+    });
+    Node {
+        child,
+        reader: Some(reader),
+    }
+}
+
+fn signal(node: &Node, signal: Signal) {
+    kill(Pid::from_raw(node.child.id() as i32), signal).unwrap();
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Waits for an event matching `pred` among those after index `from`.
+fn wait_event(log: &Log, from: usize, pred: impl Fn(&Event) -> bool) -> Event {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let events = log.lock().unwrap().clone();
+        if let Some(e) = events[from.min(events.len())..].iter().find(|e| pred(e)) {
+            return e.clone();
+        }
+        assert!(Instant::now() < deadline, "timed out; events: {events:#?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn len(log: &Log) -> usize {
+    log.lock().unwrap().len()
+}
+
+/// Leadership intervals from the events: a term ends at the node's
+/// follower event, or at `ends[node]` (the instant it was killed or
+/// frozen), whichever comes first.
+fn check_terms(events: &[Event], ends: &[(usize, u64)]) {
+    let mut terms: Vec<(usize, u64, u64, u64)> = Vec::new();
+    let mut epochs = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        if e.kind() != "leader" {
+            continue;
+        }
+        epochs.push((e.unix_ms(), e.epoch()));
+        let follower = events[i + 1..]
+            .iter()
+            .find(|f| f.node == e.node && f.kind() == "follower")
+            .map(|f| {
+                assert_eq!(
+                    f.epoch(),
+                    e.epoch(),
+                    "a follower event names the epoch it left"
+                );
+                f.unix_ms()
+            });
+        let cut = ends
+            .iter()
+            .filter(|(n, at)| *n == e.node && *at >= e.unix_ms())
+            .map(|(_, at)| *at)
+            .min();
+        let end = [follower, cut]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(u64::MAX);
+        terms.push((e.node, e.epoch(), e.unix_ms(), end));
+    }
+    epochs.sort();
+    for pair in epochs.windows(2) {
+        assert!(
+            pair[0].1 < pair[1].1,
+            "epochs strictly increase in time: {epochs:?}"
+        );
+    }
+    for (i, a) in terms.iter().enumerate() {
+        for b in &terms[i + 1..] {
+            assert!(
+                !(a.2 < b.3 && b.2 < a.3),
+                "two leaders at once: {a:?} and {b:?}\nall terms: {terms:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kill_term_and_pause_leaders_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let log: Log = Arc::default();
+    let mut nodes: Vec<Node> = (0..4).map(|i| spawn(&db, i, &log, &[])).collect();
+    let mut ends = Vec::new();
+    let ttl = Duration::from_millis(TTL_MS);
+
+    // A first leader.
+    let first = wait_event(&log, 0, |e| e.kind() == "leader");
+    assert_eq!(first.epoch(), 1);
+
+    // SIGKILL it: a successor within ttl + generous margin.
+    let mark = len(&log);
+    ends.push((first.node, now_ms()));
+    let killed_at = Instant::now();
+    signal(&nodes[first.node], Signal::SIGKILL);
+    let second = wait_event(&log, mark, |e| e.kind() == "leader");
+    assert_ne!(second.node, first.node);
+    let gap = second.read_at - killed_at;
+    assert!(
+        gap < ttl + Duration::from_secs(3),
+        "takeover after a crash took {gap:?}"
+    );
+    assert!(second.epoch() > first.epoch());
+
+    // SIGTERM it: it prints follower/released, exits 0, and a successor leads.
+    let mark = len(&log);
+    signal(&nodes[second.node], Signal::SIGTERM);
+    let released = wait_event(&log, mark, |e| {
+        e.node == second.node && e.kind() == "follower"
+    });
+    assert_eq!(released.json["reason"], "released");
+    assert_eq!(released.epoch(), second.epoch());
+    let status = nodes[second.node].child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "SIGTERM exits 0");
+    let third = wait_event(&log, mark, |e| e.kind() == "leader");
+    assert!(third.epoch() > second.epoch());
+    assert!(third.read_at - released.read_at < Duration::from_secs(5));
+
+    // SIGSTOP it past its ttl: another takes over; after SIGCONT it reports
+    // follower at once and never acts on its old epoch.
+    let mark = len(&log);
+    ends.push((third.node, now_ms()));
+    signal(&nodes[third.node], Signal::SIGSTOP);
+    let fourth = wait_event(&log, mark, |e| e.kind() == "leader");
+    assert_ne!(fourth.node, third.node);
+    std::thread::sleep(ttl / 2);
+    let resumed_at = Instant::now();
+    signal(&nodes[third.node], Signal::SIGCONT);
+    let demoted = wait_event(&log, mark, |e| e.node == third.node);
+    assert_eq!(
+        demoted.kind(),
+        "follower",
+        "the first thing it says after resuming"
+    );
+    assert!(
+        matches!(demoted.json["reason"].as_str(), Some("expired" | "lost")),
+        "{demoted:?}"
+    );
+    assert_eq!(demoted.epoch(), third.epoch());
+    assert!(
+        demoted.read_at - resumed_at < Duration::from_secs(2),
+        "reported late: {:?}",
+        demoted.read_at - resumed_at
+    );
+
+    // Let it run a little, then stop everyone cleanly.
+    std::thread::sleep(ttl);
+    for (i, node) in nodes.iter_mut().enumerate() {
+        if i != first.node && i != second.node {
+            signal(node, Signal::SIGTERM);
+        }
+    }
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let status = node.child.wait().unwrap();
+        if i != first.node {
+            assert_eq!(status.code(), Some(0), "node {i}");
+        }
+        node.reader.take().unwrap().join().unwrap();
+    }
+    let events = log.lock().unwrap().clone();
+    assert!(
+        !events.iter().any(|e| e.node == third.node
+            && e.kind() == "leader"
+            && e.epoch() == third.epoch()
+            && e.read_at > resumed_at),
+        "the paused node never leads again at its old epoch"
+    );
+    check_terms(&events, &ends);
+}
+
+fn alive(pid: i32) -> bool {
+    // A reaped child has no /proc entry; a zombie would show state Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+fn wait_file(path: &Path) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_command_runs_only_while_leader_and_is_gone_after_demotion() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let log: Log = Arc::default();
+    let script = format!(
+        "echo $$ > {}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.tmp && mv {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.tmp {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.pid; exec sleep 60",
+        dir.path().display()
+    );
+    let cmd = ["--grace", "2s", "--", "sh", "-c", &script];
+    let mut nodes: Vec<Node> = (0..2).map(|i| spawn(&db, i, &log, &cmd)).collect();
+    let leader = wait_event(&log, 0, |e| e.kind() == "leader");
+    let pid_file = dir
+        .path()
+        .join(format!("child-n{}-{}.pid", leader.node, leader.epoch()));
+    let pid: i32 = wait_file(&pid_file).trim().parse().unwrap();
+    assert!(alive(pid));
+    // Only the leader's command runs.
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("child-"))
+        .collect();
+    assert_eq!(
+        files,
+        vec![format!("child-n{}-{}.pid", leader.node, leader.epoch())]
+    );
+
+    // An administrator takes the lease: the leader is demoted (lost) and its
+    // command is terminated.
+    let mark = len(&log);
+    let out = Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args([
+            "--db",
+            &format!("sqlite://{}", db.display()),
+            "release",
+            "--name",
+            "job",
+            "--force",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let demoted = wait_event(&log, mark, |e| {
+        e.node == leader.node && e.kind() == "follower"
+    });
+    assert_eq!(demoted.json["reason"], "lost");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the command outlived the demotion"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Someone leads again, with its own command at the new epoch.
+    let next = wait_event(&log, mark, |e| e.kind() == "leader");
+    assert!(next.epoch() > leader.epoch());
+    let next_pid: i32 = wait_file(&dir.path().join(format!(
+        "child-n{}-{}.pid",
+        next.node,
+        next.epoch()
+    )))
+    .trim()
+    .parse()
+    .unwrap();
+    for node in &nodes {
+        signal(node, Signal::SIGTERM);
+    }
+    for node in &mut nodes {
+        assert_eq!(node.child.wait().unwrap().code(), Some(0));
+    }
+    assert!(
+        !alive(next_pid),
+        "the command is stopped before picolease exits"
+    );
+}
+
+#[test]
+fn when_the_command_exits_the_lease_is_released_with_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args(["--db", &format!("sqlite://{}", db.display())])
+        .args([
+            "run", "--name", "once", "--ttl", "1s", "--json", "--", "sh", "-c", "exit 7",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["event"], "leader");
+    assert_eq!(lines[1]["event"], "follower");
+    assert_eq!(lines[1]["reason"], "released");
+    let status = Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args([
+            "--db",
+            &format!("sqlite://{}", db.display()),
+            "status",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let rows: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(rows[0]["name"], "once");
+    assert_eq!(rows[0]["holder"], Value::Null);
+    assert_eq!(rows[0]["expires_in_ms"], Value::Null);
+    assert_eq!(rows[0]["epoch"], 1);
+}
