@@ -31,6 +31,8 @@ pub(crate) enum Control {
 struct InFlight {
     request: RequestId,
     operation: Operation,
+    /// When the driver issued it (for the renew latency figures).
+    issued: std::time::Instant,
     future: BoxFuture<'static, Result<Vec<Vec<Cell>>, PgError>>,
 }
 
@@ -48,6 +50,13 @@ pub struct Transition {
 
 /// The senders of every subscriber, shared with the handle.
 pub(crate) type Subscribers = Arc<Mutex<Vec<mpsc::UnboundedSender<Transition>>>>;
+
+/// How many recent renew latencies are kept.
+const LATENCY_SAMPLES: usize = 1024;
+
+/// Recent renew latencies (issue to reply, successful renewals only),
+/// shared with the handle.
+pub(crate) type Latencies = Arc<Mutex<std::collections::VecDeque<Duration>>>;
 
 /// The most recent error, shared with the handle (transient errors are
 /// retried, so they are only visible here and in the logs).
@@ -68,6 +77,7 @@ pub(crate) struct Driver {
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) last_error: LastError,
     pub(crate) subscribers: Subscribers,
+    pub(crate) renew_latencies: Latencies,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -106,10 +116,17 @@ impl Driver {
                     }
                 },
                 result = reply_of(&mut in_flight) => {
-                    let Some(InFlight { request, operation, .. }) = in_flight.take() else {
+                    let Some(InFlight { request, operation, issued, .. }) = in_flight.take() else {
                         continue;
                     };
                     let reply = self.reply(operation, result, &mut fatal);
+                    if matches!((operation, &reply), (Operation::Renew { .. }, Reply::Accepted)) {
+                        let mut samples = self.renew_latencies.lock().unwrap_or_else(|e| e.into_inner());
+                        if samples.len() == LATENCY_SAMPLES {
+                            samples.pop_front();
+                        }
+                        samples.push_back(issued.elapsed());
+                    }
                     let now = self.now();
                     self.lease.handle_reply(now, request, reply);
                 }
@@ -204,6 +221,7 @@ impl Driver {
                     *in_flight = Some(InFlight {
                         request,
                         operation,
+                        issued: std::time::Instant::now(),
                         future: future.boxed(),
                     });
                 }

@@ -99,7 +99,7 @@ pub use gate::LeaderContext;
 
 pub use driver::Transition;
 
-use driver::{Control, Driver, LastError, Subscribers};
+use driver::{Control, Driver, LastError, Latencies, Subscribers};
 use gate::{gated_task, Gate, GatedTask};
 use link::Link;
 
@@ -170,6 +170,7 @@ impl PgLeaseBuilder {
         let (control_tx, control) = mpsc::unbounded_channel();
         let last_error: LastError = Arc::new(Mutex::new(None));
         let subscribers: Subscribers = Arc::new(Mutex::new(Vec::new()));
+        let renew_latencies: Latencies = Arc::default();
 
         let (listener, notices) = if self.notifications {
             let (tx, rx) = mpsc::channel(1);
@@ -209,6 +210,7 @@ impl PgLeaseBuilder {
             control,
             last_error: last_error.clone(),
             subscribers: subscribers.clone(),
+            renew_latencies: renew_latencies.clone(),
             listener,
         };
         let task = tokio::spawn(driver.run());
@@ -220,6 +222,7 @@ impl PgLeaseBuilder {
             task: Some(task),
             last_error,
             subscribers,
+            renew_latencies,
         })
     }
 }
@@ -237,6 +240,7 @@ pub struct PgLease {
     task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
     last_error: LastError,
     subscribers: Subscribers,
+    renew_latencies: Latencies,
 }
 
 impl std::fmt::Debug for PgLease {
@@ -305,6 +309,17 @@ impl PgLease {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The latencies of the most recent successful renewals (up to 1024),
+    /// oldest first: from the driver issuing the statement to the driver
+    /// receiving its reply.
+    pub fn renew_latencies(&self) -> Vec<Duration> {
+        let samples = self
+            .renew_latencies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        samples.iter().copied().collect()
     }
 
     /// Runs `task` whenever this node becomes leader, with the term's

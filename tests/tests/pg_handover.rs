@@ -1,0 +1,117 @@
+//! Clean handover on PostgreSQL: with release notifications the successor
+//! leads at once (DESIGN §4 target: one round trip); without them, within
+//! one polling interval.
+//!
+//! Latency is measured as the brief defines it — from the old leader's
+//! `shutdown()` returning to the successor's leadership update (zero when
+//! the successor was already leading by then) — and, more tellingly, from
+//! the old leader's own demotion (`released`) to the successor's update.
+
+mod pg_support;
+
+use std::time::{Duration, Instant};
+
+use pg_support::*;
+use picolease::postgres::PgLease;
+use picolease::Demotion;
+
+const TTL: Duration = Duration::from_millis(2000);
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Hands the lease over `rounds` times between fresh contenders; returns
+/// (from shutdown returned, from demotion) per handover.
+async fn handovers(test: &str, notifications: bool, rounds: usize) -> Vec<(Duration, Duration)> {
+    let table = unique_table(test);
+    let spawn = |n: usize| {
+        contender(&table, "l", &format!("{test}-{n}"), TTL)
+            .notifications(notifications)
+            .spawn()
+            .unwrap()
+    };
+    let mut leader: PgLease = spawn(0);
+    wait_for(&mut leader.leadership(), PATIENCE, "first leader", |l| {
+        l.is_leader()
+    })
+    .await;
+    let mut figures = Vec::new();
+    for round in 1..=rounds {
+        let successor = spawn(round);
+        let mut rx = successor.leadership();
+        let mut changes = successor.subscribe();
+        let leader_id = leader.config().holder.clone();
+        wait_for(&mut rx, PATIENCE, "successor follows", |l| {
+            l.holder.as_ref() == Some(&leader_id)
+        })
+        .await;
+        let mut old = leader.subscribe();
+        leader.shutdown().await.unwrap();
+        let returned = Instant::now();
+        let demoted = loop {
+            let t = old
+                .recv()
+                .await
+                .expect("the old leader published its demotion");
+            if t.leadership.reason == Some(Demotion::Released) {
+                break t.instant;
+            }
+        };
+        let led = tokio::time::timeout(PATIENCE, async {
+            loop {
+                let t = changes.recv().await.expect("successor runs");
+                if t.leadership.is_leader() {
+                    return t.instant;
+                }
+            }
+        })
+        .await
+        .expect("the successor leads");
+        figures.push((
+            led.saturating_duration_since(returned),
+            led.saturating_duration_since(demoted),
+        ));
+        leader = successor;
+    }
+    leader.shutdown().await.unwrap();
+    drop_table(&admin().await, &table).await;
+    figures
+}
+
+fn report(what: &str, figures: &[(Duration, Duration)]) {
+    let (m1, x1) = median_max(figures.iter().map(|f| f.0).collect());
+    let (m2, x2) = median_max(figures.iter().map(|f| f.1).collect());
+    println!(
+        "{what}: from shutdown() returning: median {:.2} ms, max {:.2} ms; from the old leader's demotion: median {:.2} ms, max {:.2} ms ({} handovers)",
+        ms(m1),
+        ms(x1),
+        ms(m2),
+        ms(x2),
+        figures.len()
+    );
+}
+
+/// With notifications the successor leads within 100 ms of the release
+/// (asserted generously at 1 s for a loaded machine; the figure is printed).
+#[tokio::test]
+async fn with_notifications_the_successor_leads_at_once() {
+    let figures = handovers("hn", true, 5).await;
+    report("clean handover with notify", &figures);
+    for (from_return, from_demotion) in figures {
+        assert!(from_return < Duration::from_secs(1), "{from_return:?}");
+        assert!(from_demotion < Duration::from_secs(1), "{from_demotion:?}");
+    }
+}
+
+/// Without notifications the successor leads within one polling interval
+/// of the release (plus a round trip and scheduling slack).
+#[tokio::test]
+async fn without_notifications_the_successor_leads_within_one_interval() {
+    let interval = TTL / 4;
+    let figures = handovers("hp", false, 4).await;
+    report("clean handover without notify", &figures);
+    for (_, from_demotion) in figures {
+        assert!(
+            from_demotion <= interval + Duration::from_millis(150),
+            "{from_demotion:?} > one interval ({interval:?})"
+        );
+    }
+}
