@@ -531,3 +531,70 @@ async fn wrong_credentials_are_a_login_error() {
         }
     );
 }
+
+/// Dropping the handle without `shutdown` neither hangs nor leaks the
+/// lease: the driver shuts down in the background (releasing), and a
+/// runtime dropped right after does not wait for it.
+#[test]
+fn dropping_the_handle_releases_in_the_background_and_never_hangs_the_runtime() {
+    let table = unique_table("drop");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let held = runtime.block_on(async {
+        let a = contender(&table, "l", "a", TTL).spawn().unwrap();
+        wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
+        let mut rx = a.leadership();
+        drop(a);
+        // The background shutdown publishes the demotion, then releases.
+        wait_for(&mut rx, PATIENCE, "a steps down", |l| !l.is_leader()).await;
+        let admin = admin().await;
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let rows = status(&admin, &table).await.unwrap();
+            if rows[0].holder.is_none() {
+                break rows[0].holder.clone();
+            }
+            assert!(Instant::now() < deadline, "not released: {rows:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert_eq!(held, None);
+
+    // A leader whose runtime is dropped at once: nothing waits for it.
+    let started = Instant::now();
+    let b_table = table.clone();
+    runtime.block_on(async {
+        let b = contender(&b_table, "l", "b", TTL).spawn().unwrap();
+        wait_for(&mut b.leadership(), PATIENCE, "b leads", |l| l.is_leader()).await;
+        drop(b);
+    });
+    drop(runtime);
+    assert!(started.elapsed() < PATIENCE);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async { drop_table(&admin().await, &table).await });
+}
+
+/// A task registered on the running handle starts at once in the current
+/// term, with that term's epoch, and is cancelled on shutdown.
+#[tokio::test]
+async fn a_task_added_while_leading_starts_in_the_current_term() {
+    let table = unique_table("addtask");
+    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
+    let leading = wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    a.run_while_leader(move |ctx| {
+        let tx = tx.clone();
+        async move {
+            tx.send(("start", ctx.epoch())).unwrap();
+            ctx.cancelled().await;
+            tx.send(("stop", ctx.epoch())).unwrap();
+        }
+    });
+    let started = tokio::time::timeout(PATIENCE, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(started, ("start", leading.epoch.unwrap()));
+    a.shutdown().await.unwrap();
+    assert_eq!(rx.recv().await.unwrap(), ("stop", leading.epoch.unwrap()));
+    drop_table(&admin().await, &table).await;
+}

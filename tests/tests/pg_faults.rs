@@ -222,3 +222,63 @@ async fn high_latency_times_out_without_hang_or_double_leadership() {
     assert_eq!(recorder.assert_exclusive(), 2);
     drop_table(&admin().await, &table).await;
 }
+
+/// A statement stuck on the server (here: blocked on a row lock an admin
+/// holds) is abandoned at the request timeout and cancelled on the server:
+/// blocked backends of the driver never pile up, the leader demotes at its
+/// deadline, and it leads again once the lock is gone.
+#[tokio::test]
+async fn a_stuck_statement_is_cancelled_on_the_server() {
+    let table = unique_table("stuck");
+    let app = format!("stuck-a-{}", std::process::id());
+    let a = contender(&table, "l", &app, TTL).spawn().unwrap();
+    let mut changes = a.subscribe();
+    let mut rx = a.leadership();
+    let first = wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
+
+    let mut locker = admin().await;
+    let admin = admin().await;
+    let tx = locker.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {table} WHERE name = 'l' FOR UPDATE"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let demoted = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let t = changes.recv().await.unwrap();
+            if let Some(reason) = t.leadership.reason {
+                return reason;
+            }
+        }
+    })
+    .await
+    .expect("a demotes");
+    assert_eq!(demoted, Demotion::Expired);
+    // Several statements have timed out by now; each was cancelled, so at
+    // most the current one waits on the lock.
+    tokio::time::sleep(TTL).await;
+    let waiting: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        waiting <= 1,
+        "{waiting} backends of the driver wait on the lock"
+    );
+    assert!(
+        matches!(a.last_error(), Some(PgError::Timeout { .. })),
+        "{:?}",
+        a.last_error()
+    );
+    tx.rollback().await.unwrap();
+    let again = wait_for(&mut rx, PATIENCE, "a leads again", |l| l.is_leader()).await;
+    assert!(again.epoch > first.epoch);
+    a.shutdown().await.unwrap();
+    drop_table(&admin, &table).await;
+}

@@ -28,7 +28,8 @@ const BACKOFF_BASE: Duration = Duration::from_millis(50);
 pub(crate) struct Backoff {
     failures: u32,
     cap: Duration,
-    last_failure: Option<Instant>,
+    /// Earliest start of the next attempt, drawn when the last one failed.
+    retry_at: Option<Instant>,
     last_reason: String,
 }
 
@@ -37,33 +38,37 @@ impl Backoff {
         Backoff {
             failures: 0,
             cap,
-            last_failure: None,
+            retry_at: None,
             last_reason: String::new(),
         }
     }
 
-    /// When the next connection attempt may start.
-    fn next_attempt(&self) -> Option<Instant> {
-        let last = self.last_failure?;
+    /// The wait after `failures` consecutive failures, given a random
+    /// `draw`: `min(cap, base · 2^(failures−1))`, scaled into [½, 1].
+    fn delay(&self, draw: u64) -> Duration {
         let exp = BACKOFF_BASE.saturating_mul(1 << self.failures.saturating_sub(1).min(16));
-        let delay = exp.min(self.cap);
-        // A fresh random factor per failure (RandomState is seeded from the
-        // operating system's entropy), fixed until the next failure.
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u32(self.failures);
-        let factor = 0.5 + (hasher.finish() % 1000) as f64 / 2000.0;
-        Some(last + delay.mul_f64(factor))
+        let factor = 0.5 + (draw % 1001) as f64 / 2000.0;
+        exp.min(self.cap).mul_f64(factor)
+    }
+
+    /// When the next connection attempt may start (`None`: at once).
+    fn next_attempt(&self) -> Option<Instant> {
+        self.retry_at
     }
 
     fn failed(&mut self, reason: String) {
         self.failures = self.failures.saturating_add(1);
-        self.last_failure = Some(Instant::now());
+        // RandomState is seeded from the operating system's entropy: a
+        // fresh draw per failure, so contenders that lost the database
+        // together do not come back in the same millisecond.
+        let draw = RandomState::new().build_hasher().finish();
+        self.retry_at = Some(Instant::now() + self.delay(draw));
         self.last_reason = reason;
     }
 
     fn succeeded(&mut self) {
         self.failures = 0;
-        self.last_failure = None;
+        self.retry_at = None;
     }
 }
 
@@ -303,5 +308,25 @@ pub(crate) async fn create_table(client: &Client, statements: &Statements) -> Re
             &statements.table().to_string(),
             &e,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_with_jitter_in_the_upper_half() {
+        let mut backoff = Backoff::new(Duration::from_millis(500));
+        let mut expected = BACKOFF_BASE;
+        for failures in 1..=8 {
+            backoff.failures = failures;
+            let (low, high) = (backoff.delay(0), backoff.delay(1000));
+            assert_eq!(high, expected.min(Duration::from_millis(500)));
+            assert_eq!(low, high / 2);
+            expected *= 2;
+        }
+        backoff.failures = u32::MAX;
+        assert_eq!(backoff.delay(1000), Duration::from_millis(500));
     }
 }
