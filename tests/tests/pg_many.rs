@@ -34,7 +34,6 @@ async fn fifty_contenders_one_leader_at_a_time_with_increasing_epochs() {
         lease
     };
     let mut nodes: Vec<(usize, PgLease)> = (0..CONTENDERS).map(|n| (n, spawn(n))).collect();
-    let mut next = CONTENDERS;
     let mut last_epoch = None;
     for round in 0..=HANDOVERS {
         // Wait for a leader with a newer epoch than the last one.
@@ -71,8 +70,8 @@ async fn fifty_contenders_one_leader_at_a_time_with_increasing_epochs() {
             recorder.mark_crash(&format!("m{n}"));
             lease.abort();
         }
-        nodes.push((next, spawn(next)));
-        next += 1;
+        let newcomer = CONTENDERS + round;
+        nodes.push((newcomer, spawn(newcomer)));
     }
     for (_, lease) in nodes {
         lease.shutdown().await.unwrap();
