@@ -115,3 +115,40 @@ async fn without_notifications_the_successor_leads_within_one_interval() {
         );
     }
 }
+
+/// Notifications work on a schema-qualified table too (the channel name
+/// contains a dot, so LISTEN must quote it): with an interval of 2 s, a
+/// successor that leads within 500 ms can only have been notified.
+#[tokio::test]
+async fn notifications_work_on_a_schema_qualified_table() {
+    let schema = format!("pl_schema_{}", std::process::id());
+    let admin = admin().await;
+    admin
+        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .await
+        .unwrap();
+    let table = picolease::TableName::new(&format!("{schema}.Leases")).unwrap();
+    let ttl = Duration::from_secs(8);
+    let a = contender(&table, "l", "sa", ttl).spawn().unwrap();
+    wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let b = contender(&table, "l", "sb", ttl).spawn().unwrap();
+    let mut rx = b.leadership();
+    wait_for(&mut rx, PATIENCE, "b follows", |l| l.holder.is_some()).await;
+    // Let b's listening connection subscribe (it connects in parallel).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.shutdown().await.unwrap();
+    let released = Instant::now();
+    wait_for(
+        &mut rx,
+        Duration::from_millis(500),
+        "b leads at once",
+        |l| l.is_leader(),
+    )
+    .await;
+    println!("schema-qualified handover: {:?}", released.elapsed());
+    b.shutdown().await.unwrap();
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+}
