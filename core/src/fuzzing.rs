@@ -19,7 +19,9 @@
 pub mod decode;
 pub mod lease_state;
 
+/// A fuzz body: the raw fuzzer bytes in, a panic on a broken invariant.
+pub type Body = fn(&[u8]);
+
 /// Every fuzz target by name (the name of its folder under `fuzz/corpus/`
 /// and of its file under `fuzz/fuzz_targets/`), with its body.
-pub const TARGETS: &[(&str, fn(&[u8]))] =
-    &[("lease_state", lease_state::run), ("decode", decode::run)];
+pub const TARGETS: &[(&str, Body)] = &[("lease_state", lease_state::run), ("decode", decode::run)];

@@ -53,6 +53,9 @@ pub fn run(data: &[u8]) {
 enum Probe {
     Rows(OpPick, Vec<Vec<CellPick>>),
     Name(Text),
+    /// A table name, and where `fence_from` starts numbering. Bounded by
+    /// PostgreSQL's own limit on placeholders: near `usize::MAX` it
+    /// overflows, a known finding (`tests/tests/fuzz_corpus.rs`).
     Table(Text, u16),
     Timings(Timings),
 }
