@@ -75,8 +75,13 @@ mod tests {
             Backend::parse("sqlite::memory:").unwrap(),
             Backend::Sqlite(Location::Memory)
         );
-        let pg = Backend::parse("postgres://u:secret@h/db").unwrap_err().to_string();
-        assert!(pg.contains("postgres support not built yet") && !pg.contains("secret"), "{pg}");
+        let pg = Backend::parse("postgres://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            pg.contains("postgres support not built yet") && !pg.contains("secret"),
+            "{pg}"
+        );
         assert!(Backend::parse("mysql://x").is_err());
         assert!(Backend::parse("sqlite://").is_err());
     }

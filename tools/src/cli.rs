@@ -12,7 +12,12 @@ use crate::duration::parse_duration;
 #[command(name = "picolease", version, about, long_about = None)]
 pub struct Cli {
     /// The database: sqlite://PATH or sqlite::memory:.
-    #[arg(long, env = "PICOLEASE_DB", default_value = "sqlite://picolease.db", global = true)]
+    #[arg(
+        long,
+        env = "PICOLEASE_DB",
+        default_value = "sqlite://picolease.db",
+        global = true
+    )]
     pub db: String,
     /// The lease table (a plain identifier).
     #[arg(long, default_value = picolease::DEFAULT_TABLE, global = true)]
@@ -66,9 +71,10 @@ pub enum Command {
         /// The lease ttl.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         ttl: Duration,
-        /// Faults, comma-separated: crash@20s, shutdown@40s, pause@30s:15s,
-        /// partition@50s:12s, restart@60s (the target is the leader at the
-        /// time; add `/N` for node N, e.g. crash@20s/2).
+        /// Faults, comma-separated, each KIND[:NODE]@TIME[+DURATION]: crash,
+        /// restart, shutdown, pause, partition (the target is the leader at
+        /// the time unless :NODE is given), e.g. crash@20s,pause:1@30s+15s.
+        /// Empty: a default schedule; `none`: no faults.
         #[arg(long, default_value = "")]
         faults: String,
     },

@@ -54,7 +54,16 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        for bad in ["", "5", "s", "5x", "-1s", "1..2s", "99999999999999999h", "1e3s"] {
+        for bad in [
+            "",
+            "5",
+            "s",
+            "5x",
+            "-1s",
+            "1..2s",
+            "99999999999999999h",
+            "1e3s",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }

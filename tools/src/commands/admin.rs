@@ -22,7 +22,8 @@ pub fn init(backend: &Backend, table: &TableName) -> Result<ExitCode, CliError> 
 /// (a missing file or table reads as no leases).
 pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
     let database = backend.sqlite(table);
-    let missing_file = matches!(&database.location, picolease::sqlite::Location::File(p) if !p.exists());
+    let missing_file =
+        matches!(&database.location, picolease::sqlite::Location::File(p) if !p.exists());
     let rows = if missing_file {
         Vec::new()
     } else {
@@ -44,7 +45,10 @@ pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCo
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        line(&format!("no leases in table {table} of {}", database.location));
+        line(&format!(
+            "no leases in table {table} of {}",
+            database.location
+        ));
         return Ok(ExitCode::SUCCESS);
     }
     let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
@@ -62,7 +66,10 @@ pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCo
         let state = match (row.holder.is_some(), row.expires_in_ms) {
             (false, _) | (_, None) => "free".to_string(),
             (true, Some(ms)) if ms > 0 => {
-                format!("held, {} left", show(std::time::Duration::from_millis(ms as u64)))
+                format!(
+                    "held, {} left",
+                    show(std::time::Duration::from_millis(ms as u64))
+                )
             }
             (true, Some(ms)) => format!(
                 "expired {} ago",

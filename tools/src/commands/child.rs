@@ -50,7 +50,9 @@ pub fn supervisor(
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                send(ChildEvent::SpawnFailed(format!("cannot start {program:?}: {e}")));
+                send(ChildEvent::SpawnFailed(format!(
+                    "cannot start {program:?}: {e}"
+                )));
                 return;
             }
         };
@@ -64,7 +66,9 @@ pub fn supervisor(
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    send(ChildEvent::SpawnFailed(format!("cannot wait for {program:?}: {e}")));
+                    send(ChildEvent::SpawnFailed(format!(
+                        "cannot wait for {program:?}: {e}"
+                    )));
                     break;
                 }
             }

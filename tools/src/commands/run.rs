@@ -57,7 +57,11 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     let transitions = builder.subscribe();
     let (child_tx, child_rx) = mpsc::channel();
     if !args.command.is_empty() {
-        builder = builder.while_leader(child::supervisor(args.command.clone(), args.grace, child_tx));
+        builder = builder.while_leader(child::supervisor(
+            args.command.clone(),
+            args.grace,
+            child_tx,
+        ));
     }
     let driver = builder.start()?;
     if !args.json {

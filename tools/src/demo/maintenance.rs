@@ -13,8 +13,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picolease::sqlite::{open_connection, Database, Fence, WorkContext};
 use picolease::sql::{Dialect, Statements};
+use picolease::sqlite::{open_connection, Database, Fence, WorkContext};
 use rusqlite::params_from_iter;
 
 /// The database clock in milliseconds, as the lease statements compute it.
@@ -135,7 +135,8 @@ pub fn apply(
     item: i64,
     tally: &mut Tally,
 ) {
-    let mut values: Vec<rusqlite::types::Value> = vec![epoch.into(), node.to_string().into(), item.into()];
+    let mut values: Vec<rusqlite::types::Value> =
+        vec![epoch.into(), node.to_string().into(), item.into()];
     values.extend(fence.values().iter().cloned());
     let changed = conn
         .prepare_cached(&job.command(fence))

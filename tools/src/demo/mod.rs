@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use picolease::sqlite::{Builder, Database, Fence, LeaseTable, SqliteLease};
 use picolease::sql::{Dialect, Statements};
+use picolease::sqlite::{Builder, Database, Fence, LeaseTable, SqliteLease};
 use picolease::{Config, HolderId, LeaseName, TableName};
 
 use crate::duration::show;
@@ -27,7 +27,11 @@ const ROUND: Duration = Duration::from_millis(60);
 /// overlapped.
 pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
     let lease = LeaseName::new("maintenance").map_err(CliError::usage)?;
-    let probe = Config::with_ttl(lease.clone(), HolderId::new("probe").map_err(CliError::usage)?, ttl);
+    let probe = Config::with_ttl(
+        lease.clone(),
+        HolderId::new("probe").map_err(CliError::usage)?,
+        ttl,
+    );
     probe.validate().map_err(CliError::usage)?;
     if ttl > Duration::from_secs(20) {
         return Err(CliError::usage(format!(
@@ -40,7 +44,8 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
     let path = dir.path().join("demo.db");
     let database = Database::file(&path).table(TableName::default());
     let setup = LeaseTable::open(&database)?;
-    let db_error = |e: rusqlite::Error| CliError::runtime(format!("demo database {}: {e}", path.display()));
+    let db_error =
+        |e: rusqlite::Error| CliError::runtime(format!("demo database {}: {e}", path.display()));
     maintenance::create_tables(setup.connection()).map_err(db_error)?;
     maintenance::enqueue(setup.connection(), 16, 4, 12, 4).map_err(db_error)?;
 
@@ -65,7 +70,9 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
     let mut names = Vec::new();
     for i in 0..nodes {
         let name = format!("node-{}", i + 1);
-        let node = start_node(&lease, &name, i as u64, ttl, &database, &tallies, &events_tx, i)?;
+        let node = start_node(
+            &lease, &name, i as u64, ttl, &database, &tallies, &events_tx, i,
+        )?;
         nodes_running.push(Some(node));
         names.push(name);
     }
@@ -117,11 +124,22 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
     ));
     // And it restarts as a new instance, which joins as a follower.
     let restarted = format!("{crashed_name}-restarted");
-    let node = start_node(&lease, &restarted, 100, ttl, &database, &tallies, &events_tx, names.len())?;
+    let node = start_node(
+        &lease,
+        &restarted,
+        100,
+        ttl,
+        &database,
+        &tallies,
+        &events_tx,
+        names.len(),
+    )?;
     names.push(restarted.clone());
     timeline.set_names(names.clone());
     nodes_running.push(Some(node));
-    timeline.note(&format!("{crashed_name} restarts as {restarted} (a new holder id)"));
+    timeline.note(&format!(
+        "{crashed_name} restarts as {restarted} (a new holder id)"
+    ));
     timeline.pump(ttl);
 
     // 3. Stop the second leader cleanly: work stopped, then released.
@@ -176,15 +194,39 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
         });
 
     line("");
-    line(&format!("Handover times (RTT here = median renew statement, {:.2}ms)", rtt.as_secs_f64() * 1e3));
-    line(&format!("  {:<28} {:>9}   {:<30} {}", "event", "measured", "DESIGN §4 target", "seed bound"));
+    line(&format!(
+        "Handover times (RTT here = median renew statement, {:.2}ms)",
+        rtt.as_secs_f64() * 1e3
+    ));
+    line(&format!(
+        "  {:<28} {:>9}   {:<30} {}",
+        "event", "measured", "DESIGN §4 target", "seed bound"
+    ));
     let rows = [
-        ("first election", first_gap, "RTT".to_string(), format!("interval + RTT = {} + RTT", show(probe.interval))),
-        ("takeover after a crash", crash_gap, format!("ttl + RTT = {} + RTT", show(ttl)), format!("ttl + interval = {}", show(ttl + probe.interval))),
-        ("takeover after a release", release_gap, format!("interval = {} (SQLite)", show(probe.interval)), format!("interval = {}", show(probe.interval))),
+        (
+            "first election",
+            first_gap,
+            "RTT".to_string(),
+            format!("interval + RTT = {} + RTT", show(probe.interval)),
+        ),
+        (
+            "takeover after a crash",
+            crash_gap,
+            format!("ttl + RTT = {} + RTT", show(ttl)),
+            format!("ttl + interval = {}", show(ttl + probe.interval)),
+        ),
+        (
+            "takeover after a release",
+            release_gap,
+            format!("interval = {} (SQLite)", show(probe.interval)),
+            format!("interval = {}", show(probe.interval)),
+        ),
     ];
     for (event, measured, target, seed) in rows {
-        line(&format!("  {event:<28} {:>9}   {target:<30} {seed}", show(measured)));
+        line(&format!(
+            "  {event:<28} {:>9}   {target:<30} {seed}",
+            show(measured)
+        ));
     }
     line("");
     line("Final account");
@@ -218,11 +260,16 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
         yes(balanced),
         if overlaps == 0 { "never".to_string() } else { format!("{overlaps} times (bug!)") }
     ));
-    line(&format!("demo finished in {}", show(timeline.since_start())));
+    line(&format!(
+        "demo finished in {}",
+        show(timeline.since_start())
+    ));
     if balanced && overlaps == 0 {
         Ok(ExitCode::SUCCESS)
     } else {
-        Err(CliError::runtime("the demo's account does not balance (see above)"))
+        Err(CliError::runtime(
+            "the demo's account does not balance (see above)",
+        ))
     }
 }
 
@@ -245,7 +292,11 @@ fn start_node(
     events: &mpsc::Sender<(usize, picolease::sqlite::Transition)>,
     index: usize,
 ) -> Result<SqliteLease, CliError> {
-    let mut config = Config::with_ttl(lease.clone(), HolderId::new(name).map_err(CliError::usage)?, ttl);
+    let mut config = Config::with_ttl(
+        lease.clone(),
+        HolderId::new(name).map_err(CliError::usage)?,
+        ttl,
+    );
     config.seed = seed + 1;
     let mut builder = Builder::new(config, database.clone());
     for job in [Loop::ExpiryTick, Loop::ObjectCleaner] {
@@ -288,7 +339,15 @@ fn zombie_write(
         )
         .unwrap_or(1);
     let mut tally = Tally::default();
-    maintenance::apply(&conn, Loop::ExpiryTick, &fence, epoch.to_i64(), node, item, &mut tally);
+    maintenance::apply(
+        &conn,
+        Loop::ExpiryTick,
+        &fence,
+        epoch.to_i64(),
+        node,
+        item,
+        &mut tally,
+    );
     Ok(tally)
 }
 

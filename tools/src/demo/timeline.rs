@@ -28,7 +28,11 @@ pub struct Timeline {
 
 impl Timeline {
     /// A timeline starting now.
-    pub fn new(events: mpsc::Receiver<(usize, Transition)>, database: Database, start: Instant) -> Self {
+    pub fn new(
+        events: mpsc::Receiver<(usize, Transition)>,
+        database: Database,
+        start: Instant,
+    ) -> Self {
         Timeline {
             events,
             conn: picolease::sqlite::open_connection(&database).ok(),
@@ -52,7 +56,10 @@ impl Timeline {
     }
 
     fn stamp(&self, at: Instant) -> String {
-        format!("[{:>6.2}s]", at.saturating_duration_since(self.start).as_secs_f64())
+        format!(
+            "[{:>6.2}s]",
+            at.saturating_duration_since(self.start).as_secs_f64()
+        )
     }
 
     /// Prints a line of the demo's own actions.
@@ -91,7 +98,11 @@ impl Timeline {
         let epoch = l.epoch.map_or(0, |e| e.get());
         match (l.role, l.reason) {
             (Role::Leader, _) => {
-                line(&format!("{} {:<18} LEADER   epoch {epoch}", self.stamp(at), self.name(node)));
+                line(&format!(
+                    "{} {:<18} LEADER   epoch {epoch}",
+                    self.stamp(at),
+                    self.name(node)
+                ));
                 self.open.insert(node, (epoch, transition.at));
                 l.epoch.map(|e| (node, e, at))
             }
@@ -156,7 +167,10 @@ impl Timeline {
             if left.is_zero() {
                 break;
             }
-            if let Ok((node, transition)) = self.events.recv_timeout(left.min(Duration::from_millis(100))) {
+            if let Ok((node, transition)) = self
+                .events
+                .recv_timeout(left.min(Duration::from_millis(100)))
+            {
                 self.handle(node, &transition);
             }
             self.progress();
@@ -179,13 +193,20 @@ impl Timeline {
 
     /// Waits for a node not in `exclude` to lead; returns it, its epoch and
     /// when it became leader.
-    pub fn wait_leader(&mut self, exclude: &[usize], timeout: Duration) -> Option<(usize, Epoch, Instant)> {
+    pub fn wait_leader(
+        &mut self,
+        exclude: &[usize],
+        timeout: Duration,
+    ) -> Option<(usize, Epoch, Instant)> {
         if let Some((&node, &(epoch, at))) = self.open.iter().find(|(n, _)| !exclude.contains(n)) {
             return Some((node, Epoch::new(epoch), self.instant(at)));
         }
         let until = Instant::now() + timeout;
         while let Some(left) = until.checked_duration_since(Instant::now()) {
-            if let Ok((node, transition)) = self.events.recv_timeout(left.min(Duration::from_millis(100))) {
+            if let Ok((node, transition)) = self
+                .events
+                .recv_timeout(left.min(Duration::from_millis(100)))
+            {
                 if let Some(found) = self.handle(node, &transition) {
                     if !exclude.contains(&found.0) {
                         return Some(found);
