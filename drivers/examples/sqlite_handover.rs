@@ -56,14 +56,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("reproduce: CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_handover");
     let interval = TTL / 4;
     for (crash, what, bound) in [
-        (true, "takeover after a crash", format!("ttl + RTT = {TTL:?} + RTT (seed bound ttl + interval = {:?})", TTL + interval)),
-        (false, "handover after a clean stop", format!("interval = {interval:?} on SQLite (no notifications)")),
+        (
+            true,
+            "takeover after a crash",
+            format!(
+                "ttl + RTT = {TTL:?} + RTT (seed bound ttl + interval = {:?})",
+                TTL + interval
+            ),
+        ),
+        (
+            false,
+            "handover after a clean stop",
+            format!("interval = {interval:?} on SQLite (no notifications)"),
+        ),
     ] {
         let mut gaps = Vec::new();
         for i in 0..RUNS {
             gaps.push(run(crash, i as u64 + 1)?);
         }
-        let ms: Vec<String> = gaps.iter().map(|g| format!("{:.0}ms", g.as_secs_f64() * 1e3)).collect();
+        let ms: Vec<String> = gaps
+            .iter()
+            .map(|g| format!("{:.0}ms", g.as_secs_f64() * 1e3))
+            .collect();
         let mean = gaps.iter().sum::<Duration>() / RUNS as u32;
         let max = gaps.iter().max().copied().unwrap_or_default();
         println!(

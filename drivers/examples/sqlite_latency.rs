@@ -30,7 +30,10 @@ fn us(d: Duration) -> f64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("reproduce: CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_latency");
-    println!("ttl {TTL:?}, renew interval {:?}, {RUNS} runs of {RUN_FOR:?}", TTL / 4);
+    println!(
+        "ttl {TTL:?}, renew interval {:?}, {RUNS} runs of {RUN_FOR:?}",
+        TTL / 4
+    );
     let mut all_driver = Vec::new();
     let mut all_bare = Vec::new();
     for run in 1..=RUNS {

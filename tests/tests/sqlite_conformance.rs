@@ -20,14 +20,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use picolease::sqlite::{Builder, Database, Error, LeaseTable, SqliteLease, Transition};
-use picolease::{Config, ConfigError, Demotion, Epoch, HolderId, LeaseName, Leadership, RowError, TableName};
+use picolease::{
+    Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, RowError, TableName,
+};
 
 /// Generous: the machine running the tests may be loaded.
 const PATIENCE: Duration = Duration::from_secs(15);
 const TTL: Duration = Duration::from_millis(400);
 
 fn config(holder: &str) -> Config {
-    let mut c = Config::with_ttl(LeaseName::new("job").unwrap(), HolderId::new(holder).unwrap(), TTL);
+    let mut c = Config::with_ttl(
+        LeaseName::new("job").unwrap(),
+        HolderId::new(holder).unwrap(),
+        TTL,
+    );
     c.seed = holder.len() as u64;
     c
 }
@@ -41,7 +47,9 @@ fn start(dir: &Path, holder: &str) -> SqliteLease {
 }
 
 fn leader_of(lease: &SqliteLease) -> Leadership {
-    lease.wait_for(PATIENCE, Leadership::is_leader).expect("becomes leader")
+    lease
+        .wait_for(PATIENCE, Leadership::is_leader)
+        .expect("becomes leader")
 }
 
 /// Waits on a subscription for a transition matching `pred`.
@@ -49,7 +57,9 @@ fn wait_transition(rx: &Receiver<Transition>, pred: impl Fn(&Leadership) -> bool
     let deadline = Instant::now() + PATIENCE;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let t = rx.recv_timeout(left).expect("the expected transition comes");
+        let t = rx
+            .recv_timeout(left)
+            .expect("the expected transition comes");
         if pred(&t.leadership) {
             return t;
         }
@@ -72,7 +82,10 @@ fn dump(path: &Path) -> Vec<String> {
         let n = stmt.column_count();
         let rows = stmt
             .query_map([], |row| {
-                Ok((0..n).map(|i| format!("{:?}", row.get_ref(i).unwrap())).collect::<Vec<_>>().join("|"))
+                Ok((0..n)
+                    .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+                    .collect::<Vec<_>>()
+                    .join("|"))
             })
             .unwrap();
         out.extend(rows.map(Result::unwrap));
@@ -88,8 +101,15 @@ fn case_1_a_single_contender_leads_at_epoch_1_on_a_fresh_file() {
     let leading = leader_of(&lease);
     assert_eq!(leading.epoch, Some(Epoch::new(1)));
     assert_eq!(leading.holder, Some(HolderId::new("a").unwrap()));
-    assert_eq!(*lease.watch().borrow(), leading, "the watch channel carries the same state");
-    let rows = LeaseTable::open_existing(&database(dir.path())).unwrap().status().unwrap();
+    assert_eq!(
+        *lease.watch().borrow(),
+        leading,
+        "the watch channel carries the same state"
+    );
+    let rows = LeaseTable::open_existing(&database(dir.path()))
+        .unwrap()
+        .status()
+        .unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].holder.as_deref(), Some("a"));
     lease.shutdown().unwrap();
@@ -98,7 +118,10 @@ fn case_1_a_single_contender_leads_at_epoch_1_on_a_fresh_file() {
 #[test]
 fn case_2_exactly_one_of_n_contenders_leads_and_the_others_see_it() {
     let dir = tempfile::tempdir().unwrap();
-    let leases: Vec<SqliteLease> = ["a", "b", "c", "d"].iter().map(|h| start(dir.path(), h)).collect();
+    let leases: Vec<SqliteLease> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|h| start(dir.path(), h))
+        .collect();
     let (leader, epoch) = loop {
         if let Some(l) = leases.iter().find(|l| l.leadership().is_leader()) {
             break (l.holder().clone(), l.leadership().epoch);
@@ -107,7 +130,9 @@ fn case_2_exactly_one_of_n_contenders_leads_and_the_others_see_it() {
     };
     for lease in &leases {
         let seen = lease
-            .wait_for(PATIENCE, |l| l.holder.as_ref() == Some(&leader) && l.epoch == epoch)
+            .wait_for(PATIENCE, |l| {
+                l.holder.as_ref() == Some(&leader) && l.epoch == epoch
+            })
             .expect("every contender learns the holder and epoch");
         assert_eq!(seen.is_leader(), lease.holder() == &leader);
     }
@@ -133,7 +158,11 @@ fn case_3_a_clean_shutdown_hands_over_with_a_higher_epoch() {
     let second = leader_of(&b);
     assert!(second.epoch > first.epoch);
     // SQLite has no notifications: a follower polls every interval.
-    assert!(released_at.elapsed() < TTL + Duration::from_secs(3), "{:?}", released_at.elapsed());
+    assert!(
+        released_at.elapsed() < TTL + Duration::from_secs(3),
+        "{:?}",
+        released_at.elapsed()
+    );
     b.shutdown().unwrap();
 }
 
@@ -150,8 +179,14 @@ fn case_4_an_abandoned_leader_is_replaced_after_the_ttl() {
     let gap = crashed_at.elapsed();
     assert!(second.epoch > first.epoch);
     // No release: the row must lapse first (renewed at most an interval ago).
-    assert!(gap >= TTL - TTL / 4 - Duration::from_millis(20), "took over too early: {gap:?}");
-    assert!(gap < TTL + Duration::from_secs(3), "took over too late: {gap:?}");
+    assert!(
+        gap >= TTL - TTL / 4 - Duration::from_millis(20),
+        "took over too early: {gap:?}"
+    );
+    assert!(
+        gap < TTL + Duration::from_secs(3),
+        "took over too late: {gap:?}"
+    );
     b.shutdown().unwrap();
 }
 
@@ -163,7 +198,9 @@ fn case_5_a_forced_release_demotes_the_leader_with_reason_lost() {
     let a = builder.start().unwrap();
     let first = leader_of(&a);
     let admin = LeaseTable::open(&database(dir.path())).unwrap();
-    let bumped = admin.force_release(&LeaseName::new("job").unwrap()).unwrap();
+    let bumped = admin
+        .force_release(&LeaseName::new("job").unwrap())
+        .unwrap();
     assert_eq!(bumped, Some(Epoch::new(2)));
     let lost = wait_transition(&transitions, |l| !l.is_leader() && l.reason.is_some());
     assert_eq!(lost.leadership.reason, Some(Demotion::Lost));
@@ -171,7 +208,12 @@ fn case_5_a_forced_release_demotes_the_leader_with_reason_lost() {
     // The row is free, so it competes again and wins a later term.
     let again = wait_transition(&transitions, Leadership::is_leader);
     assert!(again.leadership.epoch > Some(Epoch::new(2)));
-    assert_eq!(admin.force_release(&LeaseName::new("nope").unwrap()).unwrap(), None);
+    assert_eq!(
+        admin
+            .force_release(&LeaseName::new("nope").unwrap())
+            .unwrap(),
+        None
+    );
     a.shutdown().unwrap();
 }
 
@@ -204,7 +246,10 @@ fn case_6_gated_work_runs_only_while_leader_and_stops_before_the_release() {
             std::thread::sleep(Duration::from_millis(100));
             let rows = LeaseTable::open_existing(&db).unwrap().status().unwrap();
             let still_ours = rows[0].holder.as_deref() == Some("a") && rows[0].epoch == ctx.epoch;
-            record.lock().unwrap().push(Gated::Stopped(ctx.epoch.get(), still_ours));
+            record
+                .lock()
+                .unwrap()
+                .push(Gated::Stopped(ctx.epoch.get(), still_ours));
             *running.lock().unwrap() -= 1;
         }
     };
@@ -222,7 +267,10 @@ fn case_6_gated_work_runs_only_while_leader_and_stops_before_the_release() {
     started(first.epoch.unwrap().get());
     // Demotion by an administrator: the work is cancelled; the next term's
     // work starts only after it has finished.
-    LeaseTable::open(&db).unwrap().force_release(&LeaseName::new("job").unwrap()).unwrap();
+    LeaseTable::open(&db)
+        .unwrap()
+        .force_release(&LeaseName::new("job").unwrap())
+        .unwrap();
     wait_transition(&transitions, |l| l.reason == Some(Demotion::Lost));
     let second = wait_transition(&transitions, Leadership::is_leader).leadership;
     started(second.epoch.unwrap().get());
@@ -231,7 +279,12 @@ fn case_6_gated_work_runs_only_while_leader_and_stops_before_the_release() {
     let (e1, e2) = (first.epoch.unwrap().get(), second.epoch.unwrap().get());
     assert_eq!(
         record,
-        vec![Gated::Started(e1), Gated::Stopped(e1, false), Gated::Started(e2), Gated::Stopped(e2, true)],
+        vec![
+            Gated::Started(e1),
+            Gated::Stopped(e1, false),
+            Gated::Started(e2),
+            Gated::Stopped(e2, true)
+        ],
         "alternating; the first term was lost (row not ours), the last stopped before its release"
     );
     let rows = LeaseTable::open_existing(&db).unwrap().status().unwrap();
@@ -248,19 +301,35 @@ fn case_7_a_fenced_write_is_refused_after_a_takeover() {
     conn.execute_batch("CREATE TABLE jobs (id INTEGER PRIMARY KEY, done_at_epoch INTEGER); INSERT INTO jobs (id) VALUES (1), (2);")
         .unwrap();
     let write = |fence: &picolease::sqlite::Fence, id: i64, epoch: u64| -> usize {
-        let sql = format!("UPDATE jobs SET done_at_epoch = ? WHERE id = ? AND {}", fence.sql());
+        let sql = format!(
+            "UPDATE jobs SET done_at_epoch = ? WHERE id = ? AND {}",
+            fence.sql()
+        );
         let mut values: Vec<rusqlite::types::Value> = vec![(epoch as i64).into(), id.into()];
         values.extend(fence.values().iter().cloned());
-        conn.execute(&sql, rusqlite::params_from_iter(values.iter())).unwrap()
+        conn.execute(&sql, rusqlite::params_from_iter(values.iter()))
+            .unwrap()
     };
     let stale_fence = a.fence(first);
-    assert_eq!(write(&stale_fence, 1, first.get()), 1, "the leader's write goes through");
+    assert_eq!(
+        write(&stale_fence, 1, first.get()),
+        1,
+        "the leader's write goes through"
+    );
     let b = start(dir.path(), "b");
     b.wait_for(PATIENCE, |l| l.epoch == Some(first)).unwrap();
     a.abandon();
     let second = leader_of(&b).epoch.unwrap();
-    assert_eq!(write(&stale_fence, 2, first.get()), 0, "the old leader's write is refused");
-    assert_eq!(write(&b.fence(second), 2, second.get()), 1, "the new leader's write goes through");
+    assert_eq!(
+        write(&stale_fence, 2, first.get()),
+        0,
+        "the old leader's write is refused"
+    );
+    assert_eq!(
+        write(&b.fence(second), 2, second.get()),
+        1,
+        "the new leader's write goes through"
+    );
     let done: Vec<(i64, i64)> = conn
         .prepare("SELECT id, done_at_epoch FROM jobs ORDER BY id")
         .unwrap()
@@ -268,15 +337,30 @@ fn case_7_a_fenced_write_is_refused_after_a_takeover() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(done, vec![(1, first.get() as i64), (2, second.get() as i64)]);
+    assert_eq!(
+        done,
+        vec![(1, first.get() as i64), (2, second.get() as i64)]
+    );
     b.shutdown().unwrap();
 }
 
 #[test]
 fn case_8_malformed_rows_are_typed_errors_and_left_untouched() {
     for (epoch, expected) in [
-        ("NULL", RowError::Null { lease: String::new(), column: "epoch" }),
-        ("-3", RowError::NegativeEpoch { lease: String::new(), epoch: -3 }),
+        (
+            "NULL",
+            RowError::Null {
+                lease: String::new(),
+                column: "epoch",
+            },
+        ),
+        (
+            "-3",
+            RowError::NegativeEpoch {
+                lease: String::new(),
+                epoch: -3,
+            },
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("leases.db");
@@ -307,15 +391,22 @@ fn case_8_malformed_rows_are_typed_errors_and_left_untouched() {
 fn case_8_a_missing_table_with_auto_create_off_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
-    rusqlite::Connection::open(&path).unwrap().execute_batch("CREATE TABLE other (x); INSERT INTO other VALUES (1);").unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE other (x); INSERT INTO other VALUES (1);")
+        .unwrap();
     let before = dump(&path);
     let err = SqliteLease::start(config("a"), database(dir.path()).auto_create(false)).unwrap_err();
-    assert!(matches!(&err, Error::MissingTable { table, .. } if table == "picolease_leases"), "{err:?}");
+    assert!(
+        matches!(&err, Error::MissingTable { table, .. } if table == "picolease_leases"),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("picolease_leases"));
     assert_eq!(dump(&path), before);
     // A missing file with auto-create off is not created either.
     let absent = dir.path().join("absent.db");
-    let err = SqliteLease::start(config("a"), Database::file(&absent).auto_create(false)).unwrap_err();
+    let err =
+        SqliteLease::start(config("a"), Database::file(&absent).auto_create(false)).unwrap_err();
     assert!(matches!(err, Error::MissingDatabase { .. }), "{err:?}");
     assert!(!absent.exists());
 }
@@ -323,13 +414,19 @@ fn case_8_a_missing_table_with_auto_create_off_is_a_typed_error() {
 #[test]
 fn case_8_bad_names_and_timings_are_refused_before_the_file_is_touched() {
     for bad in ["x\"; DROP TABLE y; --", "a;b", "it's", ""] {
-        assert!(matches!(TableName::new(bad), Err(ConfigError::BadTableName { .. })), "{bad:?}");
+        assert!(
+            matches!(TableName::new(bad), Err(ConfigError::BadTableName { .. })),
+            "{bad:?}"
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let mut c = config("a");
     c.ttl = Duration::ZERO;
     let err = SqliteLease::start(c, database(dir.path())).unwrap_err();
-    assert!(matches!(err, Error::Config(ConfigError::TtlTooShort { .. })), "{err:?}");
+    assert!(
+        matches!(err, Error::Config(ConfigError::TtlTooShort { .. })),
+        "{err:?}"
+    );
     let mut c = config("a");
     c.interval = TTL / 2;
     let err = SqliteLease::start(c, database(dir.path())).unwrap_err();
@@ -339,7 +436,11 @@ fn case_8_bad_names_and_timings_are_refused_before_the_file_is_touched() {
     let err = SqliteLease::start(config("a"), Database::file(dir.path())).unwrap_err();
     assert!(matches!(err, Error::IsDirectory { .. }), "{err:?}");
     let foreign = dir.path().join("notes.txt");
-    std::fs::write(&foreign, "not a database, just some text that is long enough\n".repeat(50)).unwrap();
+    std::fs::write(
+        &foreign,
+        "not a database, just some text that is long enough\n".repeat(50),
+    )
+    .unwrap();
     let err = SqliteLease::start(config("a"), Database::file(&foreign)).unwrap_err();
     assert!(matches!(err, Error::NotADatabase { .. }), "{err:?}");
 }
@@ -355,6 +456,9 @@ fn dropping_a_running_driver_releases_without_hanging() {
     let dropped_at = Instant::now();
     drop(a);
     assert!(dropped_at.elapsed() < TTL * 2 + Duration::from_secs(1));
-    let rows = LeaseTable::open_existing(&database(dir.path())).unwrap().status().unwrap();
+    let rows = LeaseTable::open_existing(&database(dir.path()))
+        .unwrap()
+        .status()
+        .unwrap();
     assert_eq!(rows[0].holder, None, "drop released the lease");
 }

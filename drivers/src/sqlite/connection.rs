@@ -328,8 +328,12 @@ impl LeaseTable {
         if !self.exists()? {
             return Ok(Vec::new());
         }
-        let rows = run(&self.conn, self.statements.status().sql(), std::iter::empty())
-            .map_err(|e| self.error(e))?;
+        let rows = run(
+            &self.conn,
+            self.statements.status().sql(),
+            std::iter::empty(),
+        )
+        .map_err(|e| self.error(e))?;
         self.statements
             .decode_status(&rows)
             .map_err(|source| self.row_error(source))
@@ -374,10 +378,7 @@ impl LeaseTable {
         ) {
             Ok(rows) => match self.statements.decode_reply(operation, me, &rows) {
                 Ok(reply) => (reply, None),
-                Err(source) => (
-                    Reply::Failed(Failure::Fatal),
-                    Some(self.row_error(source)),
-                ),
+                Err(source) => (Reply::Failed(Failure::Fatal), Some(self.row_error(source))),
             },
             Err(e) => {
                 let failure = failure_of(&e);
@@ -408,7 +409,12 @@ pub struct Fence {
 
 impl Fence {
     /// The fence of `holder` on `lease` at `epoch`, for `statements`' table.
-    pub fn new(statements: &Statements, lease: &LeaseName, holder: &HolderId, epoch: Epoch) -> Self {
+    pub fn new(
+        statements: &Statements,
+        lease: &LeaseName,
+        holder: &HolderId,
+        epoch: Epoch,
+    ) -> Self {
         let statement: &Statement = statements.fence();
         let bindings = Bindings {
             lease: lease.as_str(),

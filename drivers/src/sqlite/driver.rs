@@ -282,7 +282,12 @@ impl SqliteLease {
 
     /// The fence of this holder at `epoch`, to AND into a write.
     pub fn fence(&self, epoch: Epoch) -> Fence {
-        Fence::new(&self.statements, &self.config.lease, &self.config.holder, epoch)
+        Fence::new(
+            &self.statements,
+            &self.config.lease,
+            &self.config.holder,
+            epoch,
+        )
     }
 
     /// How long each successful or failed renewal took, from the start of

@@ -31,7 +31,9 @@ pub enum Error {
         path: String,
     },
     /// The database file is missing and creating it was not allowed.
-    #[error("SQLite database {path:?} does not exist (auto-create is off; run `picolease init` first)")]
+    #[error(
+        "SQLite database {path:?} does not exist (auto-create is off; run `picolease init` first)"
+    )]
     MissingDatabase {
         /// The path given.
         path: String,

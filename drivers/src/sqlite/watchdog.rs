@@ -30,7 +30,10 @@ pub(crate) struct ArmedGuard<'a> {
 }
 
 fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Armed> {
-    shared.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    shared
+        .0
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Watchdog {

@@ -60,7 +60,11 @@ impl Cancellation {
     pub fn wait(&self) {
         let mut cancelled = self.lock();
         while !*cancelled {
-            cancelled = self.inner.1.wait(cancelled).unwrap_or_else(|p| p.into_inner());
+            cancelled = self
+                .inner
+                .1
+                .wait(cancelled)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 }

@@ -60,8 +60,16 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
     ));
     line(&format!(
         "faults: {}{}",
-        if faults_text.is_empty() { "none".to_string() } else { faults_text.join(", ") },
-        if default_schedule { " (the default schedule; choose with --faults, e.g. crash@3s,pause:1@10s+12s, or none)" } else { "" }
+        if faults_text.is_empty() {
+            "none".to_string()
+        } else {
+            faults_text.join(", ")
+        },
+        if default_schedule {
+            " (the default schedule; choose with --faults, e.g. crash@3s,pause:1@10s+12s, or none)"
+        } else {
+            ""
+        }
     ));
     line("");
     let trace = simulation.run();
@@ -72,7 +80,11 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
     line("handovers (RTT here <= 2 x the longest one-way delay)");
     for handover in trace.handovers() {
         let bound = match handover.cause {
-            "crashed" => format!("ttl + RTT = {} + RTT (seed bound ttl + interval = {})", show(ttl), show(ttl + interval)),
+            "crashed" => format!(
+                "ttl + RTT = {} + RTT (seed bound ttl + interval = {})",
+                show(ttl),
+                show(ttl + interval)
+            ),
             "released" => format!("interval = {} (no notifications)", show(interval)),
             "expired" | "lost" => format!("within ttl = {} of the last renewal", show(ttl)),
             _ => "-".to_string(),
