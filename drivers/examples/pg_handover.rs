@@ -9,6 +9,11 @@
 //! ```text
 //! cargo run --release -p picolease --example pg_handover -- [ROUNDS]
 //! ```
+//!
+//! Every lease statement commits, so on a server with
+//! `synchronous_commit = on` each round trip includes a WAL flush; to see
+//! the driver without the disk, point it at the same server with
+//! `PICOLEASE_PG_URL='postgres://postgres@127.0.0.1:5432/test?options=-c%20synchronous_commit%3Doff'`.
 
 #[cfg(feature = "postgres")]
 mod bench {

@@ -93,8 +93,8 @@ where
 /// It spawns each connection on the current tokio runtime, and provides
 /// the dedicated `LISTEN` connection, so release notifications work out of
 /// the box. Unless the URL says otherwise it sets a connect timeout of 5 s
-/// and TCP keepalives, so a dead peer is noticed by the operating system
-/// too.
+/// and TCP keepalives after 30 s idle, so a dead peer is noticed by the
+/// operating system too.
 #[derive(Clone)]
 pub struct PgConnector {
     config: tokio_postgres::Config,
@@ -113,6 +113,12 @@ impl PgConnector {
             config.connect_timeout(Duration::from_secs(5));
         }
         config.keepalives(true);
+        if !url.contains("keepalives_idle") {
+            // The listening connection only reads: without keepalives a
+            // silently dropped peer would go unnoticed (and notifications
+            // with it) for tokio-postgres's default of two hours.
+            config.keepalives_idle(Duration::from_secs(30));
+        }
         Ok(PgConnector { config })
     }
 

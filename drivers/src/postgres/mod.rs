@@ -339,6 +339,10 @@ impl PgLease {
     /// Stops the gated tasks and waits for them, releases the lease if held
     /// (notifying the other contenders), and returns when all of that is
     /// done. Returns the fatal error that had stopped the driver, if any.
+    ///
+    /// A gated task that ignores its cancellation keeps this waiting (the
+    /// release itself is abandoned after the request timeout, and the lease
+    /// then lapses by its ttl).
     pub async fn shutdown(mut self) -> Result<(), PgError> {
         let _ = self.control.send(Control::Shutdown);
         self.join().await
