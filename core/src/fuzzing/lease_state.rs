@@ -25,7 +25,8 @@
 //!    follower, and after shutdown only releases are sent;
 //! 6. after `Finished` nothing more; `poll_timeout` is `Some` exactly until
 //!    then;
-//! 7. with a monotone clock: while leader, `now < deadline`; after a
+//! 7. with a monotone clock: while leader, `now < deadline`; renews are
+//!    an interval or more apart (from the previous send); after a
 //!    timeout the next wake-up is in the future (no busy loop);
 //! 8. shutdown finishes within a few timeouts, with no reply at all;
 //! 9. the same bytes give the same commands (determinism).
@@ -141,6 +142,9 @@ enum Cause {
 struct Mirror {
     me: HolderId,
     ttl: Duration,
+    interval: Duration,
+    /// When the last statement was sent.
+    last_sent: Option<Instant>,
     monotone: bool,
     now: Instant,
     outstanding: Option<(RequestId, Operation)>,
@@ -223,6 +227,8 @@ fn execute(data: &[u8]) -> Vec<Command> {
     let mut m = Mirror {
         me,
         ttl,
+        interval: config.interval,
+        last_sent: None,
         monotone,
         now: start,
         outstanding: None,
@@ -423,6 +429,7 @@ impl Mirror {
                         self.last_request
                     );
                     self.last_request = request.0;
+                    let previous_send = self.last_sent.replace(self.now);
                     self.outstanding = Some((request, operation));
                     match operation {
                         Operation::Acquire => {
@@ -430,6 +437,15 @@ impl Mirror {
                             assert_eq!(self.working, None, "acquire sent while leading");
                         }
                         Operation::Renew { epoch } => {
+                            // A leader renews every interval, counted from
+                            // the send of the previous statement.
+                            if let (true, Some(last)) = (self.monotone, previous_send) {
+                                assert!(
+                                    self.now >= last + self.interval,
+                                    "renew at {:?}, less than an interval after {last:?}",
+                                    self.now
+                                );
+                            }
                             assert!(!self.shutdown, "renew sent after shutdown");
                             assert_eq!(self.working, Some(epoch), "renew of a term not led");
                         }
