@@ -350,14 +350,14 @@ fn case_8_malformed_rows_are_typed_errors_and_left_untouched() {
         (
             "NULL",
             RowError::Null {
-                lease: String::new(),
+                lease: "job".into(),
                 column: "epoch",
             },
         ),
         (
             "-3",
             RowError::NegativeEpoch {
-                lease: String::new(),
+                lease: "job".into(),
                 epoch: -3,
             },
         ),
@@ -461,4 +461,35 @@ fn dropping_a_running_driver_releases_without_hanging() {
         .status()
         .unwrap();
     assert_eq!(rows[0].holder, None, "drop released the lease");
+}
+
+#[test]
+fn a_locked_database_never_blocks_the_loop_past_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut builder = Builder::new(config("a"), database(dir.path()));
+    let transitions = builder.subscribe();
+    let a = builder.start().unwrap();
+    leader_of(&a);
+    // Another process takes SQLite's write lock and sits on it.
+    let blocker = rusqlite::Connection::open(dir.path().join("leases.db")).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let locked_at = Instant::now();
+    // Renewals fail (busy) within the request timeout; the leader demotes
+    // itself at its deadline instead of hanging in a statement.
+    let expired = wait_transition(&transitions, |l| !l.is_leader() && l.reason.is_some());
+    assert_eq!(expired.leadership.reason, Some(Demotion::Expired));
+    assert!(
+        locked_at.elapsed() < TTL + Duration::from_secs(2),
+        "{:?}",
+        locked_at.elapsed()
+    );
+    // Shutdown cannot release (still locked) but returns anyway.
+    let stopping = Instant::now();
+    a.shutdown().unwrap();
+    assert!(
+        stopping.elapsed() < TTL * 2 + Duration::from_secs(2),
+        "{:?}",
+        stopping.elapsed()
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
 }

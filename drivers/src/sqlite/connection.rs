@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements, Value};
-use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, TableName};
+use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, RowError, TableName};
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{ErrorCode, OpenFlags, ToSql};
 
@@ -378,7 +378,10 @@ impl LeaseTable {
         ) {
             Ok(rows) => match self.statements.decode_reply(operation, me, &rows) {
                 Ok(reply) => (reply, None),
-                Err(source) => (Reply::Failed(Failure::Fatal), Some(self.row_error(source))),
+                Err(source) => (
+                    Reply::Failed(Failure::Fatal),
+                    Some(self.row_error(name_lease(source, bindings.lease))),
+                ),
             },
             Err(e) => {
                 let failure = failure_of(&e);
@@ -447,5 +450,32 @@ impl Fence {
     /// The values, to append to your own parameters.
     pub fn values(&self) -> &[rusqlite::types::Value] {
         &self.params
+    }
+}
+
+/// The core decodes a lease statement's reply without knowing the lease's
+/// name (its errors then say `lease ""`); the driver knows it.
+fn name_lease(error: RowError, name: &str) -> RowError {
+    match error {
+        RowError::Null { lease, column } if lease.is_empty() => RowError::Null {
+            lease: name.into(),
+            column,
+        },
+        RowError::NegativeEpoch { lease, epoch } if lease.is_empty() => RowError::NegativeEpoch {
+            lease: name.into(),
+            epoch,
+        },
+        RowError::WrongType {
+            lease,
+            column,
+            expected,
+            found,
+        } if lease.is_empty() => RowError::WrongType {
+            lease: name.into(),
+            column,
+            expected,
+            found,
+        },
+        other => other,
     }
 }

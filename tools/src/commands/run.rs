@@ -65,7 +65,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     }
     let driver = builder.start()?;
     if !args.json {
-        line(&format!("{holder} contending for lease {lease:?}"));
+        line(&format!("{holder} contending for lease \"{lease}\""));
     }
     let printer = Printer {
         lease: lease.as_str(),
@@ -103,7 +103,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         Stop::ChildExited(code) => Ok(ExitCode::from(code)),
         Stop::ChildFailed(message) => Err(CliError::runtime(message)),
         Stop::DriverFinished => Err(CliError::runtime(format!(
-            "the lease driver for {lease:?} stopped unexpectedly"
+            "the lease driver for \"{lease}\" stopped unexpectedly"
         ))),
     }
 }
@@ -132,7 +132,7 @@ impl Printer<'_> {
             })
             .to_string(),
             (Role::Leader, _) => format!(
-                "{} leader of {:?} at epoch {}",
+                "{} leader of \"{}\" at epoch {}",
                 self.node,
                 self.lease,
                 epoch.unwrap_or(0)
@@ -143,7 +143,7 @@ impl Printer<'_> {
             })
             .to_string(),
             (Role::Follower, Some(reason)) => format!(
-                "{} follower of {:?}: left epoch {} ({})",
+                "{} follower of \"{}\": left epoch {} ({})",
                 self.node,
                 self.lease,
                 epoch.unwrap_or(0),
@@ -153,7 +153,7 @@ impl Printer<'_> {
             (Role::Follower, None) if self.json => return,
             (Role::Follower, None) => match holder {
                 Some(holder) => format!(
-                    "{} follower of {:?}: held by {holder} at epoch {}",
+                    "{} follower of \"{}\": held by {holder} at epoch {}",
                     self.node,
                     self.lease,
                     epoch.unwrap_or(0)
