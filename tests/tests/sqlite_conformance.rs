@@ -122,10 +122,12 @@ fn case_2_exactly_one_of_n_contenders_leads_and_the_others_see_it() {
         .iter()
         .map(|h| start(dir.path(), h))
         .collect();
+    let deadline = Instant::now() + PATIENCE;
     let (leader, epoch) = loop {
         if let Some(l) = leases.iter().find(|l| l.leadership().is_leader()) {
             break (l.holder().clone(), l.leadership().epoch);
         }
+        assert!(Instant::now() < deadline, "nobody became leader");
         leases[0].wait_change(Duration::from_millis(50));
     };
     for lease in &leases {
