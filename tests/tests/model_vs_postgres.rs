@@ -174,25 +174,49 @@ fn model_and_postgres_agree_on_random_operation_sequences() {
     }
 }
 
-/// The comparison is sharp enough on PostgreSQL too: the renew without
-/// its epoch condition (` AND "…"."epoch" = $4` stripped) is caught.
+/// The comparison is sharp enough on PostgreSQL too: each mutant of the
+/// SQL — the renew without its epoch condition (` AND "…"."epoch" = $4`
+/// stripped), the acquire that never takes over a lapsed lease, the fence
+/// without its expiry check, the release without its holder condition, the
+/// force release that keeps the epoch — makes the random sequences find a
+/// disagreement.
 #[test]
-fn the_comparison_catches_a_renew_without_its_epoch_condition_on_postgres() {
-    let config = Config {
-        cases: 256,
-        max_shrink_iters: 64,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
-    match random_sequences(&mut runner, "mutant", |t| {
-        Sql::new(&statements(t)).renew_without_epoch()
-    }) {
-        Err(TestError::Fail(why, ops)) => {
-            eprintln!("caught by {} operations: {why}", ops.len())
+fn the_comparison_catches_mutated_sql_on_postgres() {
+    type Mutant = fn(Sql) -> Sql;
+    let mutants: [(&str, Mutant); 5] = [
+        (
+            "renew without the epoch condition",
+            Sql::renew_without_epoch,
+        ),
+        (
+            "acquire without the expiry condition",
+            Sql::acquire_without_expiry,
+        ),
+        ("fence without the expiry check", Sql::fence_without_expiry),
+        (
+            "release without the holder condition",
+            Sql::release_without_holder,
+        ),
+        (
+            "force release keeping the epoch",
+            Sql::force_release_keeping_epoch,
+        ),
+    ];
+    for (name, mutant) in mutants {
+        let config = Config {
+            cases: 256,
+            max_shrink_iters: 64,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut runner =
+            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        match random_sequences(&mut runner, "mutant", |t| mutant(Sql::new(&statements(t)))) {
+            Err(TestError::Fail(why, ops)) => {
+                eprintln!("{name}: caught by {} operations: {why}", ops.len())
+            }
+            other => panic!("{name}: not caught ({other:?})"),
         }
-        other => panic!("the mutant renew was not caught ({other:?})"),
     }
 }
 

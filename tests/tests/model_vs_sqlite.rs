@@ -154,12 +154,13 @@ fn model_and_sqlite_agree_on_random_operation_sequences() {
 
 /// The comparison is sharp enough to catch a broken statement: each
 /// mutant of the SQL (renew without its epoch condition, acquire that
-/// never takes over a lapsed lease, fence without its expiry check) makes
-/// the random sequences find a disagreement.
+/// never takes over a lapsed lease, fence without its expiry check,
+/// release without its holder condition, force release that keeps the
+/// epoch) makes the random sequences find a disagreement.
 #[test]
 fn the_comparison_catches_mutated_sql() {
     type Mutant = fn(Sql) -> Sql;
-    let mutants: [(&str, Mutant); 3] = [
+    let mutants: [(&str, Mutant); 5] = [
         (
             "renew without the epoch condition",
             Sql::renew_without_epoch,
@@ -169,6 +170,14 @@ fn the_comparison_catches_mutated_sql() {
             Sql::acquire_without_expiry,
         ),
         ("fence without the expiry check", Sql::fence_without_expiry),
+        (
+            "release without the holder condition",
+            Sql::release_without_holder,
+        ),
+        (
+            "force release keeping the epoch",
+            Sql::force_release_keeping_epoch,
+        ),
     ];
     for (name, mutant) in mutants {
         let config = Config {

@@ -254,24 +254,41 @@ impl Sql {
     /// never taken over.
     pub fn acquire_without_expiry(mut self) -> Self {
         let table = self.statements.table().table().to_string();
+        // `OR "t"."expires_at" <= (<db now>)`, in each of the three CASEs.
         let text = format!(" OR \"{table}\".\"expires_at\" <= (");
-        // Three CASEs carry the condition; remove it from each.
-        let occurrences = self.acquire.sql.matches(&text).count();
-        assert_eq!(occurrences, 3, "{}", self.acquire.sql);
-        let now = match self.statements.dialect() {
-            Dialect::Postgres => {
-                "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT))"
-            }
-            _ => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER))",
-        };
-        let whole = format!("{text}{now}");
         assert_eq!(
-            self.acquire.sql.matches(&whole).count(),
+            self.acquire.sql.matches(&text).count(),
             3,
             "{}",
             self.acquire.sql
         );
-        self.acquire.sql = self.acquire.sql.replace(&whole, "");
+        while let Some(at) = self.acquire.sql.find(&text) {
+            let open = at + text.len() - 1;
+            let close = matching_paren(&self.acquire.sql, open);
+            self.acquire.sql.replace_range(at..=close, "");
+        }
+        self
+    }
+
+    /// The release without its holder condition: anyone can free the row
+    /// at the right epoch.
+    pub fn release_without_holder(mut self) -> Self {
+        let table = self.statements.table().table().to_string();
+        let placeholder = match self.statements.dialect() {
+            Dialect::Postgres => "$2",
+            _ => "?",
+        };
+        let text = format!(" AND \"{table}\".\"holder\" = {placeholder}");
+        self.release.mutate(&text, Some(1));
+        self
+    }
+
+    /// The force-release that frees the row but keeps the epoch, so the old
+    /// holder's fence and renewals would still match a re-acquired row.
+    pub fn force_release_keeping_epoch(mut self) -> Self {
+        let table = self.statements.table().table().to_string();
+        let text = format!("\"epoch\" = \"{table}\".\"epoch\" + 1, ");
+        self.force_release.mutate(&text, None);
         self
     }
 
@@ -289,6 +306,24 @@ impl Sql {
         self.fence.sql.replace_range(at..end, "");
         self
     }
+}
+
+/// The index of the parenthesis closing the one at `open`.
+fn matching_paren(sql: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (i, c) in sql.char_indices().skip_while(|&(i, _)| i < open) {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced parentheses in {sql}");
 }
 
 /// A decoded outcome of one operation, on one side.
