@@ -431,14 +431,17 @@ async fn wrong_column_types_are_a_typed_error() {
 #[tokio::test]
 async fn a_missing_table_with_auto_create_off_is_a_typed_error() {
     let table = unique_table("missing");
-    let a = contender(&table, "l", "a", TTL)
+    let mut a = contender(&table, "l", "a", TTL)
         .auto_create(false)
         .spawn()
         .unwrap();
-    let err = tokio::time::timeout(PATIENCE, a.wait())
+    // `stopped` reports the error and leaves the handle usable.
+    let err = tokio::time::timeout(PATIENCE, a.stopped())
         .await
         .expect("the driver stops")
         .unwrap_err();
+    assert!(!a.leadership().borrow().is_leader());
+    assert_eq!(a.shutdown().await, Ok(()), "reported once, by `stopped`");
     assert_eq!(
         err,
         PgError::MissingTable {

@@ -355,6 +355,25 @@ impl PgLease {
         self.join().await
     }
 
+    /// Like [`PgLease::wait`] without giving up the handle, so it can race
+    /// a signal in `select!` and the handle still be shut down after:
+    ///
+    /// ```no_run
+    /// # async fn demo(mut lease: picolease::postgres::PgLease) -> Result<(), picolease::postgres::PgError> {
+    /// tokio::select! {
+    ///     result = lease.stopped() => result?,
+    ///     _ = tokio::signal::ctrl_c() => {}
+    /// }
+    /// lease.shutdown().await
+    /// # }
+    /// ```
+    ///
+    /// Cancel-safe. Once it has returned, later calls (and `shutdown`)
+    /// return `Ok(())` at once: the outcome is reported only once.
+    pub async fn stopped(&mut self) -> Result<(), PgError> {
+        self.join().await
+    }
+
     /// Stops the driver at once, without stopping gracefully or releasing:
     /// what a crash looks like to the other contenders (the lease lapses by
     /// its ttl). Gated tasks are cancelled but not waited for.
@@ -365,10 +384,12 @@ impl PgLease {
     }
 
     async fn join(&mut self) -> Result<(), PgError> {
-        let Some(task) = self.task.take() else {
+        let Some(task) = self.task.as_mut() else {
             return Ok(());
         };
-        match task.await {
+        let outcome = task.await;
+        self.task = None;
+        match outcome {
             Ok(result) => result,
             Err(e) => Err(PgError::Stopped {
                 reason: e.to_string(),
