@@ -263,3 +263,44 @@ fn status_reads_without_creating_anything() {
     let out = picolease(&["--db", "sqlite::memory:", "status", "--json"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }
+
+#[test]
+fn simulate_runs_and_refuses_bad_fault_lists() {
+    let out = picolease(&[
+        "simulate",
+        "--ttl",
+        "200ms",
+        "--seed",
+        "3",
+        "--faults",
+        "crash@1s,restart@2s",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("LEADER at epoch 2") && stdout.contains("all hold"),
+        "{stdout}"
+    );
+    assert_error(
+        &picolease(&["simulate", "--faults", "bogus@1s"]),
+        2,
+        &["bogus@1s"],
+    );
+    assert_error(
+        &picolease(&["simulate", "--faults", "crash"]),
+        2,
+        &["crash"],
+    );
+    assert_error(
+        &picolease(&["simulate", "--faults", "pause@1s+99999999999999999s"]),
+        2,
+        &["virtual time"],
+    );
+    assert_error(&picolease(&["simulate", "--nodes", "0"]), 2, &["--nodes"]);
+    assert_error(&picolease(&["simulate", "--ttl", "0"]), 2, &["ttl"]);
+}

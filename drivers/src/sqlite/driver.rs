@@ -30,6 +30,9 @@ pub struct Transition {
     pub at: SystemTime,
 }
 
+/// How many renew latencies are kept (the most recent).
+const RENEW_SAMPLES: usize = 10_000;
+
 /// What the handle asks of the thread.
 enum Control {
     /// Stop the work, release, finish.
@@ -290,8 +293,8 @@ impl SqliteLease {
         )
     }
 
-    /// How long each successful or failed renewal took, from the start of
-    /// its statement to the machine having handled its reply.
+    /// How long the most recent renewals (up to 10 000) took, from the start
+    /// of the statement to the machine having handled its reply.
     pub fn renew_latencies(&self) -> Vec<Duration> {
         lock(&self.shared.renew_latencies).clone()
     }
@@ -433,9 +436,10 @@ impl Worker {
             self.state.handle_reply(self.now(), request, reply);
             if let Operation::Renew { .. } = operation {
                 let mut latencies = lock(&self.shared.renew_latencies);
-                if latencies.len() < 1_000_000 {
-                    latencies.push(started.elapsed());
+                if latencies.len() >= RENEW_SAMPLES {
+                    latencies.drain(..RENEW_SAMPLES / 10);
                 }
+                latencies.push(started.elapsed());
             }
         }
     }

@@ -12,6 +12,9 @@ use crate::duration::show;
 use crate::failure::CliError;
 use crate::output::line;
 
+/// The longest run `simulate` accepts (a run costs time per renewal).
+const MAX_VIRTUAL_TIME: Duration = Duration::from_secs(24 * 3600);
+
 /// Runs one simulation; exit 1 if an invariant was violated.
 pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitCode, CliError> {
     let mut config = SimConfig::new(nodes, seed);
@@ -33,14 +36,23 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
         .faults
         .iter()
         .map(|f| {
-            f.at + match f.kind {
+            f.at.saturating_add(match f.kind {
                 FaultKind::Pause(d) | FaultKind::Partition(d) => d,
                 _ => Duration::ZERO,
-            }
+            })
         })
         .max()
         .unwrap_or_default();
-    config.duration = (ttl * 6).max(last + ttl * 4);
+    config.duration = ttl
+        .saturating_mul(6)
+        .max(last.saturating_add(ttl.saturating_mul(4)));
+    if config.duration > MAX_VIRTUAL_TIME {
+        return Err(CliError::usage(format!(
+            "--faults {faults:?} with --ttl {} would simulate {} of virtual time: at most 24h",
+            show(ttl),
+            show(config.duration)
+        )));
+    }
     let simulation = Simulation::new(config.clone()).map_err(CliError::usage)?;
     let probe = Config::with_ttl(
         picolease::LeaseName::new("sim").map_err(CliError::usage)?,
