@@ -379,7 +379,11 @@ async fn a_null_epoch_is_a_typed_error_and_nothing_is_written() {
         ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("epoch"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("lease \"l\": column epoch is NULL"),
+        "{err}"
+    );
     assert!(!rx.borrow().is_leader());
     let row = admin
         .query_one(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use picolease_core::sql::{Cell, Statements};
 use picolease_core::{
-    Command, Failure, Instant, Leadership, LeaseState, Operation, Reply, RequestId, Role,
+    Command, Failure, Instant, Leadership, LeaseState, Operation, Reply, RequestId, Role, RowError,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -167,7 +167,7 @@ impl Driver {
                 .decode_reply(operation, &self.lease.config().holder, &rows)
                 .map_err(|source| PgError::Row {
                     table: self.statements.table().to_string(),
-                    source,
+                    source: name_lease(source, &self.lease_name),
                 })
         });
         match decoded {
@@ -271,6 +271,22 @@ impl Driver {
             }
         }
     }
+}
+
+/// The core decodes a reply without knowing the lease's name (its errors
+/// then say `lease ""`); the driver knows it.
+fn name_lease(mut error: RowError, name: &str) -> RowError {
+    match &mut error {
+        RowError::Null { lease, .. }
+        | RowError::NegativeEpoch { lease, .. }
+        | RowError::WrongType { lease, .. }
+            if lease.is_empty() =>
+        {
+            *lease = name.to_string();
+        }
+        _ => {}
+    }
+    error
 }
 
 /// The outcome of the statement in flight; pending while there is none.
