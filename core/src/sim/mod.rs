@@ -374,14 +374,11 @@ impl Simulation {
 
     /// Drains the node's commands, carrying each out, then re-arms its timer.
     fn after_input(&mut self, node: usize) {
-        loop {
-            let Some(command) = self.nodes[node]
-                .state
-                .as_mut()
-                .and_then(LeaseState::poll_command)
-            else {
-                break;
-            };
+        while let Some(command) = self.nodes[node]
+            .state
+            .as_mut()
+            .and_then(LeaseState::poll_command)
+        {
             match command {
                 Command::Execute { request, operation } => {
                     self.record(
