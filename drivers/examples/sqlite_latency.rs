@@ -4,17 +4,17 @@
 //! The driver's figure is what one renewal costs the lease thread: from the
 //! start of the statement to the state machine having handled the reply
 //! (prepare-cache lookup, bind, step, decode, handle). The baseline is the
-//! same renew statement text, prepared once and stepped on a connection
-//! opened with the same settings (WAL, busy timeout), at the same cadence,
-//! in the same run, on the same file.
+//! same renew UPDATE (same text, same values), stepped on the driver's own
+//! connection (through `SqliteLease::with_connection`) between its renewals,
+//! at the same cadence, in the same run.
 //!
 //! Reproduce: `CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_latency`
 
 use std::time::{Duration, Instant};
 
-use picolease::sql::{bindings, Value};
-use picolease::sqlite::{open_connection, Database, LeaseTable, SqliteLease};
-use picolease::{Config, HolderId, LeaseName, Operation, Reply};
+use picolease::sql::{bindings, Dialect, Statements, Value};
+use picolease::sqlite::{Database, SqliteLease};
+use picolease::{Config, HolderId, LeaseName};
 
 const RUNS: usize = 5;
 const TTL: Duration = Duration::from_millis(80);
@@ -44,23 +44,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let config = Config::with_ttl(lease.clone(), HolderId::new("driver")?, TTL);
         let interval = config.interval;
         let driver = SqliteLease::start(config, db.clone())?;
-        driver
+        let leading = driver
             .wait_for(Duration::from_secs(10), |l| l.is_leader())
             .ok_or("the driver never led")?;
-        std::thread::sleep(RUN_FOR);
-        let mut driver_samples = driver.renew_latencies();
-        driver.shutdown()?;
-
-        // The bare statement: take the row as "bare", then renew it.
-        let table = LeaseTable::open(&db)?;
-        let me = HolderId::new("bare")?;
-        let b = bindings(&lease, &me, TTL.as_millis() as i64);
-        let (reply, _) = table.execute(Operation::Acquire, &b, &me);
-        let Reply::Acquired { epoch } = reply else {
-            return Err(format!("bare acquire: {reply:?}").into());
-        };
-        let conn = open_connection(&db)?;
-        let renew = table.statements().renew();
+        let epoch = leading.epoch.ok_or("a leader has an epoch")?;
+        // The bare statement: the driver's own renew UPDATE, same text, same
+        // values, stepped on the driver's own connection between its
+        // renewals, at the same cadence.
+        let holder = HolderId::new("driver")?;
+        let b = bindings(&lease, &holder, TTL.as_millis() as i64);
+        let renew = Statements::new(Dialect::Sqlite, &db.table).renew().clone();
         let values: Vec<rusqlite::types::Value> = renew
             .bind(&b, Some(epoch))
             .map(|v| match v {
@@ -71,15 +64,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut bare_samples = Vec::new();
         let until = Instant::now() + RUN_FOR;
         while Instant::now() < until {
-            let started = Instant::now();
-            let mut stmt = conn.prepare_cached(renew.sql())?;
-            let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
-            while rows.next()?.is_some() {}
-            drop(rows);
-            drop(stmt);
-            bare_samples.push(started.elapsed());
+            let (sql, values) = (renew.sql().to_string(), values.clone());
+            let sample = driver.with_connection(move |conn| -> rusqlite::Result<Duration> {
+                let started = Instant::now();
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut rows = stmt.query(rusqlite::params_from_iter(values.iter()))?;
+                while rows.next()?.is_some() {}
+                Ok(started.elapsed())
+            });
+            bare_samples.push(sample.ok_or("the driver stopped")??);
             std::thread::sleep(interval);
         }
+        let mut driver_samples = driver.renew_latencies();
+        driver.shutdown()?;
         driver_samples.sort();
         bare_samples.sort();
         println!(

@@ -33,12 +33,17 @@ pub struct Transition {
 /// How many renew latencies are kept (the most recent).
 const RENEW_SAMPLES: usize = 10_000;
 
+/// A closure run on the lease thread's connection, between statements.
+type ConnectionJob = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
+
 /// What the handle asks of the thread.
 enum Control {
     /// Stop the work, release, finish.
     Shutdown,
     /// Stop at once without releasing: a simulated crash.
     Abandon,
+    /// Run a closure on the connection.
+    Run(ConnectionJob),
 }
 
 #[derive(Default)]
@@ -125,8 +130,11 @@ impl Builder {
         let state = LeaseState::new(config.clone(), Instant::ZERO)?;
         database.busy_timeout = database.busy_timeout.min(config.request_timeout * 3 / 4);
         let table = LeaseTable::open(&database)?;
-        let watchdog = Watchdog::start(table.connection().get_interrupt_handle())
-            .map_err(|e| Error::Spawn(e.to_string()))?;
+        let watchdog = Watchdog::start(
+            table.connection().get_interrupt_handle(),
+            config.request_timeout,
+        )
+        .map_err(|e| Error::Spawn(e.to_string()))?;
         let (leadership, _) = watch::channel(Leadership::unknown());
         let shared = Arc::new(Shared {
             leadership,
@@ -140,7 +148,6 @@ impl Builder {
             lease: config.lease.clone(),
             holder: config.holder.clone(),
             ttl_millis: config.ttl_millis(),
-            request_timeout: config.request_timeout,
             state,
             table,
             watchdog,
@@ -299,6 +306,23 @@ impl SqliteLease {
         lock(&self.shared.renew_latencies).clone()
     }
 
+    /// Runs `job` on the lease thread's own connection, between two lease
+    /// statements, and returns its result (`None` if the thread has
+    /// stopped). The lease loop waits for it: keep it short. Meant for
+    /// measurements and diagnostics (e.g. timing a bare statement on the
+    /// very connection the driver renews through).
+    pub fn with_connection<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (tx, rx) = mpsc::channel();
+        let job: ConnectionJob = Box::new(move |conn| {
+            let _ = tx.send(job(conn));
+        });
+        self.control.send(Control::Run(job)).ok()?;
+        rx.recv().ok()
+    }
+
     /// Stops the gated work, releases the lease if held, and returns when
     /// done. Returns the fatal error that stopped the driver earlier, if any.
     pub fn shutdown(mut self) -> Result<(), Error> {
@@ -346,7 +370,6 @@ struct Worker {
     lease: LeaseName,
     holder: HolderId,
     ttl_millis: i64,
-    request_timeout: Duration,
     state: LeaseState,
     table: LeaseTable,
     watchdog: Watchdog,
@@ -388,6 +411,10 @@ impl Worker {
             match control {
                 None => self.state.handle_timeout(now),
                 Some(Control::Shutdown) => self.state.handle_shutdown(now),
+                Some(Control::Run(job)) => {
+                    job(self.table.connection());
+                    self.state.handle_timeout(self.now());
+                }
                 Some(Control::Abandon) => {
                     tracing::warn!(lease = %self.lease, holder = %self.holder, "abandoning the lease without releasing it");
                     break;
@@ -451,7 +478,7 @@ impl Worker {
             ttl_millis: self.ttl_millis,
         };
         let (reply, error) = {
-            let _armed = self.watchdog.arm(self.request_timeout);
+            let _armed = self.watchdog.arm();
             self.table.execute(operation, &bindings, &self.holder)
         };
         if let Some(error) = error {
