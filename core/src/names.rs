@@ -114,7 +114,16 @@ impl HolderId {
     /// The conventional unique id of a running instance: host, process id
     /// and a random suffix supplied by the caller (the core has no entropy).
     pub fn unique(host: &str, pid: u32, nonce: u64) -> Self {
-        let host: String = host.chars().filter(|c| !c.is_control()).take(200).collect();
+        // At most 200 bytes of host (not characters: the id must stay
+        // within MAX_NAME_LEN bytes whatever the script of the host name).
+        let mut host_part = String::new();
+        for c in host.chars().filter(|c| !c.is_control()) {
+            if host_part.len() + c.len_utf8() > 200 {
+                break;
+            }
+            host_part.push(c);
+        }
+        let host = host_part;
         let host = if host.is_empty() { "host".into() } else { host };
         HolderId(format!("{host}-{pid}-{:06x}", nonce & 0xff_ffff).into())
     }

@@ -260,7 +260,12 @@ impl LeaseState {
     /// Another contender released the lease (a PostgreSQL notification): a
     /// follower tries at once instead of waiting for its next poll.
     pub fn handle_release_notice(&mut self, now: Instant) {
-        if self.phase != Phase::Running || self.standing != Standing::Follower {
+        if self.phase != Phase::Running {
+            return;
+        }
+        // Every input checks the deadline first, this one included.
+        self.check_deadline(now);
+        if self.standing != Standing::Follower {
             return;
         }
         if self.in_flight.is_some() {

@@ -389,9 +389,15 @@ impl Trace {
                     leading[e.node] = true;
                     None
                 }
-                Happening::Follower { reason, .. } => {
+                Happening::Follower { reason, .. } if leading[e.node] => {
                     leading[e.node] = false;
                     Some(reason.as_str())
+                }
+                // A frozen leader cannot act: its leadership ends with the
+                // pause, and the handover is measured from there.
+                Happening::Paused if leading[e.node] => {
+                    leading[e.node] = false;
+                    Some("paused")
                 }
                 Happening::Crashed if leading[e.node] => {
                     leading[e.node] = false;
@@ -442,7 +448,7 @@ impl Trace {
 pub struct Handover {
     /// The node whose term ended.
     pub from_node: usize,
-    /// `crashed`, `lost`, `expired`, `released` or `error`.
+    /// `crashed`, `paused`, `lost`, `expired`, `released` or `error`.
     pub cause: &'static str,
     /// When the term ended (real nanoseconds).
     pub ended_at: u64,

@@ -379,7 +379,9 @@ fn push_placeholder(out: &mut String, dialect: Dialect, next: &mut usize) {
             out.push_str(&next.to_string());
         }
     }
-    *next += 1;
+    // Saturates rather than overflowing: a caller asking for placeholders
+    // from `usize::MAX` gets SQL the database rejects, not a panic.
+    *next = next.saturating_add(1);
 }
 
 /// The statement with its PostgreSQL placeholders renumbered from `first`.
