@@ -1,12 +1,18 @@
 //! The invariants of DESIGN §6, as property tests over the deterministic
 //! simulator. Each test states its invariant in its name and first comment.
 //! `PROPTEST_CASES=N` raises the 1,000 cases per property.
+//!
+//! They live in the core package (not in `picolease-tests`) so that
+//! mutation testing of the core (`cargo mutants -p picolease-core`) runs
+//! them without building the drivers.
+
+mod scenarios;
 
 use std::time::Duration;
 
 use picolease_core::sim::{FaultKind, Happening, SimConfig, Simulation, Trace};
 use picolease_core::Demotion;
-use picolease_tests::{calm_cluster, cases, faulty_cluster};
+use scenarios::{calm_cluster, cases, faulty_cluster};
 use proptest::prelude::*;
 
 fn run(config: &SimConfig) -> Trace {

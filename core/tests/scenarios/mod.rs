@@ -1,5 +1,4 @@
-//! Shared helpers for picolease's integration tests: scenario generators
-//! for the simulator.
+//! Scenario generators for the simulator's property tests.
 
 use std::time::Duration;
 
