@@ -80,10 +80,9 @@ fn pseudo_random_inputs_pass_every_fuzz_body() {
     }
 }
 
-// Findings of the fuzz bodies that are bugs in the core, each reduced to a
-// test. They are `#[ignore]`d so the suite stays green until the core is
-// fixed: `cargo test -p picolease-tests --test fuzz_corpus -- --ignored`
-// shows them failing. Remove the `ignore` with the fix.
+// Findings of the fuzz bodies (and of writing them) that were bugs in the
+// core, each reduced to a test; fixed in the core since, they stay as
+// regression tests.
 
 mod findings {
     use std::time::Duration;
@@ -127,7 +126,6 @@ mod findings {
     /// so the node still reports itself leader past its deadline until the
     /// next input.
     #[test]
-    #[ignore = "core bug: handle_release_notice does not check the leader's deadline"]
     fn release_notice_past_the_deadline_demotes() {
         let mut lease = leader();
         let deadline = lease.leader_deadline().unwrap();
@@ -148,7 +146,6 @@ mod findings {
     /// debug assertions, a wrapped `$0` without) when `first` is within
     /// three of `usize::MAX`, instead of refusing or saturating.
     #[test]
-    #[ignore = "core bug: fence_from overflows for first near usize::MAX"]
     fn fence_from_never_panics() {
         let s = Statements::new(Dialect::Postgres, &TableName::default());
         let outcome = std::panic::catch_unwind(|| s.fence_from(usize::MAX).sql().to_string());
@@ -160,7 +157,6 @@ mod findings {
     /// `HolderId::new` enforces; another node that reads this holder from
     /// the row then fails to decode its acquire reply (a fatal error).
     #[test]
-    #[ignore = "core bug: HolderId::unique can exceed MAX_NAME_LEN bytes"]
     fn unique_holder_ids_are_valid_holder_ids() {
         let id = HolderId::unique(&"é".repeat(200), 42, 7);
         assert!(

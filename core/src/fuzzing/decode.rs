@@ -53,9 +53,9 @@ pub fn run(data: &[u8]) {
 enum Probe {
     Rows(OpPick, Vec<Vec<CellPick>>),
     Name(Text),
-    /// A table name, and where `fence_from` starts numbering. Bounded by
-    /// PostgreSQL's own limit on placeholders: near `usize::MAX` it
-    /// overflows, a known finding (`tests/tests/fuzz_corpus.rs`).
+    /// A table name, and where `fence_from` starts numbering (bounded by
+    /// PostgreSQL's own limit on placeholders, so the numbers can be
+    /// checked exactly; `fence_from` saturates beyond).
     Table(Text, u16),
     Timings(Timings),
 }
@@ -295,6 +295,13 @@ fn name_probe(text: &str) {
             assert!(!e.to_string().is_empty());
         }
     }
+    // The conventional unique id is always a valid holder id, whatever the
+    // host name (a non-ASCII host once made it too long).
+    let unique = HolderId::unique(text, u32::MAX, u64::MAX);
+    assert!(
+        HolderId::new(unique.as_str()).is_ok(),
+        "HolderId::unique({text:?}) = {unique:?} is not a valid holder id"
+    );
     match HolderId::new(text) {
         Ok(id) => {
             assert!(valid, "holder id {text:?} accepted");

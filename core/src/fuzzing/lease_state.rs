@@ -577,15 +577,7 @@ impl Mirror {
         if !self.monotone || self.now.as_nanos() > u64::MAX / 2 {
             return;
         }
-        // Known finding: `handle_release_notice` returns before checking
-        // the deadline, so a notice that arrives late (the driver was
-        // paused past the deadline) leaves the node leading until the next
-        // input; the driver's next `handle_timeout` demotes it. Reported in
-        // `tests/tests/fuzz_corpus.rs`
-        // (`release_notice_past_the_deadline_demotes`); excluded here so
-        // the fuzzer keeps looking for other bugs.
-        let late_notice = matches!(cause, Cause::ReleaseNotice);
-        if let Some(deadline) = lease.leader_deadline().filter(|_| !late_notice) {
+        if let Some(deadline) = lease.leader_deadline() {
             assert!(
                 self.now < deadline,
                 "leading at {:?}, past the deadline {deadline:?}",
