@@ -20,3 +20,8 @@ pub use picolease_core::{
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
