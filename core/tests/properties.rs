@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use picolease_core::sim::{FaultKind, Happening, SimConfig, Simulation, Trace};
 use picolease_core::Demotion;
-use scenarios::{calm_cluster, cases, faulty_cluster};
 use proptest::prelude::*;
+use scenarios::{calm_cluster, cases, faulty_cluster};
 
 fn run(config: &SimConfig) -> Trace {
     Simulation::new(config.clone())
