@@ -13,7 +13,6 @@
 //! cargo run -p picolease --example pg_fenced_write
 //! ```
 
-#[cfg(feature = "postgres")]
 mod example {
     use std::time::Duration;
 
@@ -86,13 +85,7 @@ mod example {
     }
 }
 
-#[cfg(feature = "postgres")]
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     example::run().await
-}
-
-#[cfg(not(feature = "postgres"))]
-fn main() {
-    eprintln!("this example needs the `postgres` feature");
 }

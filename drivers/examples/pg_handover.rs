@@ -15,7 +15,6 @@
 //! the driver without the disk, point it at the same server with
 //! `PICOLEASE_PG_URL='postgres://postgres@127.0.0.1:5432/test?options=-c%20synchronous_commit%3Doff'`.
 
-#[cfg(feature = "postgres")]
 mod bench {
     use std::time::{Duration, Instant};
 
@@ -241,13 +240,7 @@ mod bench {
     }
 }
 
-#[cfg(feature = "postgres")]
 #[tokio::main]
 async fn main() {
     bench::run().await
-}
-
-#[cfg(not(feature = "postgres"))]
-fn main() {
-    eprintln!("this example needs the `postgres` feature");
 }
