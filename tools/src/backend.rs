@@ -1,9 +1,9 @@
 //! Which database a `--db` URL names.
 //!
-//! Every command matches on [`Backend`]. The PostgreSQL backend will plug in
-//! as another variant (behind a `postgres` feature of this package, using
-//! the async driver on a runtime); until then its URLs are refused with a
-//! clear configuration error.
+//! Every command matches on [`Backend`]. The PostgreSQL backend (feature
+//! `postgres`, on by default) runs the async driver on a current-thread
+//! runtime (see `crate::postgres`); a binary built without it refuses
+//! `postgres://` URLs with a clear configuration error.
 
 use std::path::PathBuf;
 
@@ -17,6 +17,9 @@ use crate::failure::CliError;
 pub enum Backend {
     /// `sqlite://PATH` or `sqlite::memory:`.
     Sqlite(Location),
+    /// `postgres://…` or `postgresql://…`.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::Target),
 }
 
 impl Backend {
@@ -39,21 +42,53 @@ impl Backend {
         }
         let scheme = url.split("://").next().unwrap_or(url);
         if url.contains("://") && (scheme == "postgres" || scheme == "postgresql") {
+            #[cfg(feature = "postgres")]
+            return Ok(Backend::Postgres(crate::postgres::Target::parse(url)?));
+            #[cfg(not(feature = "postgres"))]
             return Err(CliError::usage(format!(
-                "postgres support not built yet in this picolease binary (--db {scheme}://…); use sqlite://PATH"
+                "postgres support not built in this picolease binary (--db {scheme}://…; build with the `postgres` feature); use sqlite://PATH"
             )));
         }
         Err(CliError::usage(format!(
-            "--db {:?} is not a supported database URL: use sqlite://PATH or sqlite::memory:",
-            crate::failure::one_line(url)
+            "--db {:?} is not a supported database URL: use sqlite://PATH, sqlite::memory: or postgres://…",
+            crate::failure::one_line(&redact(url))
         )))
     }
+}
 
-    /// The SQLite database with `table`.
-    pub fn sqlite(&self, table: &TableName) -> Database {
-        match self {
-            Backend::Sqlite(location) => Database::new(location.clone()).table(table.clone()),
+/// The SQLite database at `location` with `table`.
+pub fn sqlite(location: &Location, table: &TableName) -> Database {
+    Database::new(location.clone()).table(table.clone())
+}
+
+/// `url` with any password (between `://user:` and `@`, or a `password=`
+/// value) hidden, so that no message prints it.
+pub fn redact(url: &str) -> String {
+    let mut shown = url.to_string();
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        // The userinfo ends at the last '@' before the path.
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                shown = format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &rest[..colon],
+                    &rest[at..]
+                );
+            }
         }
+    }
+    match shown.find("password=") {
+        Some(start) => {
+            let value = start + "password=".len();
+            let end = shown[value..]
+                .find(['&', ' '])
+                .map_or(shown.len(), |i| value + i);
+            format!("{}***{}", &shown[..value], &shown[end..])
+        }
+        None => shown,
     }
 }
 
@@ -75,14 +110,49 @@ mod tests {
             Backend::parse("sqlite::memory:").unwrap(),
             Backend::Sqlite(Location::Memory)
         );
+        assert!(Backend::parse("mysql://x").is_err());
+        assert!(Backend::parse("sqlite://").is_err());
+        let foreign = Backend::parse("mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(!foreign.contains("secret"), "{foreign}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls() {
+        assert!(matches!(
+            Backend::parse("postgres://u:secret@h/db").unwrap(),
+            Backend::Postgres(_)
+        ));
+        assert!(matches!(
+            Backend::parse("postgresql://h:5432/db?connect_timeout=2").unwrap(),
+            Backend::Postgres(_)
+        ));
+        let bad = Backend::parse("postgres://u:secret@h:notaport/db").unwrap_err();
+        assert!(matches!(bad, CliError::Usage(_)), "{bad:?}");
+        assert!(!bad.to_string().contains("secret"), "{bad}");
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn postgres_urls_without_the_feature() {
         let pg = Backend::parse("postgres://u:secret@h/db")
             .unwrap_err()
             .to_string();
         assert!(
-            pg.contains("postgres support not built yet") && !pg.contains("secret"),
+            pg.contains("postgres support not built") && !pg.contains("secret"),
             "{pg}"
         );
-        assert!(Backend::parse("mysql://x").is_err());
-        assert!(Backend::parse("sqlite://").is_err());
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://h/db"), "postgres://h/db");
+        assert_eq!(
+            redact("postgres://h/db?password=pw&x=1"),
+            "postgres://h/db?password=***&x=1"
+        );
     }
 }

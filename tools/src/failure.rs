@@ -58,3 +58,23 @@ impl From<sqlite::Error> for CliError {
         }
     }
 }
+
+#[cfg(feature = "postgres")]
+impl From<picolease::postgres::PgError> for CliError {
+    /// As on SQLite: pointing at the wrong thing (a malformed URL, a bad
+    /// value, refused credentials or an unknown database, a missing table,
+    /// a table of another shape) is a configuration error; everything else
+    /// (an unreachable server, a lost connection, a malformed row) happened
+    /// at run time.
+    fn from(e: picolease::postgres::PgError) -> Self {
+        use picolease::postgres::PgError;
+        match e {
+            PgError::Config(_)
+            | PgError::InvalidUrl { .. }
+            | PgError::Login { .. }
+            | PgError::MissingTable { .. }
+            | PgError::Schema { .. } => CliError::usage(e),
+            _ => CliError::runtime(e),
+        }
+    }
+}

@@ -11,6 +11,8 @@ mod demo;
 mod duration;
 mod failure;
 mod output;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 use std::process::ExitCode;
 

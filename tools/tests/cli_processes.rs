@@ -4,166 +4,29 @@
 //! leaders at once, epochs strictly increasing, takeover within generous
 //! bounds, the paused node reports `follower` right after it resumes.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod support;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::{alive, check_terms, len, now_ms, signal, wait_event, wait_file, Log, Node};
 
 const TTL_MS: u64 = 800;
-/// Generous for a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(15);
-
-/// One event line, with the index of the process that printed it and when
-/// the test read it.
-#[derive(Clone, Debug)]
-struct Event {
-    node: usize,
-    json: Value,
-    read_at: Instant,
-}
-
-impl Event {
-    fn kind(&self) -> &str {
-        self.json["event"].as_str().unwrap_or("")
-    }
-    fn epoch(&self) -> u64 {
-        self.json["epoch"].as_u64().expect("epoch is a number")
-    }
-    fn unix_ms(&self) -> u64 {
-        self.json["unix_ms"].as_u64().expect("unix_ms is a number")
-    }
-}
-
-type Log = Arc<Mutex<Vec<Event>>>;
-
-struct Node {
-    child: Child,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
 
 fn spawn(db: &Path, node: usize, log: &Log, extra: &[&str]) -> Node {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .arg("--db")
-        .arg(format!("sqlite://{}", db.display()))
-        .args([
-            "run",
-            "--name",
-            "job",
-            "--ttl",
-            &format!("{TTL_MS}ms"),
-            "--json",
-        ])
-        .args(["--node", &format!("n{node}")])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("picolease starts");
-    let stdout = child.stdout.take().unwrap();
-    let log = Arc::clone(log);
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            let json: Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"));
-            for key in ["event", "name", "node", "epoch", "unix_ms"] {
-                assert!(json.get(key).is_some(), "{key} missing in {line}");
-            }
-            log.lock().unwrap().push(Event {
-                node,
-                json,
-                read_at: Instant::now(),
-            });
-        }
-    });
-    Node {
-        child,
-        reader: Some(reader),
-    }
-}
-
-fn signal(node: &Node, signal: Signal) {
-    kill(Pid::from_raw(node.child.id() as i32), signal).unwrap();
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// Waits for an event matching `pred` among those after index `from`.
-fn wait_event(log: &Log, from: usize, pred: impl Fn(&Event) -> bool) -> Event {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let events = log.lock().unwrap().clone();
-        if let Some(e) = events[from.min(events.len())..].iter().find(|e| pred(e)) {
-            return e.clone();
-        }
-        assert!(Instant::now() < deadline, "timed out; events: {events:#?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn len(log: &Log) -> usize {
-    log.lock().unwrap().len()
-}
-
-/// Leadership intervals from the events: a term ends at the node's
-/// follower event, or at `ends[node]` (the instant it was killed or
-/// frozen), whichever comes first.
-fn check_terms(events: &[Event], ends: &[(usize, u64)]) {
-    let mut terms: Vec<(usize, u64, u64, u64)> = Vec::new();
-    let mut epochs = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        if e.kind() != "leader" {
-            continue;
-        }
-        epochs.push((e.unix_ms(), e.epoch()));
-        let follower = events[i + 1..]
-            .iter()
-            .find(|f| f.node == e.node && f.kind() == "follower")
-            .map(|f| {
-                assert_eq!(
-                    f.epoch(),
-                    e.epoch(),
-                    "a follower event names the epoch it left"
-                );
-                f.unix_ms()
-            });
-        let cut = ends
-            .iter()
-            .filter(|(n, at)| *n == e.node && *at >= e.unix_ms())
-            .map(|(_, at)| *at)
-            .min();
-        let end = [follower, cut]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(u64::MAX);
-        terms.push((e.node, e.epoch(), e.unix_ms(), end));
-    }
-    epochs.sort();
-    for pair in epochs.windows(2) {
-        assert!(
-            pair[0].1 < pair[1].1,
-            "epochs strictly increase in time: {epochs:?}"
-        );
-    }
-    for (i, a) in terms.iter().enumerate() {
-        for b in &terms[i + 1..] {
-            assert!(
-                !(a.2 < b.3 && b.2 < a.3),
-                "two leaders at once: {a:?} and {b:?}\nall terms: {terms:?}"
-            );
-        }
-    }
+    support::spawn(
+        &format!("sqlite://{}", db.display()),
+        &[],
+        "job",
+        &format!("{TTL_MS}ms"),
+        node,
+        log,
+        extra,
+    )
 }
 
 #[test]
@@ -257,30 +120,6 @@ fn kill_term_and_pause_leaders_one_after_another() {
         "the paused node never leads again at its old epoch"
     );
     check_terms(&events, &ends);
-}
-
-fn alive(pid: i32) -> bool {
-    // A reaped child has no /proc entry; a zombie would show state Z.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.contains(") Z "))
-        .unwrap_or(false)
-}
-
-fn wait_file(path: &Path) -> String {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

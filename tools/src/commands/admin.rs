@@ -2,33 +2,54 @@
 
 use std::process::ExitCode;
 
-use picolease::sqlite::LeaseTable;
+use picolease::sql::LeaseRow;
+use picolease::sqlite::{LeaseTable, Location};
 use picolease::{LeaseName, TableName};
 
-use crate::backend::Backend;
+use crate::backend::{self, Backend};
 use crate::duration::show;
 use crate::failure::CliError;
 use crate::output::line;
 
-/// `picolease init`: creates the file and the table if missing.
+/// `picolease init`: creates the table (and, on SQLite, the file) if
+/// missing.
 pub fn init(backend: &Backend, table: &TableName) -> Result<ExitCode, CliError> {
-    let database = backend.sqlite(table);
-    let leases = LeaseTable::open(&database)?;
-    line(&format!("table {table} is ready in {}", leases.path()));
+    let place = match backend {
+        Backend::Sqlite(location) => LeaseTable::open(&backend::sqlite(location, table))?
+            .path()
+            .to_string(),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(target) => {
+            crate::postgres::init(target, table)?;
+            target.to_string()
+        }
+    };
+    line(&format!("table {table} is ready in {place}"));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every lease in the table, and where the table is (for messages).
+fn read_rows(backend: &Backend, table: &TableName) -> Result<(Vec<LeaseRow>, String), CliError> {
+    match backend {
+        Backend::Sqlite(location) => {
+            let database = backend::sqlite(location, table);
+            let rows = match location {
+                Location::File(path) if !path.exists() => Vec::new(),
+                _ => LeaseTable::open_existing(&database)?.status()?,
+            };
+            Ok((rows, location.to_string()))
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(target) => {
+            Ok((crate::postgres::status(target, table)?, target.to_string()))
+        }
+    }
 }
 
 /// `picolease status [--json]`: reads every lease without writing anything
 /// (a missing file or table reads as no leases).
 pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
-    let database = backend.sqlite(table);
-    let missing_file =
-        matches!(&database.location, picolease::sqlite::Location::File(p) if !p.exists());
-    let rows = if missing_file {
-        Vec::new()
-    } else {
-        LeaseTable::open_existing(&database)?.status()?
-    };
+    let (rows, place) = read_rows(backend, table)?;
     if json {
         let array: Vec<serde_json::Value> = rows
             .iter()
@@ -45,10 +66,7 @@ pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCo
         return Ok(ExitCode::SUCCESS);
     }
     if rows.is_empty() {
-        line(&format!(
-            "no leases in table {table} of {}",
-            database.location
-        ));
+        line(&format!("no leases in table {table} of {place}"));
         return Ok(ExitCode::SUCCESS);
     }
     let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
@@ -100,9 +118,19 @@ pub fn release(
             "release of lease {name:?} needs --force: it takes the lease from whoever holds it"
         )));
     }
-    let database = backend.sqlite(table).auto_create(false);
-    let leases = LeaseTable::open(&database)?;
-    match leases.force_release(&lease)? {
+    let (released, place) = match backend {
+        Backend::Sqlite(location) => {
+            let database = backend::sqlite(location, table).auto_create(false);
+            let leases = LeaseTable::open(&database)?;
+            (leases.force_release(&lease)?, location.to_string())
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(target) => (
+            crate::postgres::force_release(target, table, &lease)?,
+            target.to_string(),
+        ),
+    };
+    match released {
         Some(epoch) => {
             line(&format!(
                 "released lease {name:?}; its epoch is now {epoch}, so the old holder is fenced out"
@@ -110,8 +138,7 @@ pub fn release(
             Ok(ExitCode::SUCCESS)
         }
         None => Err(CliError::runtime(format!(
-            "no lease named {name:?} in table {table} of {}",
-            database.location
+            "no lease named {name:?} in table {table} of {place}"
         ))),
     }
 }

@@ -4,16 +4,18 @@
 //! own process group with the term in its environment; on demotion the
 //! group gets SIGTERM, then SIGKILL after the grace period. The driver
 //! joins this work before its next statement, so the command is gone
-//! before the lease is released or contended for again.
+//! before the lease is released or contended for again. The same code
+//! serves both backends: only how a term's end is noticed differs.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ExitStatus};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use picolease::sqlite::WorkContext;
+use picolease::Epoch;
 
 /// What the supervisor reports to the main loop.
 #[derive(Debug)]
@@ -26,25 +28,55 @@ pub enum ChildEvent {
 
 const POLL: Duration = Duration::from_millis(20);
 
-/// The gated work that runs `command` while leader.
-pub fn supervisor(
+/// `-- CMD`, as gated work of either backend: [`Gated::run_term`] runs it
+/// for one term. The SQLite driver calls it on its work thread (see
+/// [`supervisor`]); the PostgreSQL driver on a blocking thread of its
+/// runtime (see `crate::postgres`).
+#[derive(Debug)]
+pub struct Gated {
     command: Vec<String>,
     grace: Duration,
     events: mpsc::Sender<ChildEvent>,
-) -> impl Fn(WorkContext) + Send + Sync + 'static {
-    let events = std::sync::Mutex::new(events);
-    move |work: WorkContext| {
+}
+
+impl Gated {
+    /// CMD with its arguments, the grace between SIGTERM and SIGKILL, and
+    /// where to report its own exit.
+    pub fn new(command: Vec<String>, grace: Duration, events: mpsc::Sender<ChildEvent>) -> Self {
+        Gated {
+            command,
+            grace,
+            events,
+        }
+    }
+
+    /// Runs CMD for the term at `epoch` until it exits by itself (reported
+    /// as [`ChildEvent::Exited`]) or the term ends, then stops it: SIGTERM
+    /// to its group, SIGKILL after the grace period, reaped before this
+    /// returns. `ended(timeout)` sleeps up to `timeout`, waking early when
+    /// the term ends, and says whether it has.
+    pub fn run_term(
+        &self,
+        lease: &str,
+        node: &str,
+        epoch: Epoch,
+        ended: impl Fn(Duration) -> bool,
+    ) {
         let send = |event| {
-            let _ = events.lock().unwrap_or_else(|p| p.into_inner()).send(event);
+            let _ = self.events.send(event);
         };
-        let Some((program, args)) = command.split_first() else {
+        let Some((program, args)) = self.command.split_first() else {
             return;
         };
+        if ended(Duration::ZERO) {
+            // The term was over before its work started.
+            return;
+        }
         let spawned = std::process::Command::new(program)
             .args(args)
-            .env("PICOLEASE_NAME", work.lease.as_str())
-            .env("PICOLEASE_NODE", work.holder.as_str())
-            .env("PICOLEASE_EPOCH", work.epoch.to_string())
+            .env("PICOLEASE_NAME", lease)
+            .env("PICOLEASE_NODE", node)
+            .env("PICOLEASE_EPOCH", epoch.to_string())
             .process_group(0)
             .spawn();
         let mut child = match spawned {
@@ -72,11 +104,23 @@ pub fn supervisor(
                     break;
                 }
             }
-            if work.sleep(POLL) {
+            if ended(POLL) {
                 break;
             }
         }
-        stop(&mut child, grace);
+        stop(&mut child, self.grace);
+    }
+}
+
+/// The SQLite driver's gated work that runs `gated` while leader.
+pub fn supervisor(gated: Arc<Gated>) -> impl Fn(WorkContext) + Send + Sync + 'static {
+    move |work: WorkContext| {
+        gated.run_term(
+            work.lease.as_str(),
+            work.holder.as_str(),
+            work.epoch,
+            |timeout| work.sleep(timeout),
+        )
     }
 }
 

@@ -1,8 +1,8 @@
 //! One file per subcommand.
 
 mod admin;
-mod child;
-mod run;
+pub mod child;
+pub mod run;
 mod simulate;
 
 use std::process::ExitCode;

@@ -2,15 +2,15 @@
 //! transition; optionally run a command while leader.
 
 use std::process::ExitCode;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, SystemTime};
 
-use picolease::sqlite::{Builder, Transition};
+use picolease::sqlite::{self, Builder, SqliteLease};
 use picolease::{Config, HolderId, Leadership, LeaseName, Role, TableName};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use super::child::{self, ChildEvent};
-use crate::backend::Backend;
+use super::child::{self, ChildEvent, Gated};
+use crate::backend::{self, Backend};
 use crate::cli::RunArgs;
 use crate::failure::CliError;
 use crate::output::{line, unix_ms};
@@ -21,6 +21,45 @@ enum Stop {
     ChildExited(u8),
     ChildFailed(String),
     DriverFinished,
+}
+
+/// One leadership change as either driver reports it: the state and the
+/// wall-clock time the driver published it.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// The new state.
+    pub leadership: Leadership,
+    /// When the driver published it.
+    pub at: SystemTime,
+}
+
+impl From<sqlite::Transition> for Change {
+    fn from(t: sqlite::Transition) -> Self {
+        Change {
+            leadership: t.leadership,
+            at: t.at,
+        }
+    }
+}
+
+/// A running contender of either backend, as the main loop sees it.
+pub trait Contender {
+    /// True once the driver has stopped by itself (a fatal error).
+    fn is_finished(&self) -> bool;
+    /// Stops the gated work (CMD), releases the lease if held, and returns
+    /// the fatal error that had stopped the driver, if any. Every change is
+    /// published before this returns.
+    fn shutdown(self) -> Result<(), CliError>;
+}
+
+impl Contender for SqliteLease {
+    fn is_finished(&self) -> bool {
+        SqliteLease::is_finished(self)
+    }
+
+    fn shutdown(self) -> Result<(), CliError> {
+        SqliteLease::shutdown(self).map_err(CliError::from)
+    }
 }
 
 /// Runs until SIGTERM/SIGINT, CMD's own exit, or a fatal driver error.
@@ -39,6 +78,40 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     config.validate().map_err(CliError::usage)?;
 
     // Signals first, so a SIGTERM during start-up is not lost.
+    let signals = install_signals()?;
+    let (child_tx, child_rx) = mpsc::channel();
+    let gated = (!args.command.is_empty())
+        .then(|| Arc::new(Gated::new(args.command.clone(), args.grace, child_tx)));
+    let printer = Printer {
+        lease: lease.as_str(),
+        node: holder.as_str(),
+        json: args.json,
+    };
+    let session = Session {
+        signals,
+        children: child_rx,
+        printer,
+    };
+    match backend {
+        Backend::Sqlite(location) => {
+            let mut builder = Builder::new(config, backend::sqlite(location, table));
+            let transitions = builder.subscribe();
+            if let Some(gated) = gated {
+                builder = builder.while_leader(child::supervisor(gated));
+            }
+            let driver = builder.start()?;
+            session.run(driver, transitions)
+        }
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(target) => {
+            let (driver, transitions) = crate::postgres::start(target, table, config, gated)?;
+            session.run(driver, transitions)
+        }
+    }
+}
+
+/// A thread that forwards SIGTERM and SIGINT to the main loop.
+fn install_signals() -> Result<mpsc::Receiver<i32>, CliError> {
     let (signal_tx, signal_rx) = mpsc::channel();
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
@@ -52,59 +125,72 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
             }
         })
         .map_err(|e| CliError::runtime(format!("cannot start the signal thread: {e}")))?;
+    Ok(signal_rx)
+}
 
-    let mut builder = Builder::new(config, backend.sqlite(table));
-    let transitions = builder.subscribe();
-    let (child_tx, child_rx) = mpsc::channel();
-    if !args.command.is_empty() {
-        builder = builder.while_leader(child::supervisor(
-            args.command.clone(),
-            args.grace,
-            child_tx,
-        ));
-    }
-    let driver = builder.start()?;
-    if !args.json {
-        line(&format!("{holder} contending for lease \"{lease}\""));
-    }
-    let printer = Printer {
-        lease: lease.as_str(),
-        node: holder.as_str(),
-        json: args.json,
-    };
-    let stop = loop {
-        for transition in transitions.try_iter() {
-            printer.print(&transition);
+/// The backend-neutral part of `run`: print every transition, stop on a
+/// signal, CMD's own exit or the driver's end, then shut down and exit as
+/// the contract says.
+struct Session<'a> {
+    signals: mpsc::Receiver<i32>,
+    children: mpsc::Receiver<ChildEvent>,
+    printer: Printer<'a>,
+}
+
+impl Session<'_> {
+    fn run<C: Contender, T: Into<Change>>(
+        self,
+        driver: C,
+        transitions: mpsc::Receiver<T>,
+    ) -> Result<ExitCode, CliError> {
+        let Session {
+            signals,
+            children,
+            printer,
+        } = self;
+        if !printer.json {
+            line(&format!(
+                "{} contending for lease \"{}\"",
+                printer.node, printer.lease
+            ));
         }
-        if signal_rx.try_recv().is_ok() {
-            break Stop::Signal;
+        let stop = loop {
+            for transition in transitions.try_iter() {
+                printer.print(&transition.into());
+            }
+            if signals.try_recv().is_ok() {
+                break Stop::Signal;
+            }
+            match children.try_recv() {
+                Ok(ChildEvent::Exited(status)) => {
+                    break Stop::ChildExited(child::exit_code(status))
+                }
+                Ok(ChildEvent::SpawnFailed(message)) => break Stop::ChildFailed(message),
+                Err(_) => {}
+            }
+            if driver.is_finished() {
+                break Stop::DriverFinished;
+            }
+            // Transitions are the thing to react to fast; the rest is polled.
+            if let Ok(transition) = transitions.recv_timeout(Duration::from_millis(20)) {
+                printer.print(&transition.into());
+            }
+        };
+        // Stops CMD (the gated work) first, then releases.
+        let outcome = driver.shutdown();
+        for transition in transitions.iter() {
+            printer.print(&transition.into());
         }
-        match child_rx.try_recv() {
-            Ok(ChildEvent::Exited(status)) => break Stop::ChildExited(child::exit_code(status)),
-            Ok(ChildEvent::SpawnFailed(message)) => break Stop::ChildFailed(message),
-            Err(_) => {}
+        outcome?;
+        match stop {
+            Stop::Signal => Ok(ExitCode::SUCCESS),
+            Stop::ChildExited(code) => Ok(ExitCode::from(code)),
+            Stop::ChildFailed(message) => Err(CliError::runtime(message)),
+            Stop::DriverFinished => Err(CliError::runtime(format!(
+                "the lease driver for \"{}\" stopped unexpectedly",
+                printer.lease
+            ))),
         }
-        if driver.is_finished() {
-            break Stop::DriverFinished;
-        }
-        // Transitions are the thing to react to fast; the rest is polled.
-        if let Ok(transition) = transitions.recv_timeout(Duration::from_millis(20)) {
-            printer.print(&transition);
-        }
-    };
-    // Stops CMD (the gated work) first, then releases.
-    let outcome = driver.shutdown();
-    for transition in transitions.iter() {
-        printer.print(&transition);
-    }
-    outcome?;
-    match stop {
-        Stop::Signal => Ok(ExitCode::SUCCESS),
-        Stop::ChildExited(code) => Ok(ExitCode::from(code)),
-        Stop::ChildFailed(message) => Err(CliError::runtime(message)),
-        Stop::DriverFinished => Err(CliError::runtime(format!(
-            "the lease driver for \"{lease}\" stopped unexpectedly"
-        ))),
     }
 }
 
@@ -116,7 +202,7 @@ struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    fn print(&self, transition: &Transition) {
+    fn print(&self, transition: &Change) {
         let Leadership {
             role,
             epoch,
