@@ -158,8 +158,9 @@ impl LeaseState {
         let deadline = self.leader_deadline();
         let request = match self.in_flight {
             Some(req) => Some(req.sent_at + self.config.request_timeout),
-            None if matches!(self.phase, Phase::Running) => Some(self.next_attempt),
-            None => None,
+            // While shutting down something is always in flight (the
+            // release, or the request it waits for) until `Finished`.
+            None => Some(self.next_attempt),
         };
         match (deadline, request) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -223,8 +224,11 @@ impl LeaseState {
                 // expires_in` is no earlier than the database's expiry.
                 self.next_attempt = poll.min(now + expires_in);
             }
+            // A renew is only sent while leading at its epoch, and with one
+            // request in flight the standing can only have changed since by
+            // demotion: no need to compare epochs.
             (Operation::Renew { epoch }, Reply::Accepted) => match self.standing {
-                Standing::Leader { epoch: mine, .. } if mine == epoch => {
+                Standing::Leader { .. } => {
                     self.standing = Standing::Leader {
                         epoch,
                         deadline: req.sent_at + self.validity,
@@ -235,19 +239,14 @@ impl LeaseState {
                 // row may still be ours: acquire takes it back at once.
                 _ => self.next_attempt = now,
             },
-            (Operation::Renew { epoch }, Reply::Rejected) => {
-                if matches!(self.standing, Standing::Leader { epoch: mine, .. } if mine == epoch) {
-                    self.demote(Demotion::Lost);
-                }
+            (Operation::Renew { .. }, Reply::Rejected) => {
+                self.demote(Demotion::Lost);
                 self.next_attempt = now;
             }
-            (Operation::Release { .. }, Reply::Accepted | Reply::Rejected) => {
-                if let Phase::ShuttingDown { .. } = self.phase {
-                    self.phase = Phase::ShuttingDown { release: None };
-                }
-            }
-            // A transient failure, or a reply that does not fit the
-            // operation (a driver bug): count it as a failed attempt.
+            // A release ends the shutdown whatever its outcome (accepted,
+            // rejected, failed): `after_failure` handles all three. Anything
+            // else here is a transient failure or a reply that does not fit
+            // the operation (a driver bug): a failed attempt.
             _ => self.after_failure(now, req),
         }
         if self.notice_pending && self.standing == Standing::Follower {
@@ -326,7 +325,8 @@ impl LeaseState {
         match self.phase {
             Phase::ShuttingDown { .. } => {
                 if let Operation::Release { .. } = req.operation {
-                    // Could not release: the row will lapse by its ttl.
+                    // Released, refused, or could not release (then the
+                    // row lapses by its ttl): nothing more to give up.
                     self.phase = Phase::ShuttingDown { release: None };
                 }
             }

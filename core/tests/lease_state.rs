@@ -73,6 +73,7 @@ fn leading() -> LeaseState {
     let mut s = LeaseState::new(config(), ms(0)).unwrap();
     s.handle_timeout(ms(0));
     assert_eq!(drain(&mut s), vec![execute(1, Operation::Acquire)]);
+    assert!(!s.is_finished());
     s.handle_reply(
         ms(2),
         RequestId(1),
@@ -252,6 +253,50 @@ fn a_follower_tries_right_at_the_known_expiry_when_sooner_than_its_poll() {
     s.handle_reply(ms(706), RequestId(2), held("other", 3, 9_000));
     assert_eq!(drain(&mut s), vec![]);
     assert_eq!(s.poll_timeout(), Some(ms(704 + 2_500)));
+    // A new term of the same holder, or a new holder at the same epoch
+    // number: each is news to watchers.
+    s.handle_timeout(ms(3_204));
+    drain(&mut s);
+    s.handle_reply(ms(3_205), RequestId(3), held("other", 4, 9_000));
+    assert!(matches!(&drain(&mut s)[..], [Command::Publish(l)] if l.epoch == Some(Epoch::new(4))));
+    s.handle_timeout(ms(5_705));
+    drain(&mut s);
+    s.handle_reply(ms(5_706), RequestId(4), held("third", 4, 9_000));
+    assert!(
+        matches!(&drain(&mut s)[..], [Command::Publish(l)] if l.holder == Some(HolderId::new("third").unwrap()))
+    );
+}
+
+#[test]
+fn jitter_covers_its_whole_range_evenly() {
+    // With 1 ns of jitter both delays occur; with 1 ms the draws spread
+    // evenly over ten buckets (a seeded generator, so this is exact).
+    let draws = |jitter: Duration, n: u64| {
+        let mut c = config();
+        c.jitter = jitter;
+        let mut s = LeaseState::new(c, ms(0)).unwrap();
+        let mut out = Vec::new();
+        let mut now = ms(0);
+        for id in 1..=n {
+            s.handle_timeout(now);
+            drain(&mut s);
+            s.handle_reply(now, RequestId(id), held("other", 1, 60_000));
+            drain(&mut s);
+            let next = s.poll_timeout().unwrap();
+            out.push(Duration::from_millis(2_500) - next.saturating_duration_since(now));
+            now = next;
+        }
+        out
+    };
+    let tiny = draws(Duration::from_nanos(1), 64);
+    assert!(tiny.contains(&Duration::ZERO) && tiny.contains(&Duration::from_nanos(1)));
+    let mut buckets = [0u32; 10];
+    for cut in draws(Duration::from_millis(1), 5_000) {
+        buckets[(cut.as_nanos() as usize * 10 / 1_000_001).min(9)] += 1;
+    }
+    for b in buckets {
+        assert!((400..=600).contains(&b), "{buckets:?}");
+    }
 }
 
 #[test]
