@@ -234,6 +234,11 @@ fn malformed_rows_are_reported_and_left_untouched() {
             1,
             &["epoch"],
         );
+        assert_error(
+            &picolease(&["--db", &db, "release", "--name", "job", "--force"]),
+            1,
+            &["epoch"],
+        );
         assert_eq!(dump(&path), before, "nothing changed for epoch {epoch}");
     }
 }

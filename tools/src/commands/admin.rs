@@ -122,7 +122,7 @@ pub fn release(
         Backend::Sqlite(location) => {
             let database = backend::sqlite(location, table).auto_create(false);
             let leases = LeaseTable::open(&database)?;
-            (leases.force_release(&lease)?, location.to_string())
+            (force_release_sqlite(&leases, &lease)?, location.to_string())
         }
         #[cfg(feature = "postgres")]
         Backend::Postgres(target) => (
@@ -140,5 +140,33 @@ pub fn release(
         None => Err(CliError::runtime(format!(
             "no lease named {name:?} in table {table} of {place}"
         ))),
+    }
+}
+
+/// The driver's force release in a transaction: its statement rewrites the
+/// row before the reply is decoded, so a malformed row (a NULL epoch)
+/// would be changed and only then reported; the rollback keeps it as it was.
+fn force_release_sqlite(
+    leases: &LeaseTable,
+    lease: &LeaseName,
+) -> Result<Option<picolease::Epoch>, CliError> {
+    let sql_error =
+        |e: rusqlite::Error| CliError::runtime(format!("SQLite error on {}: {e}", leases.path()));
+    leases
+        .connection()
+        .execute_batch("BEGIN IMMEDIATE")
+        .map_err(sql_error)?;
+    match leases.force_release(lease) {
+        Ok(epoch) => {
+            leases
+                .connection()
+                .execute_batch("COMMIT")
+                .map_err(sql_error)?;
+            Ok(epoch)
+        }
+        Err(e) => {
+            let _ = leases.connection().execute_batch("ROLLBACK");
+            Err(e.into())
+        }
     }
 }
