@@ -11,7 +11,8 @@ use crate::duration::parse_duration;
 #[derive(Debug, Parser)]
 #[command(name = "picolease", version, about, long_about = None)]
 pub struct Cli {
-    /// The database: sqlite://PATH or sqlite::memory:.
+    /// The database: sqlite://PATH, sqlite::memory: or
+    /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?OPTIONS].
     #[arg(
         long,
         env = "PICOLEASE_DB",
