@@ -152,6 +152,25 @@ mod tests {
     }
 
     #[test]
+    fn boundaries_that_can_work_are_accepted() {
+        let ms = Duration::from_millis;
+        assert_eq!(config(10).validate(), Ok(()));
+        assert_eq!(config(24 * 3600 * 1000).validate(), Ok(()));
+        let mut c = config(24 * 3600 * 1000);
+        c.ttl += Duration::from_nanos(1);
+        assert!(matches!(c.validate(), Err(ConfigError::TtlTooLong { .. })));
+        let mut c = config(1000);
+        c.jitter = c.interval / 2;
+        assert_eq!(c.validate(), Ok(()));
+        let c = config(1000).interval(ms(400));
+        assert_eq!(
+            (c.interval, c.request_timeout, c.jitter),
+            (ms(400), ms(400), ms(40))
+        );
+        assert_eq!(c.ttl_millis(), 1000);
+    }
+
+    #[test]
     fn each_impossible_timing_is_named() {
         let ms = Duration::from_millis;
         assert_eq!(

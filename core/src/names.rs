@@ -271,6 +271,17 @@ mod tests {
     }
 
     #[test]
+    fn names_up_to_255_bytes_and_epochs_read_back() {
+        assert!(LeaseName::new(&"x".repeat(255)).is_ok());
+        assert!(HolderId::new(&"é".repeat(127)).is_ok());
+        let e = Epoch::new(42);
+        assert_eq!(
+            (e.get(), e.to_i64(), e.to_string()),
+            (42, 42, "42".to_string())
+        );
+    }
+
+    #[test]
     fn unique_holder_ids_carry_host_pid_and_nonce() {
         let id = HolderId::unique("web-1", 42, 0xabcdef);
         assert_eq!(id.as_str(), "web-1-42-abcdef");

@@ -132,7 +132,14 @@ fn decoding_names_what_is_wrong_with_a_row() {
         &me,
         &row(Cell::Text("x".into()), Cell::Int(4), Cell::Int(900)),
     );
-    assert!(matches!(held, Ok(Reply::Held { .. })));
+    assert_eq!(
+        held,
+        Ok(Reply::Held {
+            holder: HolderId::new("x").unwrap(),
+            epoch: Epoch::new(4),
+            expires_in: std::time::Duration::from_millis(900)
+        })
+    );
     assert_eq!(
         s.decode_reply(
             Operation::Acquire,
@@ -201,4 +208,13 @@ fn decoding_names_what_is_wrong_with_a_row() {
         ]])
         .unwrap();
     assert_eq!(free[0].expires_in_ms, None);
+    let held = s
+        .decode_status(&[vec![
+            Cell::Text("l".into()),
+            Cell::Text("h".into()),
+            Cell::Int(3),
+            Cell::Int(1234),
+        ]])
+        .unwrap();
+    assert_eq!(held[0].expires_in_ms, Some(1234));
 }
