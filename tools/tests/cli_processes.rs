@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use support::{alive, check_terms, len, now_ms, signal, wait_event, wait_file, Log, Node};
+use support::{alive, len, signal, wait_event, wait_file, Log, Node};
 
 const TTL_MS: u64 = 800;
 
@@ -35,91 +35,13 @@ fn kill_term_and_pause_leaders_one_after_another() {
     let db = dir.path().join("leases.db");
     let log: Log = Arc::default();
     let mut nodes: Vec<Node> = (0..4).map(|i| spawn(&db, i, &log, &[])).collect();
-    let mut ends = Vec::new();
-    let ttl = Duration::from_millis(TTL_MS);
-
-    // A first leader.
-    let first = wait_event(&log, 0, |e| e.kind() == "leader");
-    assert_eq!(first.epoch(), 1);
-
-    // SIGKILL it: a successor within ttl + generous margin.
-    let mark = len(&log);
-    ends.push((first.node, now_ms()));
-    let killed_at = Instant::now();
-    signal(&nodes[first.node], Signal::SIGKILL);
-    let second = wait_event(&log, mark, |e| e.kind() == "leader");
-    assert_ne!(second.node, first.node);
-    let gap = second.read_at - killed_at;
-    assert!(
-        gap < ttl + Duration::from_secs(3),
-        "takeover after a crash took {gap:?}"
+    // Polling only on SQLite: a clean handover takes up to an interval.
+    support::kill_term_and_pause(
+        &mut nodes,
+        &log,
+        Duration::from_millis(TTL_MS),
+        Duration::from_secs(5),
     );
-    assert!(second.epoch() > first.epoch());
-
-    // SIGTERM it: it prints follower/released, exits 0, and a successor leads.
-    let mark = len(&log);
-    signal(&nodes[second.node], Signal::SIGTERM);
-    let released = wait_event(&log, mark, |e| {
-        e.node == second.node && e.kind() == "follower"
-    });
-    assert_eq!(released.json["reason"], "released");
-    assert_eq!(released.epoch(), second.epoch());
-    let status = nodes[second.node].child.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "SIGTERM exits 0");
-    let third = wait_event(&log, mark, |e| e.kind() == "leader");
-    assert!(third.epoch() > second.epoch());
-    assert!(third.read_at - released.read_at < Duration::from_secs(5));
-
-    // SIGSTOP it past its ttl: another takes over; after SIGCONT it reports
-    // follower at once and never acts on its old epoch.
-    let mark = len(&log);
-    ends.push((third.node, now_ms()));
-    signal(&nodes[third.node], Signal::SIGSTOP);
-    let fourth = wait_event(&log, mark, |e| e.kind() == "leader");
-    assert_ne!(fourth.node, third.node);
-    std::thread::sleep(ttl / 2);
-    let resumed_at = Instant::now();
-    signal(&nodes[third.node], Signal::SIGCONT);
-    let demoted = wait_event(&log, mark, |e| e.node == third.node);
-    assert_eq!(
-        demoted.kind(),
-        "follower",
-        "the first thing it says after resuming"
-    );
-    assert!(
-        matches!(demoted.json["reason"].as_str(), Some("expired" | "lost")),
-        "{demoted:?}"
-    );
-    assert_eq!(demoted.epoch(), third.epoch());
-    assert!(
-        demoted.read_at - resumed_at < Duration::from_secs(2),
-        "reported late: {:?}",
-        demoted.read_at - resumed_at
-    );
-
-    // Let it run a little, then stop everyone cleanly.
-    std::thread::sleep(ttl);
-    for (i, node) in nodes.iter_mut().enumerate() {
-        if i != first.node && i != second.node {
-            signal(node, Signal::SIGTERM);
-        }
-    }
-    for (i, node) in nodes.iter_mut().enumerate() {
-        let status = node.child.wait().unwrap();
-        if i != first.node {
-            assert_eq!(status.code(), Some(0), "node {i}");
-        }
-        node.reader.take().unwrap().join().unwrap();
-    }
-    let events = log.lock().unwrap().clone();
-    assert!(
-        !events.iter().any(|e| e.node == third.node
-            && e.kind() == "leader"
-            && e.epoch() == third.epoch()
-            && e.read_at > resumed_at),
-        "the paused node never leads again at its old epoch"
-    );
-    check_terms(&events, &ends);
 }
 
 #[test]

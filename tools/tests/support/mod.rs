@@ -192,3 +192,98 @@ pub fn wait_file(path: &Path) -> String {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The scenario both backends run: with `nodes` contending for one lease,
+/// SIGKILL the first leader (a successor within ttl + margin), SIGTERM the
+/// second (`follower`/`released`, exit 0, a successor within
+/// `clean_handover`), SIGSTOP the third past its ttl then SIGCONT (another
+/// leads meanwhile; the paused node's first word is `follower`, at once, and
+/// it never leads again at its old epoch); then stop everyone and check the
+/// recorded terms: never two leaders at once, epochs strictly increasing.
+pub fn kill_term_and_pause(nodes: &mut [Node], log: &Log, ttl: Duration, clean_handover: Duration) {
+    let mut ends = Vec::new();
+    let first = wait_event(log, 0, |e| e.kind() == "leader");
+    assert_eq!(first.epoch(), 1);
+
+    let mark = len(log);
+    ends.push((first.node, now_ms()));
+    let killed_at = Instant::now();
+    signal(&nodes[first.node], Signal::SIGKILL);
+    let second = wait_event(log, mark, |e| e.kind() == "leader");
+    assert_ne!(second.node, first.node);
+    let gap = second.read_at - killed_at;
+    assert!(
+        gap < ttl + Duration::from_secs(3),
+        "takeover after a crash took {gap:?}"
+    );
+    assert!(second.epoch() > first.epoch());
+
+    let mark = len(log);
+    signal(&nodes[second.node], Signal::SIGTERM);
+    let released = wait_event(log, mark, |e| {
+        e.node == second.node && e.kind() == "follower"
+    });
+    assert_eq!(released.json["reason"], "released");
+    assert_eq!(released.epoch(), second.epoch());
+    assert_eq!(
+        nodes[second.node].child.wait().unwrap().code(),
+        Some(0),
+        "SIGTERM exits 0"
+    );
+    let third = wait_event(log, mark, |e| e.kind() == "leader");
+    assert!(third.epoch() > second.epoch());
+    let handover = third.read_at - released.read_at;
+    assert!(
+        handover < clean_handover,
+        "handover after a clean stop took {handover:?}"
+    );
+
+    let mark = len(log);
+    ends.push((third.node, now_ms()));
+    signal(&nodes[third.node], Signal::SIGSTOP);
+    let fourth = wait_event(log, mark, |e| e.kind() == "leader");
+    assert_ne!(fourth.node, third.node);
+    assert!(fourth.epoch() > third.epoch());
+    std::thread::sleep(ttl / 2);
+    let resumed_at = Instant::now();
+    signal(&nodes[third.node], Signal::SIGCONT);
+    let demoted = wait_event(log, mark, |e| e.node == third.node);
+    assert_eq!(
+        demoted.kind(),
+        "follower",
+        "the first thing it says after resuming"
+    );
+    assert!(
+        matches!(demoted.json["reason"].as_str(), Some("expired" | "lost")),
+        "{demoted:?}"
+    );
+    assert_eq!(demoted.epoch(), third.epoch());
+    let late = demoted.read_at - resumed_at;
+    assert!(late < Duration::from_secs(2), "reported late: {late:?}");
+
+    // Let it run a little, then stop everyone cleanly.
+    std::thread::sleep(ttl);
+    for (i, node) in nodes.iter().enumerate() {
+        if i != first.node && i != second.node {
+            signal(node, Signal::SIGTERM);
+        }
+    }
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let status = node.child.wait().unwrap();
+        if i != first.node {
+            assert_eq!(status.code(), Some(0), "node {i}");
+        }
+        node.reader.take().unwrap().join().unwrap();
+    }
+    let events = log.lock().unwrap().clone();
+    assert!(
+        !events.iter().any(|e| e.node == third.node
+            && e.kind() == "leader"
+            && e.epoch() == third.epoch()
+            && e.read_at > resumed_at),
+        "the paused node never leads again at its old epoch"
+    );
+    let leaders = events.iter().filter(|e| e.kind() == "leader").count();
+    assert!(leaders >= 4, "{events:#?}");
+    check_terms(&events, &ends);
+}
