@@ -274,6 +274,16 @@ mod tests {
     fn names_up_to_255_bytes_and_epochs_read_back() {
         assert!(LeaseName::new(&"x".repeat(255)).is_ok());
         assert!(HolderId::new(&"é".repeat(127)).is_ok());
+        let lease = LeaseName::new("maintenance").unwrap();
+        assert_eq!(
+            (lease.as_str(), lease.to_string()),
+            ("maintenance", "maintenance".to_string())
+        );
+        // The host part keeps up to 200 bytes, whole characters only.
+        let id = HolderId::unique(&"h".repeat(200), 1, 0);
+        assert_eq!(id.as_str(), format!("{}-1-000000", "h".repeat(200)));
+        let id = HolderId::unique(&"é".repeat(101), 1, 0);
+        assert_eq!(id.as_str(), format!("{}-1-000000", "é".repeat(100)));
         let e = Epoch::new(42);
         assert_eq!(
             (e.get(), e.to_i64(), e.to_string()),
