@@ -181,6 +181,43 @@ fn decoding_names_what_is_wrong_with_a_row() {
         s.decode_reply(Operation::Acquire, &me, &[]),
         Err(RowError::RowCount { .. })
     ));
+    assert_eq!(
+        wrong.unwrap_err().to_string(),
+        "lease \"\": column epoch holds text, expected integer"
+    );
+    let two = s.decode_reply(
+        Operation::Renew {
+            epoch: Epoch::new(1),
+        },
+        &me,
+        &[vec![Cell::Int(1), Cell::Int(2)]],
+    );
+    assert_eq!(
+        two,
+        Err(RowError::ColumnCount {
+            statement: "renew",
+            expected: 1,
+            found: 2
+        })
+    );
+    let short = s.decode_status(&[vec![Cell::Text("l".into())]]);
+    assert!(matches!(
+        short,
+        Err(RowError::ColumnCount {
+            statement: "status",
+            ..
+        })
+    ));
+    let other = s.decode_status(&[vec![
+        Cell::Other("blob".into()),
+        Cell::Null,
+        Cell::Int(1),
+        Cell::Int(0),
+    ]]);
+    assert_eq!(
+        other.unwrap_err().to_string(),
+        "lease \"\": column name holds blob, expected text"
+    );
     let renew = Operation::Renew {
         epoch: Epoch::new(1),
     };
