@@ -284,6 +284,7 @@ mod tests {
         assert_eq!(id.as_str(), format!("{}-1-000000", "h".repeat(200)));
         let id = HolderId::unique(&"é".repeat(101), 1, 0);
         assert_eq!(id.as_str(), format!("{}-1-000000", "é".repeat(100)));
+        assert_eq!(id.to_string(), id.as_str());
         let e = Epoch::new(42);
         assert_eq!(
             (e.get(), e.to_i64(), e.to_string()),
