@@ -254,4 +254,13 @@ fn decoding_names_what_is_wrong_with_a_row() {
         ]])
         .unwrap();
     assert_eq!(held[0].expires_in_ms, Some(1234));
+    assert_eq!(s.decode_force_release(&[]), Ok(None));
+    assert_eq!(
+        s.decode_force_release(&[vec![Cell::Int(5)]]),
+        Ok(Some(Epoch::new(5)))
+    );
+    assert!(matches!(
+        s.decode_force_release(&[vec![Cell::Int(5)], vec![Cell::Int(6)]]),
+        Err(RowError::RowCount { .. })
+    ));
 }
