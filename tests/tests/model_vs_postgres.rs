@@ -16,7 +16,7 @@ use std::sync::Barrier;
 
 use model_vs::{
     check_concurrent_acquires, check_real_expiry, ops, Bound, Comparison, EpochPick, Op, Outcome,
-    RealDb, Sql, LEASES,
+    RealDb, Sql, LEASES, SQL_MUTANTS,
 };
 use picolease_core::sql::{Cell, Dialect, Statements};
 use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
@@ -182,27 +182,7 @@ fn model_and_postgres_agree_on_random_operation_sequences() {
 /// disagreement.
 #[test]
 fn the_comparison_catches_mutated_sql_on_postgres() {
-    type Mutant = fn(Sql) -> Sql;
-    let mutants: [(&str, Mutant); 5] = [
-        (
-            "renew without the epoch condition",
-            Sql::renew_without_epoch,
-        ),
-        (
-            "acquire without the expiry condition",
-            Sql::acquire_without_expiry,
-        ),
-        ("fence without the expiry check", Sql::fence_without_expiry),
-        (
-            "release without the holder condition",
-            Sql::release_without_holder,
-        ),
-        (
-            "force release keeping the epoch",
-            Sql::force_release_keeping_epoch,
-        ),
-    ];
-    for (name, mutant) in mutants {
+    for (name, mutant) in SQL_MUTANTS {
         let config = Config {
             cases: 256,
             max_shrink_iters: 64,

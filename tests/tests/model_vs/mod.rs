@@ -211,6 +211,30 @@ impl Prepared {
     }
 }
 
+/// A deliberately broken copy of the statements.
+pub type Mutant = fn(Sql) -> Sql;
+
+/// The SQL mutants both comparisons must catch, by name.
+pub const SQL_MUTANTS: [(&str, Mutant); 5] = [
+    (
+        "renew without the epoch condition",
+        Sql::renew_without_epoch,
+    ),
+    (
+        "acquire without the expiry condition",
+        Sql::acquire_without_expiry,
+    ),
+    ("fence without the expiry check", Sql::fence_without_expiry),
+    (
+        "release without the holder condition",
+        Sql::release_without_holder,
+    ),
+    (
+        "force release keeping the epoch",
+        Sql::force_release_keeping_epoch,
+    ),
+];
+
 /// The SQL a comparison runs: the real statements, unless mutated.
 #[derive(Clone, Debug)]
 pub struct Sql {
