@@ -137,3 +137,50 @@ pub enum RowError {
         found: String,
     },
 }
+
+impl RowError {
+    /// The same error naming `lease`. The statements' decoder reads rows
+    /// without knowing which lease they belong to, so its errors name none
+    /// (`lease ""`); a driver, which knows, names it here.
+    pub fn for_lease(mut self, name: &str) -> Self {
+        match &mut self {
+            RowError::Null { lease, .. }
+            | RowError::NegativeEpoch { lease, .. }
+            | RowError::WrongType { lease, .. }
+                if lease.is_empty() =>
+            {
+                *lease = name.to_string();
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn for_lease_names_the_lease_only_where_none_is_named() {
+        let unnamed = RowError::Null {
+            lease: String::new(),
+            column: "epoch",
+        };
+        assert_eq!(
+            unnamed.for_lease("jobs").to_string(),
+            "lease \"jobs\": column epoch is NULL"
+        );
+        let named = RowError::NegativeEpoch {
+            lease: "a".into(),
+            epoch: -1,
+        };
+        assert_eq!(named.clone().for_lease("b"), named);
+        let count = RowError::RowCount {
+            statement: "renew",
+            expected: "0 or 1",
+            found: 2,
+        };
+        assert_eq!(count.clone().for_lease("b"), count);
+    }
+}

@@ -10,6 +10,10 @@ use std::time::Duration;
 pub struct RequestId(pub u64);
 
 /// What the driver must execute: one of the lease statements.
+///
+/// Deliberately exhaustive: each variant is a statement every driver must
+/// be able to run, so a new one should break a driver's build rather than
+/// fall into a catch-all arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// Take the row if free, lapsed, or already ours; bump the epoch.
@@ -38,6 +42,10 @@ impl Operation {
 
 /// The outcome of a statement, decoded from its rows (see
 /// `Statements::decode_reply`) or from the error the driver met.
+///
+/// Deliberately exhaustive: the core must interpret every outcome a driver
+/// can report, and a driver builds these, so a new outcome is a change to
+/// both sides that the compiler should point out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     /// Acquire: the row is now ours at `epoch`.
@@ -76,7 +84,11 @@ pub enum Failure {
 }
 
 /// Why a leader stopped leading (DESIGN §4).
+///
+/// Non-exhaustive: new reasons may come (a stepped clock, say), and a
+/// watcher that only logs or stops its work should not break then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Demotion {
     /// A renewal was rejected: a successor bumped the epoch.
     Lost,
@@ -154,6 +166,10 @@ impl Leadership {
 
 /// What the state machine asks of its driver, drained with
 /// `LeaseState::poll_command`. Drivers carry these out **in order**.
+///
+/// Deliberately exhaustive: a driver that silently ignored a new command
+/// could break the contract (a new kind of stop, say), so adding one must
+/// fail every driver's build until it is handled.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Execute a lease statement and feed its outcome back with the same id.

@@ -60,8 +60,8 @@ mod example {
         );
         let lease = PgLease::builder(config, connector)
             .table(table.clone())
-            .spawn()?;
-        lease.leadership().wait_for(|l| l.is_leader()).await?;
+            .start()?;
+        lease.watch().wait_for(|l| l.is_leader()).await?;
         let fence = lease.fence().expect("leading");
         println!(
             "leading at epoch {}: job 1 applied = {}",

@@ -39,13 +39,13 @@ mod bench {
         PgLease::builder(config, PgConnector::new(&url()).unwrap())
             .table(table.clone())
             .notifications(notify)
-            .spawn()
+            .start()
             .unwrap()
     }
 
     async fn until_leader(lease: &PgLease) -> Instant {
         let mut changes = lease.subscribe();
-        if lease.leadership().borrow().is_leader() {
+        if lease.watch().borrow().is_leader() {
             return Instant::now();
         }
         loop {
@@ -66,7 +66,7 @@ mod bench {
         let mut out = Vec::new();
         for round in 1..=rounds {
             let successor = contender(table, &format!("{tag}{round}"), ttl, notify);
-            let mut rx = successor.leadership();
+            let mut rx = successor.watch();
             let id = leader.config().holder.clone();
             rx.wait_for(|l| l.holder.as_ref() == Some(&id))
                 .await
@@ -107,7 +107,7 @@ mod bench {
         let mut out = Vec::new();
         for round in 1..=rounds {
             let successor = contender(table, &format!("c{round}"), ttl, true);
-            let mut rx = successor.leadership();
+            let mut rx = successor.watch();
             let id = leader.config().holder.clone();
             rx.wait_for(|l| l.holder.as_ref() == Some(&id))
                 .await

@@ -7,7 +7,7 @@
 //! release to the other's leadership. The baseline printed beside each is
 //! the bound the design promises, computed from the same configuration.
 //!
-//! Reproduce: `CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_handover`
+//! Reproduce: `cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_handover`
 
 use std::time::{Duration, Instant};
 
@@ -28,18 +28,18 @@ fn config(holder: &str, seed: u64) -> Result<Config, Box<dyn std::error::Error>>
 fn run(crash: bool, seed: u64) -> Result<Duration, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let db = Database::file(dir.path().join("leases.db"));
-    let a = SqliteLease::start(config("a", seed)?, db.clone())?;
+    let a = SqliteLease::builder(config("a", seed)?, db.clone()).start()?;
     let first = a
         .wait_for(Duration::from_secs(10), |l| l.is_leader())
         .ok_or("a never led")?;
-    let b = SqliteLease::start(config("b", seed + 1)?, db)?;
+    let b = SqliteLease::builder(config("b", seed + 1)?, db).start()?;
     b.wait_for(Duration::from_secs(10), |l| l.epoch == first.epoch)
         .ok_or("b never saw a")?;
     // Stop at a random point of the renew cycle.
     std::thread::sleep(TTL / 4 + Duration::from_millis(seed * 37 % 250));
     let stopped_at = if crash {
         let at = Instant::now();
-        a.abandon();
+        a.abort();
         at
     } else {
         a.shutdown()?;
@@ -53,7 +53,7 @@ fn run(crash: bool, seed: u64) -> Result<Duration, Box<dyn std::error::Error>> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("reproduce: CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_handover");
+    println!("reproduce: cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_handover");
     let interval = TTL / 4;
     for (crash, what, bound) in [
         (

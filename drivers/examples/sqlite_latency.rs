@@ -8,7 +8,7 @@
 //! connection (through `SqliteLease::with_connection`) between its renewals,
 //! at the same cadence, in the same run.
 //!
-//! Reproduce: `CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_latency`
+//! Reproduce: `cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_latency`
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ fn us(d: Duration) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("reproduce: CARGO_TARGET_DIR=/work/target-sqlite cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_latency");
+    println!("reproduce: cargo run --release -p picolease --no-default-features --features sqlite --example sqlite_latency");
     println!(
         "ttl {TTL:?}, renew interval {:?}, {RUNS} runs of {RUN_FOR:?}",
         TTL / 4
@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The driver renewing on its own.
         let config = Config::with_ttl(lease.clone(), HolderId::new("driver")?, TTL);
         let interval = config.interval;
-        let driver = SqliteLease::start(config, db.clone())?;
+        let driver = SqliteLease::builder(config, db.clone()).start()?;
         let leading = driver
             .wait_for(Duration::from_secs(10), |l| l.is_leader())
             .ok_or("the driver never led")?;

@@ -6,22 +6,122 @@
 //! crashes, stalls or shuts down, another node takes over within a bound.
 //!
 //! This crate holds the drivers; the election itself is the deterministic
-//! [`LeaseState`] of `picolease-core`, re-exported here.
+//! `LeaseState` of `picolease-core`, whose user-facing types are
+//! re-exported here (a driver author uses `picolease-core` directly).
 //!
 //! - [`sqlite`] (feature `sqlite`): a blocking driver on rusqlite.
 //! - [`postgres`] (feature `postgres`): an async driver on tokio-postgres.
+//!
+//! Both drivers speak one vocabulary: `builder(config, database)`,
+//! `while_leader(work)`, `start()`; then `leadership()` (the current
+//! state), `watch()` (a `tokio::sync::watch` receiver), `subscribe()`
+//! (every [`Transition`], in order, bounded), `fence()` (the current
+//! term's fence for your own writes), `shutdown()` and `abort()`. Gated
+//! work gets a `LeaderContext` with the term's epoch, its fence and its
+//! cancellation.
 
 pub use picolease_core::{
-    sql, Command, Config, ConfigError, Demotion, Epoch, Failure, HolderId, Instant, Leadership,
-    LeaseName, LeaseState, Operation, Reply, RequestId, Role, RowError, TableName, DEFAULT_TABLE,
+    sql, Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, Role, RowError,
+    TableName, DEFAULT_TABLE,
 };
+
+mod publish;
+
+pub use publish::{RecvError, Subscription, Transition, RENEW_SAMPLES, SUBSCRIPTION_CAPACITY};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+/// A holder id unique to this running process: host name, process id and
+/// a random suffix (DESIGN §3: two live processes must never share one,
+/// because a holder may take its own row back to recover a lost reply).
+pub fn unique_holder_id() -> HolderId {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    HolderId::unique(host.trim(), std::process::id(), random_u64())
+}
+
+/// Entropy without a dependency: std's randomly keyed hasher (seeded from
+/// the operating system), mixed with the clock and the process id.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+/// A connection URL with any password hidden, so no message prints it:
+/// the userinfo password (`scheme://user:***@host/…`) and any
+/// `password=` value (`?password=***`, `host=h password=*** …`).
+pub fn redact_url(url: &str) -> String {
+    let mut shown = url.to_string();
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        // The userinfo ends at the last '@' before the path.
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            if let Some(colon) = rest[..at].find(':') {
+                shown = format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &rest[..colon],
+                    &rest[at..]
+                );
+            }
+        }
+    }
+    match shown.find("password=") {
+        Some(start) => {
+            let value = start + "password=".len();
+            let end = shown[value..]
+                .find(['&', ' '])
+                .map_or(shown.len(), |i| value + i);
+            format!("{}***{}", &shown[..value], &shown[end..])
+        }
+        None => shown,
+    }
+}
+
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(all(doctest, feature = "sqlite", feature = "postgres"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact_url("postgres://bob:secret@db:5432/x"),
+            "postgres://bob:***@db:5432/x"
+        );
+        assert_eq!(redact_url("postgres://db/x"), "postgres://db/x");
+        assert_eq!(
+            redact_url("postgres://h/db?password=pw&x=1"),
+            "postgres://h/db?password=***&x=1"
+        );
+        let kv = redact_url("host=db password=secret user=u");
+        assert_eq!(kv, "host=db password=*** user=u");
+        // An '@' in the path is not userinfo.
+        assert_eq!(redact_url("postgres://h/db@x"), "postgres://h/db@x");
+    }
+
+    #[test]
+    fn unique_holder_ids_differ_between_calls() {
+        let (a, b) = (unique_holder_id(), unique_holder_id());
+        assert_ne!(a, b);
+        assert!(a.as_str().contains(&std::process::id().to_string()));
+    }
+}

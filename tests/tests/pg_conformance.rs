@@ -18,8 +18,8 @@ const PATIENCE: Duration = Duration::from_secs(10);
 #[tokio::test]
 async fn a_single_contender_leads_at_epoch_1_on_a_fresh_table() {
     let table = unique_table("single");
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    let mut rx = a.leadership();
+    let a = contender(&table, "l", "a", TTL).start().unwrap();
+    let mut rx = a.watch();
     let l = wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
     assert_eq!(l.epoch, Some(Epoch::new(1)));
     assert_eq!(l.holder.as_ref().map(|h| h.as_str()), Some("a"));
@@ -41,14 +41,11 @@ async fn of_n_contenders_exactly_one_leads_and_the_others_see_it() {
     let names = ["n0", "n1", "n2", "n3"];
     let leases: Vec<PgLease> = names
         .iter()
-        .map(|n| contender(&table, "l", n, TTL).spawn().unwrap())
+        .map(|n| contender(&table, "l", n, TTL).start().unwrap())
         .collect();
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let views: Vec<_> = leases
-            .iter()
-            .map(|l| l.leadership().borrow().clone())
-            .collect();
+        let views: Vec<_> = leases.iter().map(|l| l.watch().borrow().clone()).collect();
         let leaders: Vec<_> = views.iter().filter(|v| v.is_leader()).collect();
         assert!(leaders.len() <= 1, "two leaders at once: {views:?}");
         if let [leader] = leaders.as_slice() {
@@ -73,10 +70,10 @@ async fn of_n_contenders_exactly_one_leads_and_the_others_see_it() {
 #[tokio::test]
 async fn clean_shutdown_hands_over_to_a_successor_at_a_higher_epoch() {
     let table = unique_table("clean");
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    let first = wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
-    let b = contender(&table, "l", "b", TTL).spawn().unwrap();
-    let mut rx = b.leadership();
+    let a = contender(&table, "l", "a", TTL).start().unwrap();
+    let first = wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let b = contender(&table, "l", "b", TTL).start().unwrap();
+    let mut rx = b.watch();
     wait_for(&mut rx, PATIENCE, "b sees a", |l| {
         l.holder.as_ref().map(|h| h.as_str()) == Some("a")
     })
@@ -93,10 +90,10 @@ async fn clean_shutdown_hands_over_to_a_successor_at_a_higher_epoch() {
 #[tokio::test]
 async fn a_crashed_holder_is_taken_over_after_the_ttl() {
     let table = unique_table("crash");
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    let first = wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
-    let b = contender(&table, "l", "b", TTL).spawn().unwrap();
-    let mut rx = b.leadership();
+    let a = contender(&table, "l", "a", TTL).start().unwrap();
+    let first = wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let b = contender(&table, "l", "b", TTL).start().unwrap();
+    let mut rx = b.watch();
     wait_for(&mut rx, PATIENCE, "b sees a", |l| {
         l.holder.as_ref().map(|h| h.as_str()) == Some("a")
     })
@@ -121,9 +118,9 @@ async fn a_crashed_holder_is_taken_over_after_the_ttl() {
 #[tokio::test]
 async fn force_release_demotes_the_leader_with_reason_lost() {
     let table = unique_table("force");
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
+    let a = contender(&table, "l", "a", TTL).start().unwrap();
     let mut changes = a.subscribe();
-    let first = wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let first = wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
     let admin = admin().await;
     let bumped = force_release(&admin, &table, &LeaseName::new("l").unwrap())
         .await
@@ -131,7 +128,7 @@ async fn force_release_demotes_the_leader_with_reason_lost() {
         .expect("the lease exists");
     assert!(Some(bumped) > first.epoch);
     let lost = tokio::time::timeout(PATIENCE, async {
-        while let Some(t) = changes.recv().await {
+        while let Ok(t) = changes.recv().await {
             if t.leadership.role == Role::Follower && t.leadership.reason.is_some() {
                 return t.leadership;
             }
@@ -177,7 +174,7 @@ async fn gated_work_follows_leadership_and_stops_before_the_release() {
         let events = events.clone();
         let admin = admin.clone();
         let table = table.clone();
-        builder = builder.run_while_leader(move |ctx| {
+        builder = builder.while_leader(move |ctx| {
             let events = events.clone();
             let admin = admin.clone();
             let table = table.clone();
@@ -207,8 +204,8 @@ async fn gated_work_follows_leadership_and_stops_before_the_release() {
             }
         });
     }
-    let a = builder.spawn().unwrap();
-    let mut rx = a.leadership();
+    let a = builder.start().unwrap();
+    let mut rx = a.watch();
     let first = wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
     // Demote it: the next renew is rejected, then it takes the free row
     // back at a new epoch.
@@ -297,8 +294,8 @@ async fn a_fenced_write_is_rejected_after_takeover() {
         .batch_execute(&format!("CREATE TABLE {jobs} (id bigint PRIMARY KEY, done_by text); INSERT INTO {jobs} VALUES (1, NULL)"))
         .await
         .unwrap();
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let a = contender(&table, "l", "a", TTL).start().unwrap();
+    wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
     let fence = a.fence().expect("a leads");
     let write = |by: &'static str, fence: picolease::postgres::Fence| {
         let admin = &admin;
@@ -322,11 +319,8 @@ async fn a_fenced_write_is_rejected_after_takeover() {
 
     // "Pause" a: it stops renewing without knowing; b takes over after the ttl.
     a.abort();
-    let b = contender(&table, "l", "b", TTL).spawn().unwrap();
-    wait_for(&mut b.leadership(), PATIENCE, "b takes over", |l| {
-        l.is_leader()
-    })
-    .await;
+    let b = contender(&table, "l", "b", TTL).start().unwrap();
+    wait_for(&mut b.watch(), PATIENCE, "b takes over", |l| l.is_leader()).await;
     assert_eq!(
         write("a-late", fence).await,
         0,
@@ -360,9 +354,9 @@ async fn a_null_epoch_is_a_typed_error_and_nothing_is_written() {
         ))
         .await
         .unwrap();
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    let rx = a.leadership();
-    let err = tokio::time::timeout(PATIENCE, a.wait())
+    let mut a = contender(&table, "l", "a", TTL).start().unwrap();
+    let rx = a.watch();
+    let err = tokio::time::timeout(PATIENCE, a.stopped())
         .await
         .expect("the driver stops")
         .unwrap_err();
@@ -397,6 +391,25 @@ async fn a_null_epoch_is_a_typed_error_and_nothing_is_written() {
     assert_eq!(row.get::<_, Option<i64>>(2), Some(0));
     let err = status(&admin, &table).await.unwrap_err();
     assert!(matches!(err, PgError::Row { .. }), "{err:?}");
+    // A forced release, through the library, leaves the row as it is (the
+    // statement itself refuses it) and names what is wrong.
+    let err = force_release(&admin, &table, &LeaseName::new("l").unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, PgError::Row { source: RowError::Null { column: "epoch", lease }, .. } if lease == "l"),
+        "{err:?}"
+    );
+    let row = admin
+        .query_one(
+            &format!("SELECT holder, epoch, expires_at FROM {table}"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<String>>(0).as_deref(), Some("someone"));
+    assert_eq!(row.get::<_, Option<i64>>(1), None);
+    assert_eq!(row.get::<_, Option<i64>>(2), Some(0));
     drop_table(&admin, &table).await;
 }
 
@@ -412,8 +425,8 @@ async fn wrong_column_types_are_a_typed_error() {
         ))
         .await
         .unwrap();
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    let err = tokio::time::timeout(PATIENCE, a.wait())
+    let mut a = contender(&table, "l", "a", TTL).start().unwrap();
+    let err = tokio::time::timeout(PATIENCE, a.stopped())
         .await
         .expect("the driver stops")
         .unwrap_err();
@@ -437,14 +450,14 @@ async fn a_missing_table_with_auto_create_off_is_a_typed_error() {
     let table = unique_table("missing");
     let mut a = contender(&table, "l", "a", TTL)
         .auto_create(false)
-        .spawn()
+        .start()
         .unwrap();
     // `stopped` reports the error and leaves the handle usable.
     let err = tokio::time::timeout(PATIENCE, a.stopped())
         .await
         .expect("the driver stops")
         .unwrap_err();
-    assert!(!a.leadership().borrow().is_leader());
+    assert!(!a.watch().borrow().is_leader());
     assert_eq!(a.shutdown().await, Ok(()), "reported once, by `stopped`");
     assert_eq!(
         err,
@@ -485,7 +498,7 @@ async fn malformed_and_unreachable_urls_are_typed_errors() {
     assert!(matches!(err, PgError::Connect { .. }), "{err:?}");
 
     let a = PgLease::builder(config("l", "a", TTL), unreachable)
-        .spawn()
+        .start()
         .unwrap();
     let deadline = Instant::now() + PATIENCE;
     while a.last_error().is_none() {
@@ -500,7 +513,7 @@ async fn malformed_and_unreachable_urls_are_typed_errors() {
         "{:?}",
         a.last_error()
     );
-    assert!(!a.leadership().borrow().is_leader());
+    assert!(!a.watch().borrow().is_leader());
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(3), a.shutdown())
         .await
@@ -521,11 +534,11 @@ async fn wrong_credentials_are_a_login_error() {
         matches!(&err, PgError::Login { code, .. } if code == "28000"),
         "{err:?}"
     );
-    let a = PgLease::builder(config("l", "a", TTL), connector)
+    let mut a = PgLease::builder(config("l", "a", TTL), connector)
         .table(table.clone())
-        .spawn()
+        .start()
         .unwrap();
-    let err = tokio::time::timeout(PATIENCE, a.wait())
+    let err = tokio::time::timeout(PATIENCE, a.stopped())
         .await
         .expect("the driver stops")
         .unwrap_err();
@@ -547,9 +560,9 @@ fn dropping_the_handle_releases_in_the_background_and_never_hangs_the_runtime() 
     let table = unique_table("drop");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let held = runtime.block_on(async {
-        let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-        wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
-        let mut rx = a.leadership();
+        let a = contender(&table, "l", "a", TTL).start().unwrap();
+        wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+        let mut rx = a.watch();
         drop(a);
         // The background shutdown publishes the demotion, then releases.
         wait_for(&mut rx, PATIENCE, "a steps down", |l| !l.is_leader()).await;
@@ -570,8 +583,8 @@ fn dropping_the_handle_releases_in_the_background_and_never_hangs_the_runtime() 
     let started = Instant::now();
     let b_table = table.clone();
     runtime.block_on(async {
-        let b = contender(&b_table, "l", "b", TTL).spawn().unwrap();
-        wait_for(&mut b.leadership(), PATIENCE, "b leads", |l| l.is_leader()).await;
+        let b = contender(&b_table, "l", "b", TTL).start().unwrap();
+        wait_for(&mut b.watch(), PATIENCE, "b leads", |l| l.is_leader()).await;
         drop(b);
     });
     drop(runtime);
@@ -585,10 +598,10 @@ fn dropping_the_handle_releases_in_the_background_and_never_hangs_the_runtime() 
 #[tokio::test]
 async fn a_task_added_while_leading_starts_in_the_current_term() {
     let table = unique_table("addtask");
-    let a = contender(&table, "l", "a", TTL).spawn().unwrap();
-    let leading = wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let a = contender(&table, "l", "a", TTL).start().unwrap();
+    let leading = wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    a.run_while_leader(move |ctx| {
+    a.while_leader(move |ctx| {
         let tx = tx.clone();
         async move {
             tx.send(("start", ctx.epoch())).unwrap();

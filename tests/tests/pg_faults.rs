@@ -36,13 +36,13 @@ async fn a_stalled_leader_demotes_by_its_deadline_and_is_replaced_without_overla
     let recorder = Recorder::default();
     let a_name = format!("stall-a-{}", std::process::id());
     let a = contender_via(&proxy.addr(), &table, "l", &a_name, TTL)
-        .spawn()
+        .start()
         .unwrap();
     recorder.watch("a", &a);
-    wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
-    let b = contender(&table, "l", "b", TTL).spawn().unwrap();
+    wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let b = contender(&table, "l", "b", TTL).start().unwrap();
     recorder.watch("b", &b);
-    let mut b_rx = b.leadership();
+    let mut b_rx = b.watch();
     wait_for(&mut b_rx, PATIENCE, "b follows a", |l| {
         holder_of(l) == Some(&a_name)
     })
@@ -70,15 +70,12 @@ async fn a_stalled_leader_demotes_by_its_deadline_and_is_replaced_without_overla
     );
 
     proxy.set(Mode::Pass);
-    wait_for(&mut a.leadership(), PATIENCE, "a follows b again", |l| {
+    wait_for(&mut a.watch(), PATIENCE, "a follows b again", |l| {
         !l.is_leader() && holder_of(l) == Some("b")
     })
     .await;
     b.shutdown().await.unwrap();
-    wait_for(&mut a.leadership(), PATIENCE, "a leads again", |l| {
-        l.is_leader()
-    })
-    .await;
+    wait_for(&mut a.watch(), PATIENCE, "a leads again", |l| l.is_leader()).await;
     a.shutdown().await.unwrap();
     settle().await;
     assert!(recorder.assert_exclusive() >= 3);
@@ -93,10 +90,10 @@ async fn a_reset_connection_is_reconnected_and_the_driver_competes_again() {
     let proxy = Proxy::start().await;
     let recorder = Recorder::default();
     let a = contender_via(&proxy.addr(), &table, "l", "reset-a", TTL)
-        .spawn()
+        .start()
         .unwrap();
     recorder.watch("a", &a);
-    let mut rx = a.leadership();
+    let mut rx = a.watch();
     wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
     for round in 0..3 {
         let accepted = proxy.accepted();
@@ -127,8 +124,8 @@ async fn a_terminated_backend_is_replaced_and_the_driver_leads_on() {
     let table = unique_table("term");
     let app = format!("term-a-{}", std::process::id());
     let admin = admin().await;
-    let a = contender(&table, "l", &app, TTL).spawn().unwrap();
-    let mut rx = a.leadership();
+    let a = contender(&table, "l", &app, TTL).start().unwrap();
+    let mut rx = a.watch();
     wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
     let killed = terminate_backends(&admin, &app).await;
     assert!(killed >= 1, "no backend found for {app}");
@@ -165,13 +162,13 @@ async fn high_latency_times_out_without_hang_or_double_leadership() {
     // A leader that turns slow.
     let proxy = Proxy::start().await;
     let a = contender_via(&proxy.addr(), &table, "l", "slow-a", TTL)
-        .spawn()
+        .start()
         .unwrap();
     recorder.watch("a", &a);
-    wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
-    let b = contender(&table, "l", "b", TTL).spawn().unwrap();
+    wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let b = contender(&table, "l", "b", TTL).start().unwrap();
     recorder.watch("b", &b);
-    let mut b_rx = b.leadership();
+    let mut b_rx = b.watch();
     wait_for(&mut b_rx, PATIENCE, "b follows a", |l| {
         holder_of(l) == Some("slow-a")
     })
@@ -190,12 +187,12 @@ async fn high_latency_times_out_without_hang_or_double_leadership() {
 
     // A slow newcomer never leads while b does, and shuts down promptly.
     let c = contender_via(&proxy.addr(), &table, "l", "slow-c", TTL)
-        .spawn()
+        .start()
         .unwrap();
     recorder.watch("c", &c);
     tokio::time::sleep(TTL * 2).await;
-    assert!(!c.leadership().borrow().is_leader());
-    assert!(!a.leadership().borrow().is_leader());
+    assert!(!c.watch().borrow().is_leader());
+    assert!(!a.watch().borrow().is_leader());
     assert!(
         matches!(
             c.last_error(),
@@ -231,9 +228,9 @@ async fn high_latency_times_out_without_hang_or_double_leadership() {
 async fn a_stuck_statement_is_cancelled_on_the_server() {
     let table = unique_table("stuck");
     let app = format!("stuck-a-{}", std::process::id());
-    let a = contender(&table, "l", &app, TTL).spawn().unwrap();
+    let a = contender(&table, "l", &app, TTL).start().unwrap();
     let mut changes = a.subscribe();
-    let mut rx = a.leadership();
+    let mut rx = a.watch();
     let first = wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
 
     let mut locker = admin().await;

@@ -25,18 +25,18 @@ async fn handovers(test: &str, notifications: bool, rounds: usize) -> Vec<(Durat
     let spawn = |n: usize| {
         contender(&table, "l", &format!("{test}-{n}"), TTL)
             .notifications(notifications)
-            .spawn()
+            .start()
             .unwrap()
     };
     let mut leader: PgLease = spawn(0);
-    wait_for(&mut leader.leadership(), PATIENCE, "first leader", |l| {
+    wait_for(&mut leader.watch(), PATIENCE, "first leader", |l| {
         l.is_leader()
     })
     .await;
     let mut figures = Vec::new();
     for round in 1..=rounds {
         let successor = spawn(round);
-        let mut rx = successor.leadership();
+        let mut rx = successor.watch();
         let mut changes = successor.subscribe();
         let leader_id = leader.config().holder.clone();
         wait_for(&mut rx, PATIENCE, "successor follows", |l| {
@@ -129,10 +129,10 @@ async fn notifications_work_on_a_schema_qualified_table() {
         .unwrap();
     let table = picolease::TableName::new(&format!("{schema}.Leases")).unwrap();
     let ttl = Duration::from_secs(8);
-    let a = contender(&table, "l", "sa", ttl).spawn().unwrap();
-    wait_for(&mut a.leadership(), PATIENCE, "a leads", |l| l.is_leader()).await;
-    let b = contender(&table, "l", "sb", ttl).spawn().unwrap();
-    let mut rx = b.leadership();
+    let a = contender(&table, "l", "sa", ttl).start().unwrap();
+    wait_for(&mut a.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let b = contender(&table, "l", "sb", ttl).start().unwrap();
+    let mut rx = b.watch();
     wait_for(&mut rx, PATIENCE, "b follows", |l| l.holder.is_some()).await;
     // Let b's listening connection subscribe (it connects in parallel).
     tokio::time::sleep(Duration::from_millis(300)).await;

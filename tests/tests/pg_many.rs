@@ -28,7 +28,7 @@ async fn fifty_contenders_one_leader_at_a_time_with_increasing_epochs() {
     let spawn = |n: usize| {
         let lease = contender(&table, "l", &format!("m{n}"), TTL)
             .notifications(false)
-            .spawn()
+            .start()
             .unwrap();
         recorder.watch(&format!("m{n}"), &lease);
         lease
@@ -42,7 +42,7 @@ async fn fifty_contenders_one_leader_at_a_time_with_increasing_epochs() {
             let leading: Vec<usize> = nodes
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, l))| l.leadership().borrow().is_leader())
+                .filter(|(_, (_, l))| l.watch().borrow().is_leader())
                 .map(|(i, _)| i)
                 .collect();
             assert!(
@@ -51,7 +51,7 @@ async fn fifty_contenders_one_leader_at_a_time_with_increasing_epochs() {
                 leading.len()
             );
             if let [i] = leading[..] {
-                let epoch = nodes[i].1.leadership().borrow().epoch;
+                let epoch = nodes[i].1.watch().borrow().epoch;
                 if epoch > last_epoch {
                     last_epoch = epoch;
                     break i;

@@ -15,14 +15,14 @@
 //!    is written.
 
 use std::path::Path;
-use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use picolease::sqlite::{Builder, Database, Error, LeaseTable, SqliteLease, Transition};
+use picolease::sqlite::{Database, Error, LeaseTable, SqliteLease};
 use picolease::{
     Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, RowError, TableName,
 };
+use picolease::{Subscription, Transition};
 
 /// Generous: the machine running the tests may be loaded.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -43,7 +43,9 @@ fn database(dir: &Path) -> Database {
 }
 
 fn start(dir: &Path, holder: &str) -> SqliteLease {
-    SqliteLease::start(config(holder), database(dir)).expect("the driver starts")
+    SqliteLease::builder(config(holder), database(dir))
+        .start()
+        .expect("the driver starts")
 }
 
 fn leader_of(lease: &SqliteLease) -> Leadership {
@@ -53,7 +55,7 @@ fn leader_of(lease: &SqliteLease) -> Leadership {
 }
 
 /// Waits on a subscription for a transition matching `pred`.
-fn wait_transition(rx: &Receiver<Transition>, pred: impl Fn(&Leadership) -> bool) -> Transition {
+fn wait_transition(rx: &mut Subscription, pred: impl Fn(&Leadership) -> bool) -> Transition {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -176,7 +178,7 @@ fn case_4_an_abandoned_leader_is_replaced_after_the_ttl() {
     let b = start(dir.path(), "b");
     b.wait_for(PATIENCE, |l| l.epoch == first.epoch).unwrap();
     let crashed_at = Instant::now();
-    a.abandon();
+    a.abort();
     let second = leader_of(&b);
     let gap = crashed_at.elapsed();
     assert!(second.epoch > first.epoch);
@@ -195,8 +197,8 @@ fn case_4_an_abandoned_leader_is_replaced_after_the_ttl() {
 #[test]
 fn case_5_a_forced_release_demotes_the_leader_with_reason_lost() {
     let dir = tempfile::tempdir().unwrap();
-    let mut builder = Builder::new(config("a"), database(dir.path()));
-    let transitions = builder.subscribe();
+    let builder = SqliteLease::builder(config("a"), database(dir.path()));
+    let mut transitions = builder.subscribe();
     let a = builder.start().unwrap();
     let first = leader_of(&a);
     let admin = LeaseTable::open(&database(dir.path())).unwrap();
@@ -204,11 +206,11 @@ fn case_5_a_forced_release_demotes_the_leader_with_reason_lost() {
         .force_release(&LeaseName::new("job").unwrap())
         .unwrap();
     assert_eq!(bumped, Some(Epoch::new(2)));
-    let lost = wait_transition(&transitions, |l| !l.is_leader() && l.reason.is_some());
+    let lost = wait_transition(&mut transitions, |l| !l.is_leader() && l.reason.is_some());
     assert_eq!(lost.leadership.reason, Some(Demotion::Lost));
     assert_eq!(lost.leadership.epoch, first.epoch);
     // The row is free, so it competes again and wins a later term.
-    let again = wait_transition(&transitions, Leadership::is_leader);
+    let again = wait_transition(&mut transitions, Leadership::is_leader);
     assert!(again.leadership.epoch > Some(Epoch::new(2)));
     assert_eq!(
         admin
@@ -236,27 +238,30 @@ fn case_6_gated_work_runs_only_while_leader_and_stops_before_the_release() {
         let record = Arc::clone(&record);
         let running = Arc::clone(&running);
         let db = db.clone();
-        move |ctx: picolease::sqlite::WorkContext| {
+        move |ctx: picolease::sqlite::LeaderContext| {
             {
                 let mut n = running.lock().unwrap();
                 *n += 1;
                 assert_eq!(*n, 1, "never two terms' work at once");
             }
-            record.lock().unwrap().push(Gated::Started(ctx.epoch.get()));
-            ctx.cancellation.wait();
-            // Slow to stop: the driver must wait for us before releasing.
-            std::thread::sleep(Duration::from_millis(100));
-            let rows = LeaseTable::open_existing(&db).unwrap().status().unwrap();
-            let still_ours = rows[0].holder.as_deref() == Some("a") && rows[0].epoch == ctx.epoch;
             record
                 .lock()
                 .unwrap()
-                .push(Gated::Stopped(ctx.epoch.get(), still_ours));
+                .push(Gated::Started(ctx.epoch().get()));
+            ctx.cancellation().wait();
+            // Slow to stop: the driver must wait for us before releasing.
+            std::thread::sleep(Duration::from_millis(100));
+            let rows = LeaseTable::open_existing(&db).unwrap().status().unwrap();
+            let still_ours = rows[0].holder.as_deref() == Some("a") && rows[0].epoch == ctx.epoch();
+            record
+                .lock()
+                .unwrap()
+                .push(Gated::Stopped(ctx.epoch().get(), still_ours));
             *running.lock().unwrap() -= 1;
         }
     };
-    let mut builder = Builder::new(config("a"), db.clone()).while_leader(work);
-    let transitions = builder.subscribe();
+    let builder = SqliteLease::builder(config("a"), db.clone()).while_leader(work);
+    let mut transitions = builder.subscribe();
     let a = builder.start().unwrap();
     let first = leader_of(&a);
     let started = |epoch: u64| {
@@ -273,8 +278,8 @@ fn case_6_gated_work_runs_only_while_leader_and_stops_before_the_release() {
         .unwrap()
         .force_release(&LeaseName::new("job").unwrap())
         .unwrap();
-    wait_transition(&transitions, |l| l.reason == Some(Demotion::Lost));
-    let second = wait_transition(&transitions, Leadership::is_leader).leadership;
+    wait_transition(&mut transitions, |l| l.reason == Some(Demotion::Lost));
+    let second = wait_transition(&mut transitions, Leadership::is_leader).leadership;
     started(second.epoch.unwrap().get());
     a.shutdown().unwrap();
     let record = record.lock().unwrap().clone();
@@ -312,7 +317,8 @@ fn case_7_a_fenced_write_is_refused_after_a_takeover() {
         conn.execute(&sql, rusqlite::params_from_iter(values.iter()))
             .unwrap()
     };
-    let stale_fence = a.fence(first);
+    let stale_fence = a.fence().expect("a leads");
+    assert_eq!(stale_fence.epoch(), first);
     assert_eq!(
         write(&stale_fence, 1, first.get()),
         1,
@@ -320,7 +326,7 @@ fn case_7_a_fenced_write_is_refused_after_a_takeover() {
     );
     let b = start(dir.path(), "b");
     b.wait_for(PATIENCE, |l| l.epoch == Some(first)).unwrap();
-    a.abandon();
+    a.abort();
     let second = leader_of(&b).epoch.unwrap();
     assert_eq!(
         write(&stale_fence, 2, first.get()),
@@ -328,7 +334,7 @@ fn case_7_a_fenced_write_is_refused_after_a_takeover() {
         "the old leader's write is refused"
     );
     assert_eq!(
-        write(&b.fence(second), 2, second.get()),
+        write(&b.fence().expect("b leads"), 2, second.get()),
         1,
         "the new leader's write goes through"
     );
@@ -386,6 +392,14 @@ fn case_8_malformed_rows_are_typed_errors_and_left_untouched() {
             other => panic!("expected a row error, got {other:?}"),
         }
         assert_eq!(dump(&path), before, "nothing written");
+        // A forced release, through the library, leaves the row as it is
+        // (the statement itself refuses it) and names what is wrong.
+        let table = LeaseTable::open_existing(&database(dir.path())).unwrap();
+        match table.force_release(&LeaseName::new("job").unwrap()) {
+            Err(Error::Row { source, .. }) => assert_eq!(source, expected),
+            other => panic!("expected a row error from the forced release, got {other:?}"),
+        }
+        assert_eq!(dump(&path), before, "the forced release wrote nothing");
     }
 }
 
@@ -398,7 +412,9 @@ fn case_8_a_missing_table_with_auto_create_off_is_a_typed_error() {
         .execute_batch("CREATE TABLE other (x); INSERT INTO other VALUES (1);")
         .unwrap();
     let before = dump(&path);
-    let err = SqliteLease::start(config("a"), database(dir.path()).auto_create(false)).unwrap_err();
+    let err = SqliteLease::builder(config("a"), database(dir.path()).auto_create(false))
+        .start()
+        .unwrap_err();
     assert!(
         matches!(&err, Error::MissingTable { table, .. } if table == "picolease_leases"),
         "{err:?}"
@@ -407,8 +423,9 @@ fn case_8_a_missing_table_with_auto_create_off_is_a_typed_error() {
     assert_eq!(dump(&path), before);
     // A missing file with auto-create off is not created either.
     let absent = dir.path().join("absent.db");
-    let err =
-        SqliteLease::start(config("a"), Database::file(&absent).auto_create(false)).unwrap_err();
+    let err = SqliteLease::builder(config("a"), Database::file(&absent).auto_create(false))
+        .start()
+        .unwrap_err();
     assert!(matches!(err, Error::MissingDatabase { .. }), "{err:?}");
     assert!(!absent.exists());
 }
@@ -424,18 +441,24 @@ fn case_8_bad_names_and_timings_are_refused_before_the_file_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config("a");
     c.ttl = Duration::ZERO;
-    let err = SqliteLease::start(c, database(dir.path())).unwrap_err();
+    let err = SqliteLease::builder(c, database(dir.path()))
+        .start()
+        .unwrap_err();
     assert!(
         matches!(err, Error::Config(ConfigError::TtlTooShort { .. })),
         "{err:?}"
     );
     let mut c = config("a");
     c.interval = TTL / 2;
-    let err = SqliteLease::start(c, database(dir.path())).unwrap_err();
+    let err = SqliteLease::builder(c, database(dir.path()))
+        .start()
+        .unwrap_err();
     assert!(err.to_string().contains("interval"), "{err}");
     assert!(!dir.path().join("leases.db").exists());
     // A directory and a foreign file.
-    let err = SqliteLease::start(config("a"), Database::file(dir.path())).unwrap_err();
+    let err = SqliteLease::builder(config("a"), Database::file(dir.path()))
+        .start()
+        .unwrap_err();
     assert!(matches!(err, Error::IsDirectory { .. }), "{err:?}");
     let foreign = dir.path().join("notes.txt");
     std::fs::write(
@@ -443,15 +466,17 @@ fn case_8_bad_names_and_timings_are_refused_before_the_file_is_touched() {
         "not a database, just some text that is long enough\n".repeat(50),
     )
     .unwrap();
-    let err = SqliteLease::start(config("a"), Database::file(&foreign)).unwrap_err();
+    let err = SqliteLease::builder(config("a"), Database::file(&foreign))
+        .start()
+        .unwrap_err();
     assert!(matches!(err, Error::NotADatabase { .. }), "{err:?}");
 }
 
 #[test]
 fn dropping_a_running_driver_releases_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
-    let a = Builder::new(config("a"), database(dir.path()))
-        .while_leader(|ctx| ctx.cancellation.wait())
+    let a = SqliteLease::builder(config("a"), database(dir.path()))
+        .while_leader(|ctx| ctx.cancellation().wait())
         .start()
         .unwrap();
     leader_of(&a);
@@ -468,8 +493,8 @@ fn dropping_a_running_driver_releases_without_hanging() {
 #[test]
 fn a_locked_database_never_blocks_the_loop_past_the_request_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let mut builder = Builder::new(config("a"), database(dir.path()));
-    let transitions = builder.subscribe();
+    let builder = SqliteLease::builder(config("a"), database(dir.path()));
+    let mut transitions = builder.subscribe();
     let a = builder.start().unwrap();
     leader_of(&a);
     // Another process takes SQLite's write lock and sits on it.
@@ -478,7 +503,7 @@ fn a_locked_database_never_blocks_the_loop_past_the_request_timeout() {
     let locked_at = Instant::now();
     // Renewals fail (busy) within the request timeout; the leader demotes
     // itself at its deadline instead of hanging in a statement.
-    let expired = wait_transition(&transitions, |l| !l.is_leader() && l.reason.is_some());
+    let expired = wait_transition(&mut transitions, |l| !l.is_leader() && l.reason.is_some());
     assert_eq!(expired.leadership.reason, Some(Demotion::Expired));
     assert!(
         locked_at.elapsed() < TTL + Duration::from_secs(2),

@@ -1,4 +1,5 @@
-//! The command line, exactly as issue 3 specifies it.
+//! The command line. Flags, event names, JSON keys and exit codes are a
+//! contract: black-box tests in `tools/tests/` hold them to the letter.
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! `picolease`: the command-line tool (issue 3's contract).
+//! `picolease`: the command-line tool. Its flags, events and exit codes
+//! are a contract exercised from outside (see `tools/tests/`).
 //!
 //! Exit codes: 0 success, 2 bad usage or configuration, 1 failure at run
 //! time. Every error is one line on stderr; no panic reaches the user (a
@@ -11,8 +12,6 @@ mod demo;
 mod duration;
 mod failure;
 mod output;
-#[cfg(feature = "postgres")]
-mod postgres;
 
 use std::process::ExitCode;
 

@@ -25,22 +25,18 @@ const HOLDER_COL: &str = "holder";
 const EPOCH_COL: &str = "epoch";
 const EXPIRES_AT: &str = "expires_at";
 
-/// The database clock in milliseconds since the Unix epoch, computed once
-/// per statement. SQLite: `julianday('now')` is fixed for the duration of one
-/// statement and has millisecond precision on every SQLite since 3.0 (no
-/// `unixepoch('subsec')`, which needs 3.42). PostgreSQL:
-/// `statement_timestamp()` is fixed for the statement (unlike
-/// `clock_timestamp()`), and unlike `now()` is not frozen by an enclosing
-/// transaction.
-fn db_now(dialect: Dialect) -> Expr {
+/// The database clock; documented on [`super::db_now_millis`].
+pub(super) fn db_now_millis(dialect: Dialect) -> &'static str {
     match dialect {
-        Dialect::Sqlite => {
-            Expr::cust("CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)")
-        }
+        Dialect::Sqlite => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
         Dialect::Postgres => {
-            Expr::cust("CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)")
+            "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)"
         }
     }
+}
+
+fn db_now(dialect: Dialect) -> Expr {
+    Expr::cust(db_now_millis(dialect))
 }
 
 struct Builder<'a> {
@@ -81,9 +77,11 @@ impl Builder<'_> {
         match self.dialect {
             // Identifiers are validated, so quoting them by hand is safe.
             Dialect::Sqlite => Expr::cust(format!(
-                "typeof({e}) = 'integer' AND {e} >= 0 AND typeof({x}) = 'integer'",
+                "typeof({e}) = 'integer' AND {e} >= 0 AND typeof({x}) = 'integer' \
+                 AND ({h} IS NULL OR typeof({h}) = 'text')",
                 e = self.quoted(EPOCH_COL),
-                x = self.quoted(EXPIRES_AT)
+                x = self.quoted(EXPIRES_AT),
+                h = self.quoted(HOLDER_COL)
             )),
             Dialect::Postgres => epoch
                 .clone()
@@ -265,6 +263,9 @@ impl Builder<'_> {
             .value(Alias::new(EPOCH_COL), self.col(EPOCH_COL).add(1i64))
             .value(Alias::new(EXPIRES_AT), db_now(self.dialect))
             .and_where(self.col(NAME).eq(LEASE))
+            // A malformed row is left exactly as it is: the caller reads it
+            // (`lease_row`) to report what is wrong with it.
+            .and_where(self.row_is_sound())
             .returning(Query::returning().exprs([self.col(NAME), self.col(EPOCH_COL)]))
             .to_owned();
         self.with_notify(&update)
@@ -315,6 +316,20 @@ impl Builder<'_> {
                 (Alias::new(self.table.table()), Alias::new(NAME)),
                 sea_query::Order::Asc,
             )
+            .to_owned();
+        self.render(&query)
+    }
+
+    fn lease_row(&self) -> Statement {
+        let query = Query::select()
+            .exprs([
+                self.col(NAME),
+                self.col(HOLDER_COL),
+                self.col(EPOCH_COL),
+                self.col(EXPIRES_AT).sub(db_now(self.dialect)),
+            ])
+            .from(self.table_ref())
+            .and_where(self.col(NAME).eq(LEASE))
             .to_owned();
         self.render(&query)
     }
@@ -414,6 +429,7 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         release: b.release(),
         force_release: b.force_release(),
         status: b.status(),
+        lease_row: b.lease_row(),
         fence: b.fence(),
     }
 }

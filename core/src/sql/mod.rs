@@ -81,6 +81,13 @@ impl Statement {
         &self.params
     }
 
+    /// The same statement with its PostgreSQL placeholders numbered from
+    /// `$first`, to follow a caller's own parameters (SQLite placeholders
+    /// are positional `?`: the text is unchanged there).
+    pub fn numbered_from(&self, first: usize) -> Statement {
+        build::renumber(self, first)
+    }
+
     /// The values to bind, in placeholder order. `epoch` is used by the
     /// statements conditioned on one (renew, release, fence); a statement
     /// that needs it and gets `None` binds `-1`, which matches no row.
@@ -109,6 +116,7 @@ pub struct Statements {
     release: Statement,
     force_release: Statement,
     status: Statement,
+    lease_row: Statement,
     fence: Statement,
 }
 
@@ -156,7 +164,9 @@ impl Statements {
 
     /// Administrative: frees the row whoever holds it and bumps the epoch,
     /// so the old holder's renewals and fenced writes are rejected. Returns
-    /// the new epoch (one row) or nothing if the lease does not exist.
+    /// the new epoch (one row), or nothing if the lease does not exist or
+    /// its row is malformed: a malformed row is never rewritten (read it
+    /// with [`Statements::lease_row`] to report it).
     pub fn force_release(&self) -> &Statement {
         &self.force_release
     }
@@ -164,6 +174,14 @@ impl Statements {
     /// Reads every row: `name, holder, epoch, expires_in_ms`, by name.
     pub fn status(&self) -> &Statement {
         &self.status
+    }
+
+    /// Reads one lease's row: `name, holder, epoch, expires_in_ms` (zero or
+    /// one row; decode it with [`Statements::decode_status`]). Used to say
+    /// why a forced release changed nothing: no such lease, or a malformed
+    /// row that it left untouched.
+    pub fn lease_row(&self) -> &Statement {
+        &self.lease_row
     }
 
     /// The fence: a condition, evaluated by the database, that holds while
@@ -212,6 +230,19 @@ impl Statements {
     pub fn decode_force_release(&self, rows: &[Vec<Cell>]) -> Result<Option<Epoch>, RowError> {
         decode::force_release(rows)
     }
+}
+
+/// The database clock as SQL: integer milliseconds since the Unix epoch,
+/// fixed for the duration of one statement. Every time comparison of the
+/// protocol uses it; use it in your own statements (expiry columns of your
+/// own tables, say) so they read the same clock as the lease.
+///
+/// SQLite: `julianday('now')` (millisecond precision on every SQLite since
+/// 3.0; `unixepoch('subsec')` would need 3.42). PostgreSQL:
+/// `statement_timestamp()`, which unlike `now()` is not frozen by an
+/// enclosing transaction.
+pub fn db_now_millis(dialect: Dialect) -> &'static str {
+    build::db_now_millis(dialect)
 }
 
 /// Convenience for drivers and tests: the bindings of a lease name, holder

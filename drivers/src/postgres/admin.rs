@@ -2,8 +2,8 @@
 //! table, read the leases, force a lease free. Each takes a connected
 //! client (see [`PgConnector::connect_client`](super::PgConnector::connect_client)).
 
-use picolease_core::sql::{Bindings, Dialect, LeaseRow, Statements};
-use picolease_core::{Epoch, LeaseName, TableName};
+use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements};
+use picolease_core::{Epoch, LeaseName, RowError, TableName};
 use tokio_postgres::Client;
 
 use super::cells::{param_type, rows_to_cells, to_sql};
@@ -38,35 +38,52 @@ pub async fn status(client: &Client, table: &TableName) -> Result<Vec<LeaseRow>,
 /// Frees `lease` whoever holds it, bumping the epoch so the old holder's
 /// renewals and fenced writes are rejected (it demotes with reason `lost`),
 /// and notifies waiting contenders. Returns the new epoch, or `None` when
-/// there is no such lease.
+/// there is no such lease. A malformed row is left untouched by the
+/// statement itself and reported as [`PgError::Row`].
 pub async fn force_release(
     client: &Client,
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<Epoch>, PgError> {
     let statements = Statements::new(Dialect::Postgres, table);
-    let statement = statements.force_release();
-    let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
-    let fail =
-        |e: tokio_postgres::Error| PgError::from_statement("force release", &table.to_string(), &e);
-    let prepared = client
-        .prepare_typed(statement.sql(), &types)
-        .await
-        .map_err(fail)?;
-    // The statement binds only the lease name.
+    // The statements bind only the lease name.
     let bindings = Bindings {
         lease: lease.as_str(),
         holder: "",
         ttl_millis: 0,
     };
-    let values: Vec<_> = statement.bind(&bindings, None).collect();
+    let row_error = |source: RowError| PgError::Row {
+        table: table.to_string(),
+        source: source.for_lease(lease.as_str()),
+    };
+    let rows = query(client, table, statements.force_release(), &bindings).await?;
+    let released = statements.decode_force_release(&rows).map_err(row_error)?;
+    if released.is_none() {
+        // No such lease, or a malformed row the statement refused to
+        // touch: reading it tells which.
+        let rows = query(client, table, statements.lease_row(), &bindings).await?;
+        statements.decode_status(&rows).map_err(row_error)?;
+    }
+    Ok(released)
+}
+
+/// Prepares `statement` with typed parameters, runs it, and returns its
+/// rows as cells.
+async fn query(
+    client: &Client,
+    table: &TableName,
+    statement: &Statement,
+    bindings: &Bindings<'_>,
+) -> Result<Vec<Vec<Cell>>, PgError> {
+    let fail =
+        |e: tokio_postgres::Error| PgError::from_statement("force release", &table.to_string(), &e);
+    let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
+    let prepared = client
+        .prepare_typed(statement.sql(), &types)
+        .await
+        .map_err(fail)?;
+    let values: Vec<_> = statement.bind(bindings, None).collect();
     let params: Vec<_> = values.iter().map(to_sql).collect();
     let rows = client.query(&prepared, &params).await.map_err(fail)?;
-    let cells = rows_to_cells(&rows).map_err(fail)?;
-    statements
-        .decode_force_release(&cells)
-        .map_err(|source| PgError::Row {
-            table: table.to_string(),
-            source,
-        })
+    rows_to_cells(&rows).map_err(fail)
 }

@@ -12,7 +12,8 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Connection, NoTls};
 
-use super::error::{redact, PgError};
+use super::error::PgError;
+use crate::redact_url;
 
 /// A boxed, sendable future: what connector methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -106,7 +107,7 @@ impl PgConnector {
     pub fn new(url: &str) -> Result<Self, PgError> {
         let mut config =
             tokio_postgres::Config::from_str(url).map_err(|e| PgError::InvalidUrl {
-                url: redact(url),
+                url: redact_url(url),
                 reason: e.to_string(),
             })?;
         if config.get_connect_timeout().is_none() {

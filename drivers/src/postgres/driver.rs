@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use picolease_core::sql::{Cell, Statements};
-use picolease_core::{
-    Command, Failure, Instant, Leadership, LeaseState, Operation, Reply, RequestId, Role, RowError,
-};
-use tokio::sync::{mpsc, watch};
+use picolease_core::{Command, Failure, Instant, LeaseState, Operation, Reply, RequestId, Role};
+use tokio::sync::mpsc;
 
 use super::error::PgError;
 use super::gate::{Gate, GatedTask};
 use super::link::{operation_name, Call, Link};
+use crate::publish::Publisher;
 
 /// Messages from the handle to the loop.
 pub(crate) enum Control {
@@ -36,28 +35,6 @@ struct InFlight {
     future: BoxFuture<'static, Result<Vec<Vec<Cell>>, PgError>>,
 }
 
-/// One published change of leadership, stamped when the driver published
-/// it. Unlike the watch channel, a subscriber sees every change, in order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transition {
-    /// The new state.
-    pub leadership: Leadership,
-    /// Wall-clock time of publication (for logs and events).
-    pub at: std::time::SystemTime,
-    /// Monotonic time of publication (for measuring gaps and overlaps).
-    pub instant: std::time::Instant,
-}
-
-/// The senders of every subscriber, shared with the handle.
-pub(crate) type Subscribers = Arc<Mutex<Vec<mpsc::UnboundedSender<Transition>>>>;
-
-/// How many recent renew latencies are kept.
-const LATENCY_SAMPLES: usize = 1024;
-
-/// Recent renew latencies (issue to reply, successful renewals only),
-/// shared with the handle.
-pub(crate) type Latencies = Arc<Mutex<std::collections::VecDeque<Duration>>>;
-
 /// The most recent error, shared with the handle (transient errors are
 /// retried, so they are only visible here and in the logs).
 pub(crate) type LastError = Arc<Mutex<Option<PgError>>>;
@@ -72,13 +49,19 @@ pub(crate) struct Driver {
     pub(crate) gate: Gate,
     pub(crate) lease_name: Arc<str>,
     pub(crate) holder: Arc<str>,
-    pub(crate) leadership: watch::Sender<Leadership>,
+    pub(crate) publisher: Arc<Publisher>,
     pub(crate) notices: Option<mpsc::Receiver<()>>,
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) last_error: LastError,
-    pub(crate) subscribers: Subscribers,
-    pub(crate) renew_latencies: Latencies,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// However the loop ends (finished, or its task aborted or dropped with
+/// the runtime), subscribers learn that nothing more will come.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.publisher.finish();
+    }
 }
 
 impl Driver {
@@ -120,15 +103,12 @@ impl Driver {
                         continue;
                     };
                     let reply = self.reply(operation, result, &mut fatal);
-                    if matches!((operation, &reply), (Operation::Renew { .. }, Reply::Accepted)) {
-                        let mut samples = self.renew_latencies.lock().unwrap_or_else(|e| e.into_inner());
-                        if samples.len() == LATENCY_SAMPLES {
-                            samples.pop_front();
-                        }
-                        samples.push_back(issued.elapsed());
-                    }
+                    let accepted_renew = matches!((operation, &reply), (Operation::Renew { .. }, Reply::Accepted));
                     let now = self.now();
                     self.lease.handle_reply(now, request, reply);
+                    if accepted_renew {
+                        self.publisher.record_renewal(issued.elapsed());
+                    }
                 }
                 () = tokio::time::sleep_until(wake.unwrap_or_else(far_future)), if wake.is_some() => {
                     let now = self.now();
@@ -167,7 +147,7 @@ impl Driver {
                 .decode_reply(operation, &self.lease.config().holder, &rows)
                 .map_err(|source| PgError::Row {
                     table: self.statements.table().to_string(),
-                    source: name_lease(source, &self.lease_name),
+                    source: source.for_lease(&self.lease_name),
                 })
         });
         match decoded {
@@ -254,16 +234,7 @@ impl Driver {
                     if leadership.role == Role::Leader {
                         tracing::info!(epoch = ?leadership.epoch.map(|e| e.get()), lease = %self.lease_name, "picolease: leading");
                     }
-                    let transition = Transition {
-                        leadership: leadership.clone(),
-                        at: std::time::SystemTime::now(),
-                        instant: std::time::Instant::now(),
-                    };
-                    self.leadership.send_replace(leadership);
-                    self.subscribers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .retain(|s| s.send(transition.clone()).is_ok());
+                    self.publisher.publish(leadership);
                 }
                 Command::Finished => {
                     tracing::debug!(lease = %self.lease_name, "picolease: driver finished");
@@ -271,22 +242,6 @@ impl Driver {
             }
         }
     }
-}
-
-/// The core decodes a reply without knowing the lease's name (its errors
-/// then say `lease ""`); the driver knows it.
-fn name_lease(mut error: RowError, name: &str) -> RowError {
-    match &mut error {
-        RowError::Null { lease, .. }
-        | RowError::NegativeEpoch { lease, .. }
-        | RowError::WrongType { lease, .. }
-            if lease.is_empty() =>
-        {
-            *lease = name.to_string();
-        }
-        _ => {}
-    }
-    error
 }
 
 /// The outcome of the statement in flight; pending while there is none.

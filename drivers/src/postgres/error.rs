@@ -153,7 +153,7 @@ impl PgError {
                     reason,
                 }
             }
-            c if c.starts_with("28") || c.starts_with("3D") => PgError::Login { code, reason },
+            c if is_login_failure(c) => PgError::Login { code, reason },
             _ => PgError::Database {
                 during,
                 code,
@@ -162,57 +162,36 @@ impl PgError {
         }
     }
 
-    /// Sorts an error met while connecting.
-    pub(crate) fn from_connect(err: &tokio_postgres::Error) -> Self {
+    /// Sorts an error met while connecting: refused credentials or an
+    /// unknown database are [`PgError::Login`]; anything else is
+    /// [`PgError::Connect`] with the whole chain of causes (tokio-postgres
+    /// leaves "Connection refused" or "failed to lookup address" out of its
+    /// own message).
+    pub fn from_connect(err: &tokio_postgres::Error) -> Self {
         match err.as_db_error() {
-            Some(db)
-                if db.code().code().starts_with("28") || db.code().code().starts_with("3D") =>
-            {
-                PgError::Login {
-                    code: db.code().code().to_string(),
-                    reason: db.message().to_string(),
-                }
-            }
-            _ => PgError::Connect {
-                reason: err.to_string(),
+            Some(db) if is_login_failure(db.code().code()) => PgError::Login {
+                code: db.code().code().to_string(),
+                reason: db.message().to_string(),
             },
-        }
-    }
-}
-
-/// `url` with the password (between `://user:` and `@`) replaced, so an
-/// error message never leaks it.
-pub(crate) fn redact(url: &str) -> String {
-    if let Some(scheme_end) = url.find("://") {
-        let rest = &url[scheme_end + 3..];
-        if let Some(at) = rest.find('@') {
-            if let Some(colon) = rest[..at].find(':') {
-                return format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &rest[..colon],
-                    &rest[at..]
-                );
+            _ => {
+                let mut reason = err.to_string();
+                let mut source = std::error::Error::source(err);
+                while let Some(cause) = source {
+                    let cause_text = cause.to_string();
+                    if !reason.contains(&cause_text) {
+                        reason.push_str(": ");
+                        reason.push_str(&cause_text);
+                    }
+                    source = cause.source();
+                }
+                PgError::Connect { reason }
             }
         }
     }
-    if url.contains("password") {
-        return "<connection string with a password>".to_string();
-    }
-    url.to_string()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact("postgres://bob:secret@db:5432/x"),
-            "postgres://bob:***@db:5432/x"
-        );
-        assert_eq!(redact("postgres://db/x"), "postgres://db/x");
-        assert!(!redact("host=db password=secret").contains("secret"));
-    }
+/// SQLSTATE classes 28 (invalid authorisation) and 3D (invalid catalog
+/// name: no such database): the settings are wrong, retrying cannot help.
+fn is_login_failure(code: &str) -> bool {
+    code.starts_with("28") || code.starts_with("3D")
 }

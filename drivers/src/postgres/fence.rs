@@ -2,17 +2,16 @@
 //! the lease, so that a paused or partitioned ex-leader's write changes
 //! nothing — the database itself rejects it.
 
-use std::sync::Arc;
-
-use picolease_core::sql::{Param, Statements};
-use picolease_core::Epoch;
+use picolease_core::sql::{Param, Statement, Statements};
+use picolease_core::{Epoch, HolderId, LeaseName};
 use tokio_postgres::types::ToSql;
 
 /// The condition "this lease is still held by this holder at this epoch and
 /// has not expired", to AND into the `WHERE` of your own statement.
 ///
 /// Gated tasks get one from [`LeaderContext::fence`](super::LeaderContext::fence);
-/// [`PgLease::fence`](super::PgLease::fence) gives the current term's.
+/// [`PgLease::fence`](super::PgLease::fence) gives the current term's;
+/// [`Fence::new`] makes one for any term.
 /// The database evaluates it, on its own clock, in the same statement as
 /// your write: a successor that bumped the epoch, or a lapsed ttl, makes
 /// the write touch no row (check the affected-row count).
@@ -35,21 +34,22 @@ use tokio_postgres::types::ToSql;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Fence {
-    statements: Arc<Statements>,
+    statement: Statement,
     lease: String,
     holder: String,
     epoch: i64,
 }
 
 impl Fence {
-    pub(crate) fn new(
-        statements: Arc<Statements>,
-        lease: &str,
-        holder: &str,
+    /// The fence of `holder` on `lease` at `epoch`, for `statements`' table.
+    pub fn new(
+        statements: &Statements,
+        lease: &LeaseName,
+        holder: &HolderId,
         epoch: Epoch,
     ) -> Self {
         Fence {
-            statements,
+            statement: statements.fence().clone(),
             lease: lease.to_string(),
             holder: holder.to_string(),
             epoch: epoch.to_i64(),
@@ -64,14 +64,13 @@ impl Fence {
     /// The condition as SQL, an `EXISTS(…)` whose placeholders are numbered
     /// from `$first` (put your own parameters first).
     pub fn condition(&self, first: usize) -> String {
-        self.statements.fence_from(first).sql().to_string()
+        self.statement.numbered_from(first).sql().to_string()
     }
 
     /// The values to bind for the condition's placeholders, in order:
     /// append them after your own.
     pub fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.statements
-            .fence()
+        self.statement
             .params()
             .iter()
             .map(|param| match param {

@@ -14,21 +14,34 @@ use std::sync::Arc;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use picolease_core::sql::Statements;
-use picolease_core::Epoch;
+use picolease_core::{Epoch, HolderId, LeaseName};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::fence::Fence;
 
-/// What a gated task is given when its term starts.
+/// What a gated task is given when its term starts: the term (lease,
+/// holder, epoch), its fence, and the signal to stop.
 #[derive(Clone, Debug)]
 pub struct LeaderContext {
+    lease: LeaseName,
+    holder: HolderId,
     epoch: Epoch,
     token: CancellationToken,
     fence: Fence,
 }
 
 impl LeaderContext {
+    /// The lease.
+    pub fn lease(&self) -> &LeaseName {
+        &self.lease
+    }
+
+    /// This node's holder id.
+    pub fn holder(&self) -> &HolderId {
+        &self.holder
+    }
+
     /// The term's epoch: the fencing token to attach to the work.
     pub fn epoch(&self) -> Epoch {
         self.epoch
@@ -49,7 +62,8 @@ impl LeaderContext {
         self.token.is_cancelled()
     }
 
-    /// The fence for this term, to make your own writes conditional on it.
+    /// The fence of this term, to make the work's own writes conditional
+    /// on it.
     pub fn fence(&self) -> &Fence {
         &self.fence
     }
@@ -84,9 +98,10 @@ pub(crate) struct Gate {
     current: Option<Term>,
     /// The last stopped term's tasks (and, through it, every earlier one).
     stopped: Done,
-    statements: Arc<Statements>,
-    lease: Arc<str>,
-    holder: Arc<str>,
+    /// The fence statement, rendered once for the lease table.
+    statements: Statements,
+    lease: LeaseName,
+    holder: HolderId,
 }
 
 fn done() -> Done {
@@ -96,17 +111,17 @@ fn done() -> Done {
 impl Gate {
     pub(crate) fn new(
         tasks: Vec<GatedTask>,
-        statements: Arc<Statements>,
-        lease: Arc<str>,
-        holder: Arc<str>,
+        statements: &Statements,
+        lease: &LeaseName,
+        holder: &HolderId,
     ) -> Self {
         Gate {
             tasks,
             current: None,
             stopped: done(),
-            statements,
-            lease,
-            holder,
+            statements: statements.clone(),
+            lease: lease.clone(),
+            holder: holder.clone(),
         }
     }
 
@@ -126,9 +141,11 @@ impl Gate {
             self.stopped = stop(term);
         }
         let context = LeaderContext {
+            lease: self.lease.clone(),
+            holder: self.holder.clone(),
             epoch,
             token: CancellationToken::new(),
-            fence: Fence::new(self.statements.clone(), &self.lease, &self.holder, epoch),
+            fence: Fence::new(&self.statements, &self.lease, &self.holder, epoch),
         };
         let term = Term {
             epoch,

@@ -297,12 +297,13 @@ impl Link {
 }
 
 /// Runs `CREATE TABLE IF NOT EXISTS`. Two contenders creating the table at
-/// the same moment can make PostgreSQL report a duplicate (42P07, or 23505
-/// on its catalog): the table exists, which is all that was asked.
+/// the same moment can make PostgreSQL report a duplicate (42P07; 23505 on
+/// its catalog; 42710 for the table's row type): the table exists, which is
+/// all that was asked.
 pub(crate) async fn create_table(client: &Client, statements: &Statements) -> Result<(), PgError> {
     match client.batch_execute(statements.create_table()).await {
         Ok(()) => Ok(()),
-        Err(e) if matches!(e.code().map(|c| c.code()), Some("42P07" | "23505")) => Ok(()),
+        Err(e) if matches!(e.code().map(|c| c.code()), Some("42P07" | "23505" | "42710")) => Ok(()),
         Err(e) => Err(PgError::from_statement(
             "create table",
             &statements.table().to_string(),

@@ -1,11 +1,16 @@
 //! The blocking driver on SQLite (rusqlite, bundled SQLite).
 //!
-//! A thread per contender owns one connection and one [`LeaseState`]
-//! (crate::LeaseState); it feeds the machine ticks, statement results and
-//! shutdown, and carries out its commands. Leadership is published on a
-//! `tokio::sync::watch` channel (no runtime needed) and can be waited on
-//! with [`SqliteLease::wait_for`]. Work registered with
-//! [`Builder::while_leader`] runs on its own thread while this node leads.
+//! A thread per contender owns one connection and one
+//! [`LeaseState`](picolease_core::LeaseState); it feeds the machine ticks,
+//! statement results and shutdown, and carries out its commands.
+//! Leadership is published on a `tokio::sync::watch` channel (no runtime
+//! needed) and can be waited on with [`SqliteLease::wait_for`]. Work
+//! registered with [`SqliteLeaseBuilder::while_leader`] runs on its own
+//! thread while this node leads.
+//!
+//! The same vocabulary as [`crate::postgres`]: `builder`, `while_leader`,
+//! `start`, `leadership`, `watch`, `subscribe`, `fence`, `shutdown`,
+//! `abort`; the blocking flavour adds `wait_for` and `wait_change`.
 //!
 //! Several processes share one database file: each opens its own
 //! connection in WAL mode with a busy timeout below the request timeout,
@@ -13,7 +18,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use picolease::sqlite::{Builder, Database};
+//! use picolease::sqlite::{Database, SqliteLease};
 //! use picolease::{Config, HolderId, LeaseName};
 //!
 //! let dir = tempfile::tempdir()?;
@@ -22,10 +27,10 @@
 //!     HolderId::new("node-a")?,
 //!     Duration::from_millis(500),
 //! );
-//! let lease = Builder::new(config, Database::file(dir.path().join("leases.db")))
-//!     .while_leader(|work| {
-//!         // Runs only while this node leads; `work.epoch` fences its writes.
-//!         while !work.sleep(Duration::from_millis(50)) {}
+//! let lease = SqliteLease::builder(config, Database::file(dir.path().join("leases.db")))
+//!     .while_leader(|ctx| {
+//!         // Runs only while this node leads; `ctx.fence()` guards its writes.
+//!         while !ctx.sleep(Duration::from_millis(50)) {}
 //!     })
 //!     .start()?;
 //! let leading = lease
@@ -36,13 +41,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod connection;
-mod driver;
 mod error;
+mod fence;
+mod gate;
+mod handle;
+mod open;
+mod table;
 mod watchdog;
-mod work;
+mod worker;
 
-pub use connection::{open_connection, Database, Fence, LeaseTable, Location};
-pub use driver::{Builder, SqliteLease, Transition};
 pub use error::Error;
-pub use work::{Cancellation, WorkContext};
+pub use fence::Fence;
+pub use gate::{Cancellation, LeaderContext};
+pub use handle::{SqliteLease, SqliteLeaseBuilder};
+pub use open::{open_connection, Database, Location};
+pub use table::LeaseTable;

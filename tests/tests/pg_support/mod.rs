@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use picolease::postgres::{PgConnector, PgLease, PgLeaseBuilder, Transition};
+use picolease::postgres::{PgConnector, PgLease, PgLeaseBuilder};
 use picolease::{Config, HolderId, Leadership, LeaseName, TableName};
+use picolease::{RecvError, Transition};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// The server's address.
@@ -113,12 +114,16 @@ pub struct Recorder {
 impl Recorder {
     /// Records every transition of `lease` under `name`.
     pub fn watch(&self, name: &str, lease: &PgLease) {
-        let mut rx: mpsc::UnboundedReceiver<Transition> = lease.subscribe();
+        let mut rx = lease.subscribe();
         let log = self.log.clone();
         let name = name.to_string();
         tokio::spawn(async move {
-            while let Some(t) = rx.recv().await {
-                log.lock().unwrap().push((name.clone(), t));
+            loop {
+                match rx.recv().await {
+                    Ok(t) => log.lock().unwrap().push((name.clone(), t)),
+                    Err(RecvError::Lagged(missed)) => panic!("{name}: {missed} transitions lost"),
+                    Err(_) => return,
+                }
             }
         });
     }

@@ -9,13 +9,12 @@
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ExitStatus};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use picolease::sqlite::WorkContext;
-use picolease::Epoch;
+use picolease::{Epoch, HolderId, LeaseName};
 
 /// What the supervisor reports to the main loop.
 #[derive(Debug)]
@@ -29,9 +28,9 @@ pub enum ChildEvent {
 const POLL: Duration = Duration::from_millis(20);
 
 /// `-- CMD`, as gated work of either backend: [`Gated::run_term`] runs it
-/// for one term. The SQLite driver calls it on its work thread (see
-/// [`supervisor`]); the PostgreSQL driver on a blocking thread of its
-/// runtime (see `crate::postgres`).
+/// for one term. The SQLite driver calls it on its work thread; the
+/// PostgreSQL driver on a blocking thread of its runtime (see
+/// `crate::backend`).
 #[derive(Debug)]
 pub struct Gated {
     command: Vec<String>,
@@ -57,8 +56,8 @@ impl Gated {
     /// the term ends, and says whether it has.
     pub fn run_term(
         &self,
-        lease: &str,
-        node: &str,
+        lease: &LeaseName,
+        node: &HolderId,
         epoch: Epoch,
         ended: impl Fn(Duration) -> bool,
     ) {
@@ -74,8 +73,8 @@ impl Gated {
         }
         let spawned = std::process::Command::new(program)
             .args(args)
-            .env("PICOLEASE_NAME", lease)
-            .env("PICOLEASE_NODE", node)
+            .env("PICOLEASE_NAME", lease.as_str())
+            .env("PICOLEASE_NODE", node.as_str())
             .env("PICOLEASE_EPOCH", epoch.to_string())
             .process_group(0)
             .spawn();
@@ -109,18 +108,6 @@ impl Gated {
             }
         }
         stop(&mut child, self.grace);
-    }
-}
-
-/// The SQLite driver's gated work that runs `gated` while leader.
-pub fn supervisor(gated: Arc<Gated>) -> impl Fn(WorkContext) + Send + Sync + 'static {
-    move |work: WorkContext| {
-        gated.run_term(
-            work.lease.as_str(),
-            work.holder.as_str(),
-            work.epoch,
-            |timeout| work.sleep(timeout),
-        )
     }
 }
 

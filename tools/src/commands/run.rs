@@ -3,14 +3,16 @@
 
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use picolease::sqlite::{self, Builder, SqliteLease};
-use picolease::{Config, HolderId, Leadership, LeaseName, Role, TableName};
+use picolease::{
+    random_u64, unique_holder_id, Config, HolderId, Leadership, LeaseName, RecvError, Role,
+    Subscription, TableName, Transition,
+};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use super::child::{self, ChildEvent, Gated};
-use crate::backend::{self, Backend};
+use crate::backend::{Backend, Contender};
 use crate::cli::RunArgs;
 use crate::failure::CliError;
 use crate::output::{line, unix_ms};
@@ -23,58 +25,18 @@ enum Stop {
     DriverFinished,
 }
 
-/// One leadership change as either driver reports it: the state and the
-/// wall-clock time the driver published it.
-#[derive(Clone, Debug)]
-pub struct Change {
-    /// The new state.
-    pub leadership: Leadership,
-    /// When the driver published it.
-    pub at: SystemTime,
-}
-
-impl From<sqlite::Transition> for Change {
-    fn from(t: sqlite::Transition) -> Self {
-        Change {
-            leadership: t.leadership,
-            at: t.at,
-        }
-    }
-}
-
-/// A running contender of either backend, as the main loop sees it.
-pub trait Contender {
-    /// True once the driver has stopped by itself (a fatal error).
-    fn is_finished(&self) -> bool;
-    /// Stops the gated work (CMD), releases the lease if held, and returns
-    /// the fatal error that had stopped the driver, if any. Every change is
-    /// published before this returns.
-    fn shutdown(self) -> Result<(), CliError>;
-}
-
-impl Contender for SqliteLease {
-    fn is_finished(&self) -> bool {
-        SqliteLease::is_finished(self)
-    }
-
-    fn shutdown(self) -> Result<(), CliError> {
-        SqliteLease::shutdown(self).map_err(CliError::from)
-    }
-}
-
 /// Runs until SIGTERM/SIGINT, CMD's own exit, or a fatal driver error.
 pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCode, CliError> {
     let lease = LeaseName::new(&args.name).map_err(CliError::usage)?;
     let holder = match &args.node {
         Some(node) => HolderId::new(node).map_err(CliError::usage)?,
-        None => unique_holder(),
+        None => unique_holder_id(),
     };
-    let nonce = random_u64();
     let mut config = Config::with_ttl(lease.clone(), holder.clone(), args.ttl);
     if let Some(interval) = args.interval {
         config = config.interval(interval);
     }
-    config.seed = nonce;
+    config.seed = random_u64();
     config.validate().map_err(CliError::usage)?;
 
     // Signals first, so a SIGTERM during start-up is not lost.
@@ -92,22 +54,8 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         children: child_rx,
         printer,
     };
-    match backend {
-        Backend::Sqlite(location) => {
-            let mut builder = Builder::new(config, backend::sqlite(location, table));
-            let transitions = builder.subscribe();
-            if let Some(gated) = gated {
-                builder = builder.while_leader(child::supervisor(gated));
-            }
-            let driver = builder.start()?;
-            session.run(driver, transitions)
-        }
-        #[cfg(feature = "postgres")]
-        Backend::Postgres(target) => {
-            let (driver, transitions) = crate::postgres::start(target, table, config, gated)?;
-            session.run(driver, transitions)
-        }
-    }
+    let (driver, transitions) = backend.start(table, config, gated)?;
+    session.run(driver, transitions)
 }
 
 /// A thread that forwards SIGTERM and SIGINT to the main loop.
@@ -138,10 +86,10 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
-    fn run<C: Contender, T: Into<Change>>(
+    fn run(
         self,
-        driver: C,
-        transitions: mpsc::Receiver<T>,
+        driver: Box<dyn Contender>,
+        mut transitions: Subscription,
     ) -> Result<ExitCode, CliError> {
         let Session {
             signals,
@@ -155,8 +103,8 @@ impl Session<'_> {
             ));
         }
         let stop = loop {
-            for transition in transitions.try_iter() {
-                printer.print(&transition.into());
+            while let Ok(transition) = transitions.try_recv() {
+                printer.print(&transition);
             }
             if signals.try_recv().is_ok() {
                 break Stop::Signal;
@@ -172,14 +120,20 @@ impl Session<'_> {
                 break Stop::DriverFinished;
             }
             // Transitions are the thing to react to fast; the rest is polled.
-            if let Ok(transition) = transitions.recv_timeout(Duration::from_millis(20)) {
-                printer.print(&transition.into());
+            match transitions.recv_timeout(Duration::from_millis(20)) {
+                Ok(transition) => printer.print(&transition),
+                Err(RecvError::Lagged(missed)) => lagged(missed),
+                Err(_) => {}
             }
         };
         // Stops CMD (the gated work) first, then releases.
         let outcome = driver.shutdown();
-        for transition in transitions.iter() {
-            printer.print(&transition.into());
+        for transition in transitions {
+            match transition {
+                Ok(transition) => printer.print(&transition),
+                Err(RecvError::Lagged(missed)) => lagged(missed),
+                Err(_) => {}
+            }
         }
         outcome?;
         match stop {
@@ -202,7 +156,7 @@ struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    fn print(&self, transition: &Change) {
+    fn print(&self, transition: &Transition) {
         let Leadership {
             role,
             epoch,
@@ -251,26 +205,9 @@ impl Printer<'_> {
     }
 }
 
-/// `host-pid-random`: unique per running instance, as DESIGN §3 requires.
-fn unique_holder() -> HolderId {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "host".into());
-    HolderId::unique(host.trim(), std::process::id(), random_u64())
-}
-
-/// Entropy without a dependency: std's randomly keyed hasher, mixed with
-/// the clock and the process id.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    hasher.write_u32(std::process::id());
-    hasher.finish()
+/// The event stream reads promptly, so this never happens in practice;
+/// if it does, it is said rather than hidden.
+fn lagged(missed: u64) {
+    tracing::error!(missed, "the event stream fell behind the driver");
+    eprintln!("warning: {missed} transitions were published faster than they could be printed");
 }

@@ -13,12 +13,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picolease::sql::{Dialect, Statements};
-use picolease::sqlite::{open_connection, Database, Fence, WorkContext};
+use picolease::sql::{db_now_millis, Dialect};
+use picolease::sqlite::{open_connection, Database, Fence, LeaderContext};
 use rusqlite::params_from_iter;
 
-/// The database clock in milliseconds, as the lease statements compute it.
-const DB_NOW: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+/// The database clock in milliseconds, exactly as the lease statements
+/// read it: the reservations' expiry and the lease share one clock.
+fn db_now() -> &'static str {
+    db_now_millis(Dialect::Sqlite)
+}
 
 /// Creates the work tables.
 pub fn create_tables(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
@@ -44,13 +47,19 @@ pub fn enqueue(
 ) -> rusqlite::Result<()> {
     for _ in 0..stale {
         conn.execute(
-            &format!("INSERT INTO upload_reservations (committed, expires_at) VALUES (0, {DB_NOW} - 1000)"),
+            &format!(
+                "INSERT INTO upload_reservations (committed, expires_at) VALUES (0, {} - 1000)",
+                db_now()
+            ),
             [],
         )?;
     }
     for _ in 0..committed {
         conn.execute(
-            &format!("INSERT INTO upload_reservations (committed, expires_at) VALUES (1, {DB_NOW} - 1000)"),
+            &format!(
+                "INSERT INTO upload_reservations (committed, expires_at) VALUES (1, {} - 1000)",
+                db_now()
+            ),
             [],
         )?;
     }
@@ -90,7 +99,8 @@ impl Loop {
         match self {
             Loop::ExpiryTick => format!(
                 "SELECT id FROM upload_reservations WHERE reclaimed_epoch IS NULL AND committed = 0 \
-                 AND expires_at <= {DB_NOW} ORDER BY id LIMIT ?"
+                 AND expires_at <= {now} ORDER BY id LIMIT ?",
+                now = db_now()
             ),
             Loop::ObjectCleaner => {
                 "SELECT id FROM objects WHERE deleted_epoch IS NULL AND destroyed = 1 ORDER BY id LIMIT ?"
@@ -113,8 +123,9 @@ impl Loop {
         match self {
             Loop::ExpiryTick => format!(
                 "UPDATE upload_reservations SET reclaimed_epoch = ?, reclaimed_by = ? \
-                 WHERE id = ? AND reclaimed_epoch IS NULL AND committed = 0 AND expires_at <= {DB_NOW} AND {}",
-                fence.sql()
+                 WHERE id = ? AND reclaimed_epoch IS NULL AND committed = 0 AND expires_at <= {now} AND {}",
+                fence.sql(),
+                now = db_now()
             ),
             Loop::ObjectCleaner => format!(
                 "UPDATE objects SET deleted_epoch = ?, deleted_by = ? \
@@ -177,24 +188,23 @@ pub fn gated_loop(
     job: Loop,
     round: Duration,
     tallies: Tallies,
-) -> impl Fn(WorkContext) + Send + Sync + 'static {
-    move |work: WorkContext| {
+) -> impl Fn(LeaderContext) + Send + Sync + 'static {
+    move |work: LeaderContext| {
         let Ok(conn) = open_connection(&database) else {
             return;
         };
-        let statements = Statements::new(Dialect::Sqlite, &database.table);
-        let fence = Fence::new(&statements, &work.lease, &work.holder, work.epoch);
-        let epoch = work.epoch.to_i64();
+        let fence = work.fence();
+        let epoch = work.epoch().to_i64();
         let mut tally = Tally::default();
         for item in ids(&conn, job.last_done(), 2) {
-            apply(&conn, job, &fence, epoch, &node, item, &mut tally);
+            apply(&conn, job, fence, epoch, &node, item, &mut tally);
         }
         while !work.is_cancelled() {
             for item in ids(&conn, &job.candidates(), 2) {
                 if work.is_cancelled() {
                     break;
                 }
-                apply(&conn, job, &fence, epoch, &node, item, &mut tally);
+                apply(&conn, job, fence, epoch, &node, item, &mut tally);
             }
             if work.sleep(round) {
                 break;

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use picolease::sqlite::{Database, Transition};
-use picolease::{Epoch, Role};
+use picolease::sqlite::Database;
+use picolease::{Epoch, Role, Transition};
 
 use crate::output::line;
 
@@ -88,9 +88,6 @@ impl Timeline {
     pub fn crashed(&mut self, node: usize) {
         self.close(node, SystemTime::now());
     }
-
-    /// A node stopped cleanly; its `released` event closes its term.
-    pub fn stopped(&mut self, _node: usize) {}
 
     fn handle(&mut self, node: usize, transition: &Transition) -> Option<(usize, Epoch, Instant)> {
         let l = &transition.leadership;

@@ -3,22 +3,21 @@
 //!
 //! The async driver runs on a current-thread tokio runtime. Admin commands
 //! block on one statement each. `run` gives the runtime a thread of its
-//! own; the main loop (`commands::run`, shared with SQLite) sees the
-//! driver's transitions on a std channel and stops it through
+//! own; the main loop (`commands::run`, shared with SQLite) reads the
+//! driver's [`Subscription`](picolease::Subscription) and stops it through
 //! [`PgContender`], so event printing and the `-- CMD` child are the same
 //! code on both backends.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use picolease::postgres::{self, LeaderContext, PgConnector, PgError, PgLease};
+use picolease::postgres::{self, LeaderContext, PgConnector, PgError, PgLease, PgLeaseBuilder};
 use picolease::sql::LeaseRow;
-use picolease::{Config, Epoch, LeaseName, TableName};
+use picolease::{redact_url, Config, Epoch, LeaseName, TableName};
 use tokio::sync::oneshot;
 
-use crate::backend::redact;
+use super::{Contender, Started};
 use crate::commands::child::Gated;
-use crate::commands::run::{Change, Contender};
 use crate::failure::CliError;
 
 /// A validated `postgres://` URL.
@@ -45,7 +44,7 @@ impl Target {
 impl std::fmt::Display for Target {
     /// The URL without its password.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&redact(&self.url))
+        f.write_str(&redact_url(&self.url))
     }
 }
 
@@ -57,37 +56,17 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 }
 
 /// Connects once (on the current runtime), sorting failures as the driver
-/// does, but with the server named and the cause kept: tokio-postgres
-/// leaves the cause ("Connection refused", "failed to lookup address")
-/// out of its message, and so does `PgError::Connect`.
+/// does, with the server named.
 async fn connect(
     connector: &PgConnector,
     target: &Target,
 ) -> Result<tokio_postgres::Client, CliError> {
-    use picolease::postgres::Connect;
-    match Connect::connect(connector).await {
-        Ok(client) => Ok(client),
-        Err(e) => match e.as_db_error() {
-            // Refused credentials or an unknown database: as the driver
-            // sorts them (PgError::Login), a configuration error.
-            Some(db) if ["28", "3D"].iter().any(|c| db.code().code().starts_with(c)) => {
-                Err(PgError::Login {
-                    code: db.code().code().to_string(),
-                    reason: db.message().to_string(),
-                }
-                .into())
-            }
-            _ => {
-                let mut message = format!("could not connect to PostgreSQL at {target}: {e}");
-                let mut source = std::error::Error::source(&e);
-                while let Some(cause) = source {
-                    message.push_str(&format!(": {cause}"));
-                    source = cause.source();
-                }
-                Err(CliError::runtime(message))
-            }
-        },
-    }
+    connector.connect_client().await.map_err(|e| match e {
+        PgError::Connect { reason } => CliError::runtime(format!(
+            "could not connect to PostgreSQL at {target}: {reason}"
+        )),
+        other => other.into(),
+    })
 }
 
 /// Connects once and runs `op` on the client.
@@ -119,31 +98,15 @@ pub fn status(target: &Target, table: &TableName) -> Result<Vec<LeaseRow>, CliEr
     })
 }
 
-/// `release --force`: the new epoch, or `None` when there is no such lease.
+/// `release --force`: the new epoch, or `None` when there is no such lease
+/// (the statement leaves a malformed row as it is; the driver reports it).
 pub fn force_release(
     target: &Target,
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<Epoch>, CliError> {
     with_client(target, async |client| {
-        // The statement updates the row before its reply is decoded: a
-        // malformed row (a NULL epoch) would be rewritten and only then
-        // reported. In a transaction, that error rolls the write back.
-        let during = |e: tokio_postgres::Error| PgError::Connection {
-            during: "force release",
-            reason: e.to_string(),
-        };
-        client.batch_execute("BEGIN").await.map_err(during)?;
-        match postgres::force_release(client, table, lease).await {
-            Ok(epoch) => {
-                client.batch_execute("COMMIT").await.map_err(during)?;
-                Ok(epoch)
-            }
-            Err(e) => {
-                let _ = client.batch_execute("ROLLBACK").await;
-                Err(e)
-            }
-        }
+        postgres::force_release(client, table, lease).await
     })
 }
 
@@ -162,22 +125,21 @@ pub fn start(
     table: &TableName,
     config: Config,
     gated: Option<Arc<Gated>>,
-) -> Result<(PgContender, mpsc::Receiver<Change>), CliError> {
+) -> Result<Started, CliError> {
     let connector = target.connector()?;
     let runtime = runtime()?;
     runtime.block_on(async { connect(&connector, target).await.map(drop) })?;
 
-    let mut builder = PgLease::builder(config.clone(), connector).table(table.clone());
+    let mut builder = PgLease::builder(config, connector).table(table.clone());
+    let transitions = builder.subscribe();
     if let Some(gated) = gated {
-        let lease: Arc<str> = config.lease.as_str().into();
-        let node: Arc<str> = config.holder.as_str().into();
-        builder = builder.run_while_leader(move |ctx: LeaderContext| {
-            let (gated, lease, node) = (gated.clone(), lease.clone(), node.clone());
+        builder = builder.while_leader(move |ctx: LeaderContext| {
+            let gated = gated.clone();
             async move {
                 // CMD is supervised by blocking code shared with SQLite; the
                 // task (and so the driver's next statement) waits for it.
                 let _ = tokio::task::spawn_blocking(move || {
-                    gated.run_term(&lease, &node, ctx.epoch(), |timeout| {
+                    gated.run_term(ctx.lease(), ctx.holder(), ctx.epoch(), |timeout| {
                         if ctx.is_cancelled() {
                             return true;
                         }
@@ -190,59 +152,26 @@ pub fn start(
         });
     }
 
-    let (changes_tx, changes_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("picolease-postgres".into())
-        .spawn(move || runtime.block_on(drive(builder, changes_tx, stop_rx)))
+        .spawn(move || runtime.block_on(drive(builder, stop_rx)))
         .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    Ok((
-        PgContender {
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        },
-        changes_rx,
-    ))
+    let contender = PgContender {
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    };
+    Ok((Box::new(contender), transitions))
 }
 
-/// What ended the wait in [`drive`].
-enum End {
-    Stopped(Result<(), PgError>),
-    ShutdownAsked,
-}
-
-/// Spawns the driver, forwards its transitions, and shuts it down when
-/// asked (or when the handle is dropped).
-async fn drive(
-    builder: postgres::PgLeaseBuilder,
-    changes: mpsc::Sender<Change>,
-    mut stop: oneshot::Receiver<()>,
-) -> Result<(), PgError> {
-    let mut lease = builder.spawn()?;
-    // On a current-thread runtime the driver task has not run yet, so
-    // subscribing now misses nothing.
-    let mut transitions = lease.subscribe();
-    let forward = |t: postgres::Transition| {
-        let _ = changes.send(Change {
-            leadership: t.leadership,
-            at: t.at,
-        });
-    };
-    let end = loop {
-        tokio::select! {
-            Some(t) = transitions.recv() => forward(t),
-            result = lease.stopped() => break End::Stopped(result),
-            _ = &mut stop => break End::ShutdownAsked,
-        }
-    };
-    let outcome = match end {
-        End::Stopped(result) => result,
-        End::ShutdownAsked => lease.shutdown().await,
-    };
-    while let Ok(t) = transitions.try_recv() {
-        forward(t);
+/// Starts the driver and shuts it down when asked (or when the handle is
+/// dropped); returns the driver's outcome.
+async fn drive(builder: PgLeaseBuilder, stop: oneshot::Receiver<()>) -> Result<(), PgError> {
+    let mut lease = builder.start()?;
+    tokio::select! {
+        result = lease.stopped() => result,
+        _ = stop => lease.shutdown().await,
     }
-    outcome
 }
 
 impl Contender for PgContender {
@@ -250,7 +179,7 @@ impl Contender for PgContender {
         self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
-    fn shutdown(mut self) -> Result<(), CliError> {
+    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

@@ -12,7 +12,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use picolease_core::sql::Statements;
 use picolease_core::{Epoch, HolderId, LeaseName};
+
+use super::fence::Fence;
 
 /// The cancellation signal of one term: set once, never cleared.
 #[derive(Clone, Debug, Default)]
@@ -69,35 +72,58 @@ impl Cancellation {
     }
 }
 
-/// What a gated closure is handed: the term it runs in and the signal to
-/// stop.
+/// What a gated closure is handed when its term starts: the term (lease,
+/// holder, epoch), its fence, and the signal to stop.
 #[derive(Clone, Debug)]
-pub struct WorkContext {
-    /// The lease.
-    pub lease: LeaseName,
-    /// This node's holder id.
-    pub holder: HolderId,
-    /// The term's epoch: the fencing token for the work's writes.
-    pub epoch: Epoch,
-    /// Set when the term ends (demotion, shutdown).
-    pub cancellation: Cancellation,
+pub struct LeaderContext {
+    lease: LeaseName,
+    holder: HolderId,
+    epoch: Epoch,
+    fence: Fence,
+    cancellation: Cancellation,
 }
 
-impl WorkContext {
-    /// True once the work should stop.
+impl LeaderContext {
+    /// The lease.
+    pub fn lease(&self) -> &LeaseName {
+        &self.lease
+    }
+
+    /// This node's holder id.
+    pub fn holder(&self) -> &HolderId {
+        &self.holder
+    }
+
+    /// The term's epoch: the fencing token for the work's writes.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The fence of this term, to make the work's own writes conditional
+    /// on it.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// True once the term has ended (demotion, shutdown).
     pub fn is_cancelled(&self) -> bool {
         self.cancellation.is_cancelled()
     }
 
-    /// Sleeps up to `timeout`, waking at once on cancellation; true if
-    /// cancelled.
+    /// The term's cancellation signal, to wait on or hand to other threads.
+    pub fn cancellation(&self) -> &Cancellation {
+        &self.cancellation
+    }
+
+    /// Sleeps up to `timeout`, waking at once when the term ends; true if
+    /// it has ended.
     pub fn sleep(&self, timeout: Duration) -> bool {
         self.cancellation.wait_timeout(timeout)
     }
 }
 
 /// A gated closure.
-pub(crate) type Work = Arc<dyn Fn(WorkContext) + Send + Sync + 'static>;
+pub(crate) type Work = Arc<dyn Fn(LeaderContext) + Send + Sync + 'static>;
 
 /// The registered closures and the threads of the current (or last) term.
 #[derive(Default)]
@@ -107,44 +133,53 @@ pub(crate) struct Gate {
     running: Vec<JoinHandle<()>>,
     /// Threads of an ended term, signalled but not yet joined.
     stopped: Vec<JoinHandle<()>>,
-    cancellation: Option<Cancellation>,
+    /// The current term's context, cloned for each closure.
+    current: Option<LeaderContext>,
 }
 
 impl Gate {
+    /// Registers a closure; if a term is running it starts in it at once.
     pub(crate) fn add(&mut self, work: Work) {
+        if let Some(context) = &self.current {
+            let index = self.works.len();
+            if let Some(handle) = spawn(index, &work, context.clone()) {
+                self.running.push(handle);
+            }
+        }
         self.works.push(work);
     }
 
     /// Starts every closure for the term `epoch` (after joining the last
     /// term's threads).
-    pub(crate) fn start(&mut self, lease: &LeaseName, holder: &HolderId, epoch: Epoch) {
+    pub(crate) fn start(
+        &mut self,
+        statements: &Statements,
+        lease: &LeaseName,
+        holder: &HolderId,
+        epoch: Epoch,
+    ) {
         // A StartWork always follows a StopWork; stop anyway, defensively.
         self.stop();
         self.join_stopped();
-        let cancellation = Cancellation::default();
-        for (i, work) in self.works.iter().enumerate() {
-            let context = WorkContext {
-                lease: lease.clone(),
-                holder: holder.clone(),
-                epoch,
-                cancellation: cancellation.clone(),
-            };
-            let work = Arc::clone(work);
-            match std::thread::Builder::new()
-                .name(format!("picolease-work-{i}"))
-                .spawn(move || work(context))
-            {
-                Ok(handle) => self.running.push(handle),
-                Err(e) => tracing::error!(epoch = epoch.get(), "cannot start gated work {i}: {e}"),
+        let context = LeaderContext {
+            lease: lease.clone(),
+            holder: holder.clone(),
+            epoch,
+            fence: Fence::new(statements, lease, holder, epoch),
+            cancellation: Cancellation::default(),
+        };
+        for (index, work) in self.works.iter().enumerate() {
+            if let Some(handle) = spawn(index, work, context.clone()) {
+                self.running.push(handle);
             }
         }
-        self.cancellation = Some(cancellation);
+        self.current = Some(context);
     }
 
     /// Signals the running work to stop (does not wait).
     pub(crate) fn stop(&mut self) {
-        if let Some(cancellation) = self.cancellation.take() {
-            cancellation.cancel();
+        if let Some(context) = self.current.take() {
+            context.cancellation.cancel();
         }
         self.stopped.append(&mut self.running);
     }
@@ -155,6 +190,23 @@ impl Gate {
             if handle.join().is_err() {
                 tracing::error!("a gated work closure panicked");
             }
+        }
+    }
+}
+
+/// Starts closure `index` on its own thread; a thread that cannot be
+/// started is logged (the term goes on without it).
+fn spawn(index: usize, work: &Work, context: LeaderContext) -> Option<JoinHandle<()>> {
+    let epoch = context.epoch;
+    let work = Arc::clone(work);
+    match std::thread::Builder::new()
+        .name(format!("picolease-work-{index}"))
+        .spawn(move || work(context))
+    {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::error!(epoch = epoch.get(), "cannot start gated work {index}: {e}");
+            None
         }
     }
 }

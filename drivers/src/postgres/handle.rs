@@ -1,0 +1,318 @@
+//! The handle of a running PostgreSQL contender, and its builder.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use picolease_core::sql::{Dialect, Statements};
+use picolease_core::{Config, HolderId, Leadership, LeaseName, LeaseState, TableName};
+use tokio::sync::{mpsc, watch};
+
+use super::connect::Connect;
+use super::driver::{Control, Driver, LastError};
+use super::error::PgError;
+use super::fence::Fence;
+use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
+use super::link::Link;
+use super::notify;
+use crate::publish::{Publisher, Subscription};
+
+/// Configures a [`PgLease`] before it starts. Made by [`PgLease::builder`].
+pub struct PgLeaseBuilder {
+    config: Config,
+    connector: Arc<dyn Connect>,
+    table: TableName,
+    auto_create: bool,
+    notifications: bool,
+    tasks: Vec<GatedTask>,
+    publisher: Arc<Publisher>,
+}
+
+impl std::fmt::Debug for PgLeaseBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLeaseBuilder")
+            .field("config", &self.config)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgLeaseBuilder {
+    /// The lease table (default [`picolease_core::DEFAULT_TABLE`]).
+    pub fn table(mut self, table: TableName) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// Create the table if it is missing, on first connect (default on).
+    /// Off, a missing table finishes the driver with
+    /// [`PgError::MissingTable`]; create it with [`super::init`].
+    pub fn auto_create(mut self, on: bool) -> Self {
+        self.auto_create = on;
+        self
+    }
+
+    /// Listen for release notifications (default on, when the connector
+    /// can provide a listening connection). Off, a follower notices a
+    /// release at its next poll, within one interval.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
+    /// Registers work to run while this node leads: `task` is spawned at
+    /// the start of every term with the term's [`LeaderContext`] (epoch,
+    /// cancellation, fence), and must return soon after the term ends
+    /// (`ctx.cancelled()` completes then). A new term's tasks start only
+    /// after the previous term's have returned; on shutdown the lease is
+    /// released only after they have. Several may be registered.
+    pub fn while_leader<F, Fut>(mut self, task: F) -> Self
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.push(gated_task(task));
+        self
+    }
+
+    /// Every leadership change from the start on, in order.
+    pub fn subscribe(&self) -> Subscription {
+        self.publisher.subscribe()
+    }
+
+    /// Validates the configuration and starts the driver task on the
+    /// current tokio runtime (panics outside one, like `tokio::spawn`).
+    pub fn start(self) -> Result<PgLease, PgError> {
+        let origin = tokio::time::Instant::now();
+        let lease = LeaseState::new(self.config.clone(), picolease_core::Instant::ZERO)?;
+        let statements = Arc::new(Statements::new(Dialect::Postgres, &self.table));
+        let lease_name: Arc<str> = self.config.lease.as_str().into();
+        let holder: Arc<str> = self.config.holder.as_str().into();
+        let (control_tx, control) = mpsc::unbounded_channel();
+        let last_error: LastError = Arc::new(Mutex::new(None));
+
+        let (listener, notices) = if self.notifications {
+            let (tx, rx) = mpsc::channel(1);
+            let listener = notify::spawn_listener(
+                self.connector.clone(),
+                self.table.release_channel(),
+                lease_name.clone(),
+                tx,
+            );
+            let notices = listener.is_some().then_some(rx);
+            (listener, notices)
+        } else {
+            (None, None)
+        };
+
+        let link = Arc::new(Link::new(
+            self.connector,
+            statements.clone(),
+            self.auto_create,
+            self.config.interval.max(Duration::from_millis(100)),
+        ));
+        let driver = Driver {
+            lease,
+            origin,
+            statements: statements.clone(),
+            link,
+            gate: Gate::new(
+                self.tasks,
+                &statements,
+                &self.config.lease,
+                &self.config.holder,
+            ),
+            lease_name,
+            holder,
+            publisher: Arc::clone(&self.publisher),
+            notices,
+            control,
+            last_error: last_error.clone(),
+            listener,
+        };
+        let task = tokio::spawn(driver.run());
+        Ok(PgLease {
+            config: self.config,
+            statements,
+            control: control_tx,
+            task: Some(task),
+            last_error,
+            publisher: self.publisher,
+        })
+    }
+}
+
+/// One contender for one lease on PostgreSQL: the handle of the driver
+/// task. Made with [`PgLease::builder`].
+///
+/// Dropping it shuts the driver down in the background (gated work
+/// stopped, lease released); call [`PgLease::shutdown`] to wait for that.
+pub struct PgLease {
+    config: Config,
+    statements: Arc<Statements>,
+    control: mpsc::UnboundedSender<Control>,
+    task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
+    last_error: LastError,
+    publisher: Arc<Publisher>,
+}
+
+impl std::fmt::Debug for PgLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLease")
+            .field("lease", &self.config.lease)
+            .field("holder", &self.config.holder)
+            .field("leadership", &self.publisher.leadership())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgLease {
+    /// A contender for `config` (lease, holder id, timings) whose
+    /// connections come from `connector`: a [`super::PgConnector`], or any
+    /// async closure that returns a connected `tokio_postgres::Client`.
+    pub fn builder(config: Config, connector: impl Connect) -> PgLeaseBuilder {
+        PgLeaseBuilder {
+            config,
+            connector: Arc::new(connector),
+            table: TableName::default(),
+            auto_create: true,
+            notifications: true,
+            tasks: Vec::new(),
+            publisher: Arc::new(Publisher::new()),
+        }
+    }
+
+    /// This contender's configuration (its lease name and holder id).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The lease name.
+    pub fn lease(&self) -> &LeaseName {
+        &self.config.lease
+    }
+
+    /// This contender's holder id.
+    pub fn holder(&self) -> &HolderId {
+        &self.config.holder
+    }
+
+    /// The current leadership state: role, epoch, holder in view and, on
+    /// demotion, the reason.
+    pub fn leadership(&self) -> Leadership {
+        self.publisher.leadership()
+    }
+
+    /// A watch receiver of the leadership state, updated on every change
+    /// (`wait_for`, `changed` in async code).
+    pub fn watch(&self) -> watch::Receiver<Leadership> {
+        self.publisher.watch()
+    }
+
+    /// Every leadership change from now on, in order (bounded; see
+    /// [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        self.publisher.subscribe()
+    }
+
+    /// Registers more work to run while this node leads, like
+    /// [`PgLeaseBuilder::while_leader`]; if this node leads now, it starts
+    /// at once in the current term.
+    pub fn while_leader<F, Fut>(&self, task: F)
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let _ = self.control.send(Control::AddTask(gated_task(task)));
+    }
+
+    /// The fence of the current term, if this node leads.
+    pub fn fence(&self) -> Option<Fence> {
+        let epoch = self.leadership().leader_epoch()?;
+        Some(Fence::new(
+            &self.statements,
+            &self.config.lease,
+            &self.config.holder,
+            epoch,
+        ))
+    }
+
+    /// The latencies of the most recent accepted renewals (up to
+    /// [`crate::RENEW_SAMPLES`]), oldest first: from the driver issuing the
+    /// statement to the core having handled its reply.
+    pub fn renew_latencies(&self) -> Vec<Duration> {
+        self.publisher.renew_latencies()
+    }
+
+    /// The most recent error met (a failed connect, a timed-out statement,
+    /// …), cleared by the next successful statement. Transient errors are
+    /// retried; they show here and in the `tracing` logs.
+    pub fn last_error(&self) -> Option<PgError> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// True once the driver task has stopped (after shutdown, abort, or a
+    /// fatal error).
+    pub fn is_finished(&self) -> bool {
+        self.publisher.is_finished() || self.task.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops the gated tasks and waits for them, releases the lease if held
+    /// (notifying the other contenders), and returns when all of that is
+    /// done. Returns the fatal error that had stopped the driver, if any.
+    ///
+    /// A gated task that ignores its cancellation keeps this waiting (the
+    /// release itself is abandoned after the request timeout, and the lease
+    /// then lapses by its ttl).
+    pub async fn shutdown(mut self) -> Result<(), PgError> {
+        let _ = self.control.send(Control::Shutdown);
+        self.join().await
+    }
+
+    /// Waits until the driver stops by itself, which it does only on a
+    /// fatal error (a missing or malformed table, refused credentials):
+    /// returns that error. Does not give up the handle, so it can race a
+    /// signal in `select!` and the handle still be shut down after:
+    ///
+    /// ```no_run
+    /// # async fn demo(mut lease: picolease::postgres::PgLease) -> Result<(), picolease::postgres::PgError> {
+    /// tokio::select! {
+    ///     result = lease.stopped() => result?,
+    ///     _ = tokio::signal::ctrl_c() => {}
+    /// }
+    /// lease.shutdown().await
+    /// # }
+    /// ```
+    ///
+    /// Cancel-safe. Once it has returned, later calls (and `shutdown`)
+    /// return `Ok(())` at once: the outcome is reported only once.
+    pub async fn stopped(&mut self) -> Result<(), PgError> {
+        self.join().await
+    }
+
+    /// Stops the driver at once, without stopping gracefully or releasing:
+    /// what a crash looks like to the other contenders (the lease lapses by
+    /// its ttl). Gated tasks are cancelled but not waited for.
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    async fn join(&mut self) -> Result<(), PgError> {
+        let Some(task) = self.task.as_mut() else {
+            return Ok(());
+        };
+        let outcome = task.await;
+        self.task = None;
+        match outcome {
+            Ok(result) => result,
+            Err(e) => Err(PgError::Stopped {
+                reason: e.to_string(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The handle of a running SQLite contender, and its builder.
+
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use picolease_core::sql::{Dialect, Statements};
+use picolease_core::{Config, HolderId, Instant, Leadership, LeaseName, LeaseState};
+use tokio::sync::watch;
+
+use super::error::Error;
+use super::fence::Fence;
+use super::gate::{Gate, LeaderContext};
+use super::open::Database;
+use super::table::LeaseTable;
+use super::watchdog::Watchdog;
+use super::worker::{ConnectionJob, Control, Worker};
+use crate::publish::{Publisher, Subscription};
+
+/// Configures a [`SqliteLease`] before it starts. Made by
+/// [`SqliteLease::builder`].
+pub struct SqliteLeaseBuilder {
+    config: Config,
+    database: Database,
+    gate: Gate,
+    publisher: Arc<Publisher>,
+}
+
+impl std::fmt::Debug for SqliteLeaseBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteLeaseBuilder")
+            .field("config", &self.config)
+            .field("database", &self.database)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteLeaseBuilder {
+    /// Registers work to run while this node leads: `work` is started on its
+    /// own thread at the start of every term with the term's
+    /// [`LeaderContext`], and must return soon after the term ends
+    /// ([`LeaderContext::sleep`] wakes at once then). Several may be
+    /// registered.
+    pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
+        self.gate.add(Arc::new(work));
+        self
+    }
+
+    /// Every leadership change from the start on, in order.
+    pub fn subscribe(&self) -> Subscription {
+        self.publisher.subscribe()
+    }
+
+    /// Validates the configuration, opens the database (creating the file
+    /// and table if allowed), checks the table, and starts the lease
+    /// thread. A bad configuration is reported before the file is touched.
+    pub fn start(self) -> Result<SqliteLease, Error> {
+        let SqliteLeaseBuilder {
+            config,
+            mut database,
+            gate,
+            publisher,
+        } = self;
+        let state = LeaseState::new(config.clone(), Instant::ZERO)?;
+        database.busy_timeout = database.busy_timeout.min(config.request_timeout * 3 / 4);
+        let table = LeaseTable::open(&database)?;
+        let watchdog = Watchdog::start(
+            table.connection().get_interrupt_handle(),
+            config.request_timeout,
+        )
+        .map_err(|e| Error::Spawn(e.to_string()))?;
+        let (control, inbox) = mpsc::channel();
+        let worker = Worker {
+            lease: config.lease.clone(),
+            holder: config.holder.clone(),
+            ttl_millis: config.ttl_millis(),
+            state,
+            table,
+            watchdog,
+            gate,
+            publisher: Arc::clone(&publisher),
+            origin: std::time::Instant::now(),
+            inbox,
+            fatal: None,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("picolease-{}", config.lease))
+            .spawn(move || worker.run())
+            .map_err(|e| Error::Spawn(e.to_string()))?;
+        Ok(SqliteLease {
+            statements: Statements::new(Dialect::Sqlite, &database.table),
+            config,
+            control,
+            thread: Some(thread),
+            publisher,
+        })
+    }
+}
+
+/// One contender for one lease on SQLite: the handle of its lease thread.
+/// Made with [`SqliteLease::builder`].
+///
+/// Call [`SqliteLease::shutdown`] to stop the work and release the lease.
+/// Dropping the handle asks for the same shutdown and waits for it at most
+/// a ttl, so a drop never hangs.
+pub struct SqliteLease {
+    config: Config,
+    statements: Statements,
+    control: mpsc::Sender<Control>,
+    thread: Option<JoinHandle<Result<(), Error>>>,
+    publisher: Arc<Publisher>,
+}
+
+impl std::fmt::Debug for SqliteLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteLease")
+            .field("lease", &self.config.lease)
+            .field("holder", &self.config.holder)
+            .field("leadership", &self.publisher.leadership())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteLease {
+    /// A contender for `config` (lease, holder id, timings) on `database`.
+    pub fn builder(config: Config, database: Database) -> SqliteLeaseBuilder {
+        SqliteLeaseBuilder {
+            config,
+            database,
+            gate: Gate::default(),
+            publisher: Arc::new(Publisher::new()),
+        }
+    }
+
+    /// This contender's configuration (its lease name and holder id).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The lease name.
+    pub fn lease(&self) -> &LeaseName {
+        &self.config.lease
+    }
+
+    /// This contender's holder id.
+    pub fn holder(&self) -> &HolderId {
+        &self.config.holder
+    }
+
+    /// The current leadership state: role, epoch, holder in view and, on
+    /// demotion, the reason.
+    pub fn leadership(&self) -> Leadership {
+        self.publisher.leadership()
+    }
+
+    /// A watch receiver of the leadership state (usable with or without a
+    /// tokio runtime).
+    pub fn watch(&self) -> watch::Receiver<Leadership> {
+        self.publisher.watch()
+    }
+
+    /// Every leadership change from now on, in order (bounded; see
+    /// [`Subscription`]).
+    pub fn subscribe(&self) -> Subscription {
+        self.publisher.subscribe()
+    }
+
+    /// Registers more work to run while this node leads, like
+    /// [`SqliteLeaseBuilder::while_leader`]; if this node leads now, it
+    /// starts at once in the current term.
+    pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
+        let _ = self.control.send(Control::AddWork(Arc::new(work)));
+    }
+
+    /// The fence of the current term, if this node leads.
+    pub fn fence(&self) -> Option<Fence> {
+        let epoch = self.leadership().leader_epoch()?;
+        Some(Fence::new(
+            &self.statements,
+            &self.config.lease,
+            &self.config.holder,
+            epoch,
+        ))
+    }
+
+    /// The latencies of the most recent accepted renewals (up to
+    /// [`crate::RENEW_SAMPLES`]), oldest first: from the driver issuing the
+    /// statement to the core having handled its reply.
+    pub fn renew_latencies(&self) -> Vec<Duration> {
+        self.publisher.renew_latencies()
+    }
+
+    /// Blocks until the leadership state satisfies `done` (checked now and
+    /// on every change), the driver finishes, or `timeout` passes. Returns
+    /// the state that satisfied it.
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl FnMut(&Leadership) -> bool,
+    ) -> Option<Leadership> {
+        self.publisher.wait_for(timeout, done)
+    }
+
+    /// Blocks until the leadership state changes or `timeout` passes;
+    /// returns the new state if it changed.
+    pub fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
+        self.publisher.wait_change(timeout)
+    }
+
+    /// True once the thread has stopped (after shutdown, abort, or a fatal
+    /// error; [`SqliteLease::shutdown`] then returns the error).
+    pub fn is_finished(&self) -> bool {
+        self.publisher.is_finished()
+    }
+
+    /// Runs `job` on the lease thread's own connection, between two lease
+    /// statements, and returns its result (`None` if the thread has
+    /// stopped). The lease loop waits for it: keep it short. Meant for
+    /// measurements and diagnostics (e.g. timing a bare statement on the
+    /// very connection the driver renews through).
+    pub fn with_connection<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (tx, rx) = mpsc::channel();
+        let job: ConnectionJob = Box::new(move |conn| {
+            let _ = tx.send(job(conn));
+        });
+        self.control.send(Control::Run(job)).ok()?;
+        rx.recv().ok()
+    }
+
+    /// Stops the gated work, releases the lease if held, and returns when
+    /// done. Returns the fatal error that stopped the driver earlier, if any.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        let _ = self.control.send(Control::Shutdown);
+        self.join()
+    }
+
+    /// Stops at once WITHOUT releasing, as if the process had crashed: the
+    /// gated work is cancelled and joined, the row is left to lapse by its
+    /// ttl. For tests and demonstrations.
+    pub fn abort(mut self) {
+        let _ = self.control.send(Control::Abort);
+        let _ = self.join();
+    }
+
+    fn join(&mut self) -> Result<(), Error> {
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err(Error::Panicked {
+                    lease: self.config.lease.to_string(),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SqliteLease {
+    fn drop(&mut self) {
+        if self.thread.is_none() {
+            return;
+        }
+        let _ = self.control.send(Control::Shutdown);
+        let _ = self.wait_for(self.config.ttl + self.config.request_timeout, |_| false);
+        if self.is_finished() {
+            let _ = self.join();
+        } else {
+            tracing::warn!(lease = %self.config.lease, "lease thread did not stop in time; detaching it");
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The lease table on one connection: the protocol's statements, bound
+//! and stepped to completion.
+//!
+//! Every statement runs in autocommit mode and is stepped to completion
+//! before the call returns, so no transaction or read snapshot outlives a
+//! call: a contender frozen between statements (SIGSTOP, a debugger) holds
+//! no lock that could block the others.
+
+use std::fmt;
+
+use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statements, Value};
+use picolease_core::{Epoch, Failure, HolderId, LeaseName, Operation, Reply, RowError};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::ToSql;
+
+use super::error::Error;
+use super::fence::Fence;
+use super::open::{classify_open, failure_of, open_connection, Database};
+
+/// A bound value as rusqlite wants it, without copying the text.
+struct Bound<'a>(Value<'a>);
+
+impl ToSql for Bound<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self.0 {
+            Value::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
+            Value::Int(n) => ToSqlOutput::Borrowed(ValueRef::Integer(n)),
+        })
+    }
+}
+
+/// it to completion.
+fn run<'v>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    values: impl Iterator<Item = Value<'v>>,
+) -> rusqlite::Result<Vec<Vec<Cell>>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    for (i, value) in values.enumerate() {
+        stmt.raw_bind_parameter(i + 1, Bound(value))?;
+    }
+    let columns = stmt.column_count();
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let mut cells = Vec::with_capacity(columns);
+        for i in 0..columns {
+            cells.push(match row.get_ref(i)? {
+                ValueRef::Null => Cell::Null,
+                ValueRef::Integer(n) => Cell::Int(n),
+                ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+                ValueRef::Real(_) => Cell::Other("real".into()),
+                ValueRef::Blob(_) => Cell::Other("blob".into()),
+            });
+        }
+        out.push(cells);
+    }
+    Ok(out)
+}
+
+/// The lease table on one connection: create it, read it, run the
+/// protocol's statements on it.
+pub struct LeaseTable {
+    conn: rusqlite::Connection,
+    statements: Statements,
+    path: String,
+}
+
+impl fmt::Debug for LeaseTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseTable")
+            .field("path", &self.path)
+            .field("table", &self.statements.table().to_string())
+            .finish()
+    }
+}
+
+impl LeaseTable {
+    /// Opens the database and checks the table: created when missing if
+    /// `db.auto_create`, otherwise a [`Error::MissingTable`]. Every lease
+    /// statement is prepared once here, so a table without the lease
+    /// columns is reported before anything is written.
+    pub fn open(db: &Database) -> Result<Self, Error> {
+        let conn = open_connection(db)?;
+        let table = LeaseTable {
+            conn,
+            statements: Statements::new(Dialect::Sqlite, &db.table),
+            path: db.path_text(),
+        };
+        if db.auto_create {
+            table.init()?;
+        }
+        table.check()?;
+        Ok(table)
+    }
+
+    /// Opens without creating anything and without checking the table
+    /// (for reading status of a database that may not have one yet).
+    pub fn open_existing(db: &Database) -> Result<Self, Error> {
+        let db = db.clone().auto_create(false);
+        Ok(LeaseTable {
+            conn: open_connection(&db)?,
+            statements: Statements::new(Dialect::Sqlite, &db.table),
+            path: db.path_text(),
+        })
+    }
+
+    /// Creates the table if it is missing (`CREATE TABLE IF NOT EXISTS`).
+    pub fn init(&self) -> Result<(), Error> {
+        self.conn
+            .execute_batch(self.statements.create_table())
+            .map_err(|e| self.error(e))
+    }
+
+    /// True if the lease table exists.
+    pub fn exists(&self) -> Result<bool, Error> {
+        let table = self.statements.table().table().to_string();
+        self.conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(|e| self.error(e))
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        for statement in [
+            self.statements.acquire(),
+            self.statements.renew(),
+            self.statements.release(),
+        ] {
+            self.conn
+                .prepare_cached(statement.sql())
+                .map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Maps an SQLite error to the driver's error, naming the table.
+    pub(crate) fn error(&self, source: rusqlite::Error) -> Error {
+        let table = self.statements.table().to_string();
+        let message = source.to_string();
+        if message.contains("no such table") {
+            Error::MissingTable {
+                table,
+                path: self.path.clone(),
+            }
+        } else if message.contains("no such column") || message.contains("has no column named") {
+            Error::BadSchema {
+                table,
+                path: self.path.clone(),
+                detail: message,
+            }
+        } else {
+            classify_open(&self.path, source)
+        }
+    }
+
+    /// The statements for this table.
+    pub fn statements(&self) -> &Statements {
+        &self.statements
+    }
+
+    /// The connection, for the caller's own (fenced) writes.
+    pub fn connection(&self) -> &rusqlite::Connection {
+        &self.conn
+    }
+
+    /// The database path as given (for messages).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Every lease, by name. A missing table reads as no leases.
+    pub fn status(&self) -> Result<Vec<LeaseRow>, Error> {
+        if !self.exists()? {
+            return Ok(Vec::new());
+        }
+        let rows = run(
+            &self.conn,
+            self.statements.status().sql(),
+            std::iter::empty(),
+        )
+        .map_err(|e| self.error(e))?;
+        self.statements
+            .decode_status(&rows)
+            .map_err(|source| self.row_error(source))
+    }
+
+    /// Administrative release: frees `lease` whoever holds it and bumps the
+    /// epoch. `None` when there is no such lease. A malformed row is left
+    /// untouched by the statement itself and reported as [`Error::Row`].
+    pub fn force_release(&self, lease: &LeaseName) -> Result<Option<Epoch>, Error> {
+        let bindings = Bindings {
+            lease: lease.as_str(),
+            holder: "",
+            ttl_millis: 0,
+        };
+        let statement = self.statements.force_release();
+        let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))
+            .map_err(|e| self.error(e))?;
+        let released = self
+            .statements
+            .decode_force_release(&rows)
+            .map_err(|source| self.row_error(source.for_lease(lease.as_str())))?;
+        if released.is_none() {
+            // No such lease, or a malformed row the statement refused to
+            // touch: reading it tells which.
+            let statement = self.statements.lease_row();
+            let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))
+                .map_err(|e| self.error(e))?;
+            self.statements
+                .decode_status(&rows)
+                .map_err(|source| self.row_error(source.for_lease(lease.as_str())))?;
+        }
+        Ok(released)
+    }
+
+    pub(crate) fn row_error(&self, source: RowError) -> Error {
+        Error::Row {
+            table: self.statements.table().to_string(),
+            source,
+        }
+    }
+
+    /// Runs one lease operation and decodes its reply. The error, if any,
+    /// is returned beside the reply so the caller can report it.
+    pub fn execute(
+        &self,
+        operation: Operation,
+        bindings: &Bindings<'_>,
+        me: &HolderId,
+    ) -> (Reply, Option<Error>) {
+        let statement = self.statements.for_operation(operation);
+        match run(
+            &self.conn,
+            statement.sql(),
+            statement.bind(bindings, operation.epoch()),
+        ) {
+            Ok(rows) => match self.statements.decode_reply(operation, me, &rows) {
+                Ok(reply) => (reply, None),
+                Err(source) => (
+                    Reply::Failed(Failure::Fatal),
+                    Some(self.row_error(source.for_lease(bindings.lease))),
+                ),
+            },
+            Err(e) => {
+                let failure = failure_of(&e);
+                (Reply::Failed(failure), Some(self.error(e)))
+            }
+        }
+    }
+
+    /// Evaluates `statement` (a fence or any boolean expression) as
+    /// `SELECT <statement>` with the given values.
+    pub fn holds(&self, fence: &Fence) -> Result<bool, Error> {
+        let sql = format!("SELECT {}", fence.sql());
+        self.conn
+            .query_row(&sql, fence.params(), |row| row.get::<_, bool>(0))
+            .map_err(|e| self.error(e))
+    }
+}

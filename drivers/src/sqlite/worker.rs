@@ -1,0 +1,170 @@
+//! The lease thread: one connection and one `LeaseState`.
+//!
+//! It sleeps until the machine's `poll_timeout` (or a control message),
+//! feeds the machine, and carries out its commands in order. It makes no
+//! decision of its own.
+
+use std::sync::{mpsc, Arc};
+
+use picolease_core::sql::Bindings;
+use picolease_core::{
+    Command, Failure, HolderId, Instant, LeaseName, LeaseState, Operation, Reply,
+};
+
+use super::error::Error;
+use super::gate::{Gate, Work};
+use super::table::LeaseTable;
+use super::watchdog::Watchdog;
+use crate::publish::Publisher;
+
+/// A closure run on the lease thread's connection, between statements.
+pub(crate) type ConnectionJob = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
+
+/// What the handle asks of the thread.
+pub(crate) enum Control {
+    /// Stop the work, release, finish.
+    Shutdown,
+    /// Stop at once without releasing: a simulated crash.
+    Abort,
+    /// Run a closure on the connection.
+    Run(ConnectionJob),
+    /// Register gated work (started at once if leading).
+    AddWork(Work),
+}
+
+/// The lease thread's state.
+pub(crate) struct Worker {
+    pub(crate) lease: LeaseName,
+    pub(crate) holder: HolderId,
+    pub(crate) ttl_millis: i64,
+    pub(crate) state: LeaseState,
+    pub(crate) table: LeaseTable,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) gate: Gate,
+    pub(crate) publisher: Arc<Publisher>,
+    pub(crate) origin: std::time::Instant,
+    pub(crate) inbox: mpsc::Receiver<Control>,
+    pub(crate) fatal: Option<Error>,
+}
+
+impl Worker {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Runs until the machine finishes (or the handle aborts); returns the
+    /// fatal error that finished it, if any.
+    pub(crate) fn run(mut self) -> Result<(), Error> {
+        let mut handle_gone = false;
+        self.state.handle_timeout(self.now());
+        loop {
+            self.carry_out();
+            let Some(wake) = self.state.poll_timeout() else {
+                break;
+            };
+            let wait = wake.saturating_duration_since(self.now());
+            let control = if handle_gone {
+                std::thread::sleep(wait);
+                None
+            } else {
+                match self.inbox.recv_timeout(wait) {
+                    Ok(control) => Some(control),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        handle_gone = true;
+                        Some(Control::Shutdown)
+                    }
+                }
+            };
+            let now = self.now();
+            match control {
+                None => self.state.handle_timeout(now),
+                Some(Control::Shutdown) => self.state.handle_shutdown(now),
+                Some(Control::Run(job)) => {
+                    job(self.table.connection());
+                    self.state.handle_timeout(self.now());
+                }
+                Some(Control::AddWork(work)) => {
+                    self.gate.add(work);
+                    self.state.handle_timeout(now);
+                }
+                Some(Control::Abort) => {
+                    tracing::warn!(lease = %self.lease, holder = %self.holder, "aborting without releasing the lease");
+                    break;
+                }
+            }
+        }
+        self.gate.stop();
+        self.gate.join_stopped();
+        self.publisher.finish();
+        match self.fatal.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Drains the machine's commands and carries them out in order; a
+    /// statement's reply is fed back once the commands before it are done.
+    fn carry_out(&mut self) {
+        loop {
+            let mut reply = None;
+            while let Some(command) = self.state.poll_command() {
+                match command {
+                    Command::Execute { request, operation } => {
+                        // Work of an ended term is gone before any statement.
+                        self.gate.join_stopped();
+                        let started = std::time::Instant::now();
+                        let outcome = self.execute(operation);
+                        reply = Some((request, operation, outcome, started));
+                    }
+                    // A synchronous statement has already returned.
+                    Command::Cancel { .. } => {}
+                    Command::StartWork { epoch } => {
+                        let statements = self.table.statements();
+                        self.gate
+                            .start(statements, &self.lease, &self.holder, epoch);
+                    }
+                    Command::StopWork { .. } => self.gate.stop(),
+                    Command::Publish(leadership) => {
+                        tracing::info!(lease = %self.lease, holder = %self.holder, ?leadership, "leadership changed");
+                        self.publisher.publish(leadership);
+                    }
+                    Command::Finished => {}
+                }
+            }
+            let Some((request, operation, reply, started)) = reply else {
+                return;
+            };
+            let accepted_renew = matches!(
+                (operation, &reply),
+                (Operation::Renew { .. }, Reply::Accepted)
+            );
+            self.state.handle_reply(self.now(), request, reply);
+            if accepted_renew {
+                self.publisher.record_renewal(started.elapsed());
+            }
+        }
+    }
+
+    fn execute(&mut self, operation: Operation) -> Reply {
+        let bindings = Bindings {
+            lease: self.lease.as_str(),
+            holder: self.holder.as_str(),
+            ttl_millis: self.ttl_millis,
+        };
+        let (reply, error) = {
+            let _armed = self.watchdog.arm();
+            self.table.execute(operation, &bindings, &self.holder)
+        };
+        if let Some(error) = error {
+            match reply {
+                Reply::Failed(Failure::Fatal) => {
+                    tracing::error!(lease = %self.lease, ?operation, "{error}");
+                    self.fatal = Some(error);
+                }
+                _ => tracing::warn!(lease = %self.lease, ?operation, "retrying after: {error}"),
+            }
+        }
+        reply
+    }
+}

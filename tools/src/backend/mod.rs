@@ -1,0 +1,191 @@
+//! The databases a `--db` URL names, behind one small interface.
+//!
+//! Each backend module (`sqlite`, and `postgres` with the feature of that
+//! name, on by default) offers the same four operations: `init`, `status`,
+//! `force_release` and `start` (a running [`Contender`] and its
+//! [`Subscription`]). The commands only ever call [`Backend`]'s methods,
+//! so they hold no per-database branch. A binary built without
+//! `postgres` refuses `postgres://` URLs with a clear configuration error.
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use picolease::sql::LeaseRow;
+use picolease::sqlite::Location;
+use picolease::{redact_url, Config, Epoch, LeaseName, Subscription, TableName};
+
+use crate::commands::child::Gated;
+use crate::failure::{one_line, CliError};
+
+/// A running contender of either backend, as `run` sees it.
+pub trait Contender {
+    /// True once the driver has stopped by itself (a fatal error).
+    fn is_finished(&self) -> bool;
+    /// Stops the gated work (CMD), releases the lease if held, and returns
+    /// the fatal error that had stopped the driver, if any. Every change is
+    /// published before this returns.
+    fn shutdown(self: Box<Self>) -> Result<(), CliError>;
+}
+
+/// A started contender and every transition it publishes from its start.
+pub type Started = (Box<dyn Contender>, Subscription);
+
+/// The database a URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `sqlite://PATH` or `sqlite::memory:`.
+    Sqlite(Location),
+    /// `postgres://…` or `postgresql://…`.
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::Target),
+}
+
+impl Backend {
+    /// Parses `--db`. Accepts `sqlite://PATH` (relative or absolute:
+    /// `sqlite:///tmp/x.db`), `sqlite:PATH` and `sqlite::memory:`.
+    pub fn parse(url: &str) -> Result<Self, CliError> {
+        if url == "sqlite::memory:" || url == "sqlite://:memory:" {
+            return Ok(Backend::Sqlite(Location::Memory));
+        }
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            if path.is_empty() {
+                return Err(CliError::usage(format!(
+                    "--db {url:?} has no path: use sqlite://PATH or sqlite::memory:"
+                )));
+            }
+            return Ok(Backend::Sqlite(Location::file(path)));
+        }
+        let scheme = url.split("://").next().unwrap_or(url);
+        if url.contains("://") && (scheme == "postgres" || scheme == "postgresql") {
+            #[cfg(feature = "postgres")]
+            return Ok(Backend::Postgres(postgres::Target::parse(url)?));
+            #[cfg(not(feature = "postgres"))]
+            return Err(CliError::usage(format!(
+                "postgres support not built in this picolease binary (--db {scheme}://…; build with the `postgres` feature); use sqlite://PATH"
+            )));
+        }
+        Err(CliError::usage(format!(
+            "--db {:?} is not a supported database URL: use sqlite://PATH, sqlite::memory: or postgres://…",
+            one_line(&redact_url(url))
+        )))
+    }
+
+    /// Where the table lives, for messages (a PostgreSQL URL without its
+    /// password).
+    pub fn place(&self) -> String {
+        match self {
+            Backend::Sqlite(location) => location.to_string(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => target.to_string(),
+        }
+    }
+
+    /// `init`: creates the table (and, on SQLite, the file) if missing.
+    pub fn init(&self, table: &TableName) -> Result<(), CliError> {
+        match self {
+            Backend::Sqlite(location) => sqlite::init(location, table),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => postgres::init(target, table),
+        }
+    }
+
+    /// `status`: every lease, without writing anything (a missing file or
+    /// table reads as no leases).
+    pub fn status(&self, table: &TableName) -> Result<Vec<LeaseRow>, CliError> {
+        match self {
+            Backend::Sqlite(location) => sqlite::status(location, table),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => postgres::status(target, table),
+        }
+    }
+
+    /// `release --force`: the new epoch, or `None` when there is no such
+    /// lease. A malformed row is reported and left unchanged.
+    pub fn force_release(
+        &self,
+        table: &TableName,
+        lease: &LeaseName,
+    ) -> Result<Option<Epoch>, CliError> {
+        match self {
+            Backend::Sqlite(location) => sqlite::force_release(location, table, lease),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => postgres::force_release(target, table, lease),
+        }
+    }
+
+    /// `run`: starts a contender for `config` on `table`, with `gated`
+    /// (CMD) as its gated work.
+    pub fn start(
+        &self,
+        table: &TableName,
+        config: Config,
+        gated: Option<Arc<Gated>>,
+    ) -> Result<Started, CliError> {
+        match self {
+            Backend::Sqlite(location) => sqlite::start(location, table, config, gated),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => postgres::start(target, table, config, gated),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            Backend::parse("sqlite://picolease.db").unwrap(),
+            Backend::Sqlite(Location::file("picolease.db"))
+        );
+        assert_eq!(
+            Backend::parse("sqlite:///tmp/a.db").unwrap(),
+            Backend::Sqlite(Location::file("/tmp/a.db"))
+        );
+        assert_eq!(
+            Backend::parse("sqlite::memory:").unwrap(),
+            Backend::Sqlite(Location::Memory)
+        );
+        assert!(Backend::parse("mysql://x").is_err());
+        assert!(Backend::parse("sqlite://").is_err());
+        let foreign = Backend::parse("mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(!foreign.contains("secret"), "{foreign}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_urls() {
+        assert!(matches!(
+            Backend::parse("postgres://u:secret@h/db").unwrap(),
+            Backend::Postgres(_)
+        ));
+        assert!(matches!(
+            Backend::parse("postgresql://h:5432/db?connect_timeout=2").unwrap(),
+            Backend::Postgres(_)
+        ));
+        let bad = Backend::parse("postgres://u:secret@h:notaport/db").unwrap_err();
+        assert!(matches!(bad, CliError::Usage(_)), "{bad:?}");
+        assert!(!bad.to_string().contains("secret"), "{bad}");
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn postgres_urls_without_the_feature() {
+        let pg = Backend::parse("postgres://u:secret@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            pg.contains("postgres support not built") && !pg.contains("secret"),
+            "{pg}"
+        );
+    }
+}

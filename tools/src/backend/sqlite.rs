@@ -1,0 +1,71 @@
+//! The SQLite backend: `--db sqlite://PATH` (the blocking driver).
+
+use std::sync::Arc;
+
+use picolease::sql::LeaseRow;
+use picolease::sqlite::{Database, LeaderContext, LeaseTable, Location, SqliteLease};
+use picolease::{Config, Epoch, LeaseName, TableName};
+
+use super::{Contender, Started};
+use crate::commands::child::Gated;
+use crate::failure::CliError;
+
+/// The SQLite database at `location` with `table`.
+pub fn database(location: &Location, table: &TableName) -> Database {
+    Database::new(location.clone()).table(table.clone())
+}
+
+/// Creates the file and the table if missing.
+pub fn init(location: &Location, table: &TableName) -> Result<(), CliError> {
+    LeaseTable::open(&database(location, table))?;
+    Ok(())
+}
+
+/// Every lease; a missing file or table reads as none, and nothing is
+/// created.
+pub fn status(location: &Location, table: &TableName) -> Result<Vec<LeaseRow>, CliError> {
+    match location {
+        Location::File(path) if !path.exists() => Ok(Vec::new()),
+        _ => Ok(LeaseTable::open_existing(&database(location, table))?.status()?),
+    }
+}
+
+/// Frees `lease` and bumps its epoch; the statement leaves a malformed row
+/// as it is (and the driver reports it).
+pub fn force_release(
+    location: &Location,
+    table: &TableName,
+    lease: &LeaseName,
+) -> Result<Option<Epoch>, CliError> {
+    let leases = LeaseTable::open(&database(location, table).auto_create(false))?;
+    Ok(leases.force_release(lease)?)
+}
+
+/// Starts the blocking driver, with CMD as its gated work.
+pub fn start(
+    location: &Location,
+    table: &TableName,
+    config: Config,
+    gated: Option<Arc<Gated>>,
+) -> Result<Started, CliError> {
+    let mut builder = SqliteLease::builder(config, database(location, table));
+    let transitions = builder.subscribe();
+    if let Some(gated) = gated {
+        builder = builder.while_leader(move |ctx: LeaderContext| {
+            gated.run_term(ctx.lease(), ctx.holder(), ctx.epoch(), |timeout| {
+                ctx.sleep(timeout)
+            })
+        });
+    }
+    Ok((Box::new(builder.start()?), transitions))
+}
+
+impl Contender for SqliteLease {
+    fn is_finished(&self) -> bool {
+        SqliteLease::is_finished(self)
+    }
+
+    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
+        SqliteLease::shutdown(*self).map_err(CliError::from)
+    }
+}
