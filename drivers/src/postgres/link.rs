@@ -303,7 +303,14 @@ impl Link {
 pub(crate) async fn create_table(client: &Client, statements: &Statements) -> Result<(), PgError> {
     match client.batch_execute(statements.create_table()).await {
         Ok(()) => Ok(()),
-        Err(e) if matches!(e.code().map(|c| c.code()), Some("42P07" | "23505" | "42710")) => Ok(()),
+        Err(e)
+            if matches!(
+                e.code().map(|c| c.code()),
+                Some("42P07" | "23505" | "42710")
+            ) =>
+        {
+            Ok(())
+        }
         Err(e) => Err(PgError::from_statement(
             "create table",
             &statements.table().to_string(),
