@@ -25,6 +25,8 @@
 //! # Ok::<(), picolease_core::ConfigError>(())
 //! ```
 
+#[cfg(feature = "sim")]
+pub mod check;
 mod config;
 mod error;
 #[cfg(feature = "fuzzing")]
@@ -44,4 +46,7 @@ pub use names::{
 };
 pub use protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
 pub use state::LeaseState;
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+pub use state::Mutation;
 pub use time::Instant;

@@ -91,6 +91,9 @@ pub struct LeaseState {
     phase: Phase,
     published: Leadership,
     commands: VecDeque<Command>,
+    /// A planted bug for the model checker's own tests (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    mutation: Mutation,
 }
 
 /// Commands one input can produce at most (demote, publish, cancel,
@@ -114,7 +117,16 @@ impl LeaseState {
             phase: Phase::Running,
             published: Leadership::unknown(),
             commands: VecDeque::with_capacity(COMMAND_CAPACITY),
+            #[cfg(feature = "mutants")]
+            mutation: Mutation::None,
         })
+    }
+
+    /// Plants a bug (feature `mutants`, for the model checker's tests).
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn set_mutation(&mut self, mutation: Mutation) {
+        self.mutation = mutation;
     }
 
     /// The configuration this machine runs with.
@@ -195,7 +207,7 @@ impl LeaseState {
         // cannot resurrect the term that just ran out.
         self.check_deadline(now);
         let req = match self.in_flight {
-            Some(req) if req.id == id => req,
+            Some(req) if req.id == id || self.accepts_any_reply() => req,
             _ => {
                 self.advance(now);
                 return;
@@ -231,7 +243,7 @@ impl LeaseState {
                 Standing::Leader { .. } => {
                     self.standing = Standing::Leader {
                         epoch,
-                        deadline: req.sent_at + self.validity,
+                        deadline: self.term_deadline(req, now),
                     };
                     self.next_attempt = req.sent_at + self.config.interval;
                 }
@@ -302,7 +314,7 @@ impl LeaseState {
             };
             return;
         }
-        let deadline = req.sent_at + self.validity;
+        let deadline = self.term_deadline(req, now);
         if now >= deadline {
             // The reply took so long the lease may already have lapsed:
             // leading on it could overlap a successor. Acquire again at once
@@ -348,7 +360,9 @@ impl LeaseState {
     fn demote(&mut self, reason: Demotion) {
         if let Standing::Leader { epoch, .. } = self.standing {
             self.standing = Standing::Follower;
-            self.commands.push_back(Command::StopWork { epoch, reason });
+            if !self.keeps_work_on_demotion() {
+                self.commands.push_back(Command::StopWork { epoch, reason });
+            }
             self.publish(Leadership {
                 role: Role::Follower,
                 epoch: Some(epoch),
@@ -407,6 +421,37 @@ impl LeaseState {
         }
     }
 
+    /// The local deadline of a term won or renewed by `req`: its send time
+    /// plus the validity (DESIGN §4: the send, not the reply).
+    fn term_deadline(&self, req: InFlight, now: Instant) -> Instant {
+        #[cfg(feature = "mutants")]
+        match self.mutation {
+            Mutation::DeadlineFromReply => return now + self.validity,
+            Mutation::NoDeadline => return Instant::from_nanos(u64::MAX),
+            _ => {}
+        }
+        let _ = now;
+        req.sent_at + self.validity
+    }
+
+    /// False: a reply must match the request in flight.
+    fn accepts_any_reply(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.mutation == Mutation::StaleReplyAccepted {
+            return true;
+        }
+        false
+    }
+
+    /// False: every demotion stops the gated work.
+    fn keeps_work_on_demotion(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.mutation == Mutation::WorkKeptOnDemotion {
+            return true;
+        }
+        false
+    }
+
     fn send(&mut self, now: Instant, operation: Operation) {
         self.next_request += 1;
         let id = RequestId(self.next_request);
@@ -434,5 +479,70 @@ impl LeaseState {
         self.config
             .interval
             .saturating_sub(Duration::from_nanos(cut))
+    }
+}
+
+/// A bug planted on purpose so the model checker's tests can show it finds
+/// it (feature `mutants`, never in a normal build).
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mutation {
+    /// The real machine.
+    #[default]
+    None,
+    /// (a) The deadline counted from the reply instead of the send.
+    DeadlineFromReply,
+    /// (b) No deadline: a leader only demotes on a rejected renew.
+    NoDeadline,
+    /// (c) A reply is taken for the request in flight whatever its id.
+    StaleReplyAccepted,
+    /// (d) The model database renews on the holder alone, ignoring the
+    /// epoch (consulted by `sim::ModelDb`, not by `LeaseState`).
+    RenewIgnoresEpoch,
+    /// (e) A demotion does not stop the gated work.
+    WorkKeptOnDemotion,
+}
+
+/// What the model checker reads of a machine to tell states apart (feature
+/// `sim`): every field that can change what the machine does next. The
+/// jitter generator is left out: the checker runs with jitter 0, where it
+/// has no effect.
+#[cfg(feature = "sim")]
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) next_request: u64,
+    /// The request in flight: id, statement, send time.
+    pub(crate) in_flight: Option<(RequestId, Operation, Instant)>,
+    /// While leading: the epoch and the local deadline.
+    pub(crate) leading: Option<(Epoch, Instant)>,
+    pub(crate) next_attempt: Instant,
+    pub(crate) notice_pending: bool,
+    /// `None` while running; `Some(release)` while shutting down.
+    pub(crate) shutting_down: Option<Option<Epoch>>,
+    pub(crate) finished: bool,
+    pub(crate) published: Leadership,
+}
+
+#[cfg(feature = "sim")]
+impl LeaseState {
+    /// The machine's state for the model checker's fingerprints.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            next_request: self.next_request,
+            in_flight: self.in_flight.map(|r| (r.id, r.operation, r.sent_at)),
+            leading: match self.standing {
+                Standing::Leader { epoch, deadline } => Some((epoch, deadline)),
+                Standing::Follower => None,
+            },
+            next_attempt: self.next_attempt,
+            notice_pending: self.notice_pending,
+            shutting_down: match self.phase {
+                Phase::ShuttingDown { release } => Some(release),
+                _ => None,
+            },
+            finished: self.phase == Phase::Finished,
+            published: self.published.clone(),
+        }
     }
 }

@@ -26,12 +26,23 @@ pub struct ModelRow {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelDb {
     rows: BTreeMap<String, ModelRow>,
+    /// A planted bug for the model checker's own tests (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    mutation: crate::state::Mutation,
 }
 
 impl ModelDb {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Plants a bug (feature `mutants`): only
+    /// `Mutation::RenewIgnoresEpoch` changes the model.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn set_mutation(&mut self, mutation: crate::state::Mutation) {
+        self.mutation = mutation;
     }
 
     /// The row of `lease`, if any.
@@ -89,6 +100,13 @@ impl ModelDb {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Vec<Vec<Cell>> {
+        #[cfg(feature = "mutants")]
+        let epoch = match (self.mutation, self.rows.get(lease)) {
+            (crate::state::Mutation::RenewIgnoresEpoch, Some(row)) => {
+                Epoch::new(u64::try_from(row.epoch).unwrap_or(0))
+            }
+            _ => epoch,
+        };
         match self.matching(lease, holder, epoch) {
             Some(row) => {
                 row.expires_at = now_ms + ttl_ms;

@@ -1,0 +1,346 @@
+//! State fingerprints: what tells two model states apart, up to the
+//! symmetries that cannot change what happens next.
+//!
+//! - **Time shifts.** Instants are kept relative to their own clock (a
+//!   node's to its local clock, the row's expiry to the database clock);
+//!   instants further in the past than any timing of the protocol reaches
+//!   are clamped, as are a row's expiry once lapsed. Clocks themselves are
+//!   left out: only skews and the drift anchors remain.
+//! - **Epochs and request ids** are replaced by their rank among the values
+//!   present: the machine and the database only compare them and draw new
+//!   ones above every existing one (the row's epoch is the maximum of all
+//!   epochs in the system; a node's next request id the maximum of its ids).
+//! - **Node symmetry.** Nodes differ only by holder id, which the machine
+//!   and the statements only compare; the fingerprint is the least encoding
+//!   over every renaming of the nodes.
+//! - The jitter generator's state is left out (jitter is 0).
+//!
+//! The encoding is a vector of integers; its 128-bit hash is what the
+//! search stores.
+
+use std::hash::{Hash, Hasher};
+
+use super::bounds::TICK;
+use super::world::{parse_holder, Delivery, Node, Request, World, LEASE};
+use crate::names::Epoch;
+use crate::protocol::{Demotion, Failure, Operation, Reply, RequestId, Role};
+use crate::sim::DB_EPOCH_MS;
+use crate::state::Snapshot;
+use crate::time::Instant;
+
+/// Every renaming of 2 or 3 nodes: `perm[old] = new`.
+const PERMS_2: [[usize; 3]; 2] = [[0, 1, 2], [1, 0, 2]];
+const PERMS_3: [[usize; 3]; 6] = [
+    [0, 1, 2],
+    [0, 2, 1],
+    [1, 0, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [2, 1, 0],
+];
+
+/// Reused buffers, so fingerprinting does not allocate per state.
+#[derive(Default)]
+pub(crate) struct Fingerprinter {
+    epochs: Vec<u64>,
+    ids: Vec<Vec<u64>>,
+    best: Vec<i64>,
+    current: Vec<i64>,
+    snapshots: Vec<Option<Snapshot>>,
+}
+
+struct Ctx<'a> {
+    world: &'a World,
+    perm: [usize; 3],
+    epochs: &'a [u64],
+    ids: &'a [Vec<u64>],
+    snapshots: &'a [Option<Snapshot>],
+    /// How far into the past an instant still matters, in ticks.
+    horizon: i64,
+    ttl: i64,
+}
+
+impl Fingerprinter {
+    /// The 128-bit fingerprint of `world` up to the symmetries above.
+    pub(crate) fn fingerprint(&mut self, world: &World, ttl: u32, interval: u32) -> u128 {
+        self.snapshots.clear();
+        self.snapshots.extend(
+            world
+                .nodes
+                .iter()
+                .map(|n| n.lease.as_ref().map(|l| l.snapshot())),
+        );
+        self.collect_epochs(world);
+        self.collect_ids(world);
+        let perms: &[[usize; 3]] = if world.nodes.len() == 3 {
+            &PERMS_3
+        } else {
+            &PERMS_2
+        };
+        self.best.clear();
+        for (k, perm) in perms.iter().enumerate() {
+            let ctx = Ctx {
+                world,
+                perm: *perm,
+                epochs: &self.epochs,
+                ids: &self.ids,
+                snapshots: &self.snapshots,
+                horizon: i64::from(ttl + interval + 2),
+                ttl: i64::from(ttl),
+            };
+            self.current.clear();
+            ctx.encode(&mut self.current);
+            if k == 0 || self.current < self.best {
+                std::mem::swap(&mut self.best, &mut self.current);
+            }
+        }
+        let mut a = std::hash::DefaultHasher::new();
+        let mut b = std::hash::DefaultHasher::new();
+        0x5eed_u64.hash(&mut b);
+        self.best.hash(&mut a);
+        self.best.hash(&mut b);
+        (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    }
+
+    fn collect_epochs(&mut self, world: &World) {
+        let e = &mut self.epochs;
+        e.clear();
+        if let Some(row) = world.db.row(LEASE) {
+            e.push(u64::try_from(row.epoch).unwrap_or(0));
+        }
+        e.extend(world.last_epoch.map(Epoch::get));
+        if let Some(req) = &world.stray {
+            e.extend(req.operation.epoch().map(Epoch::get));
+        }
+        for (n, snap) in world.nodes.iter().zip(&self.snapshots) {
+            e.extend(n.work.map(Epoch::get));
+            if let Some(s) = snap.as_ref().filter(|s| !s.finished) {
+                e.extend(s.leading.map(|(ep, _)| ep.get()));
+                e.extend(
+                    s.in_flight
+                        .and_then(|(_, op, _)| op.epoch())
+                        .map(Epoch::get),
+                );
+                e.extend(s.shutting_down.flatten().map(Epoch::get));
+                e.extend(s.published.epoch.map(Epoch::get));
+            }
+            for req in &n.to_db.queue {
+                e.extend(req.operation.epoch().map(Epoch::get));
+            }
+            for d in &n.to_node.queue {
+                match d {
+                    Delivery::Reply(_, Reply::Acquired { epoch })
+                    | Delivery::Reply(_, Reply::Held { epoch, .. }) => e.push(epoch.get()),
+                    _ => {}
+                }
+            }
+        }
+        e.sort_unstable();
+        e.dedup();
+    }
+
+    fn collect_ids(&mut self, world: &World) {
+        self.ids.resize_with(world.nodes.len(), Vec::new);
+        for (i, (n, snap)) in world.nodes.iter().zip(&self.snapshots).enumerate() {
+            let ids = &mut self.ids[i];
+            ids.clear();
+            ids.push(n.abandoned_upto);
+            if let Some(s) = snap {
+                ids.push(s.next_request);
+                ids.extend(s.in_flight.map(|(id, _, _)| id.0));
+            }
+            let mine = |r: &&Request| r.incarnation == n.incarnation;
+            ids.extend(n.to_db.queue.iter().filter(mine).map(|r| r.id.0));
+            ids.extend(
+                world
+                    .stray
+                    .iter()
+                    .filter(|r| r.node == i)
+                    .filter(mine)
+                    .map(|r| r.id.0),
+            );
+            ids.extend(n.to_node.queue.iter().filter_map(|d| match d {
+                Delivery::Reply(id, _) => Some(id.0),
+                Delivery::Notice => None,
+            }));
+            ids.sort_unstable();
+            ids.dedup();
+        }
+    }
+}
+
+fn rank(values: &[u64], v: u64) -> i64 {
+    values.partition_point(|&x| x < v) as i64
+}
+
+impl Ctx<'_> {
+    fn epoch(&self, e: Option<Epoch>) -> i64 {
+        e.map_or(-1, |e| rank(self.epochs, e.get()))
+    }
+
+    fn id(&self, node: usize, id: RequestId) -> i64 {
+        rank(&self.ids[node], id.0)
+    }
+
+    /// A holder id as (renamed node, incarnations ago).
+    fn holder(&self, holder: Option<&str>) -> i64 {
+        match holder.and_then(parse_holder) {
+            Some((node, inc)) if node < self.world.nodes.len() => {
+                let ago = i64::from(self.world.nodes[node].incarnation) - i64::from(inc);
+                1 + self.perm[node] as i64 * 64 + ago
+            }
+            Some(_) => -2,
+            None => -1,
+        }
+    }
+
+    /// A local instant relative to the node's clock, clamped.
+    fn local(&self, node: &Node, at: Instant) -> i64 {
+        let ticks = i128::from(at.as_nanos()) / TICK.as_nanos() as i128;
+        let rel = ticks - i128::from(node.clock);
+        rel.clamp(-i128::from(self.horizon), i128::from(self.horizon)) as i64
+    }
+
+    fn operation(&self, out: &mut Vec<i64>, op: Operation) {
+        let (kind, epoch) = match op {
+            Operation::Acquire => (0, None),
+            Operation::Renew { epoch } => (1, Some(epoch)),
+            Operation::Release { epoch } => (2, Some(epoch)),
+        };
+        out.extend([kind, self.epoch(epoch)]);
+    }
+
+    fn request(&self, out: &mut Vec<i64>, req: &Request) {
+        let current = self.world.nodes[req.node].incarnation == req.incarnation;
+        out.push(self.holder(Some(req.holder.as_str())));
+        out.push(if current {
+            self.id(req.node, req.id)
+        } else {
+            -1
+        });
+        self.operation(out, req.operation);
+    }
+
+    fn encode(&self, out: &mut Vec<i64>) {
+        let w = self.world;
+        out.extend([
+            i64::from(w.faults),
+            i64::from(w.leaderless),
+            self.epoch(w.last_epoch),
+        ]);
+        match w.db.row(LEASE) {
+            Some(row) => {
+                let left =
+                    (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1);
+                out.extend([
+                    self.holder(row.holder.as_deref()),
+                    self.epoch(Epoch::new(u64::try_from(row.epoch).unwrap_or(0)).into()),
+                    left,
+                ]);
+            }
+            None => out.push(-9),
+        }
+        match &w.stray {
+            Some(req) => self.request(out, req),
+            None => out.push(-9),
+        }
+        let mut order = [0usize; 3];
+        for (old, &new) in self.perm.iter().enumerate().take(w.nodes.len()) {
+            order[new] = old;
+        }
+        for &i in order.iter().take(w.nodes.len()) {
+            self.node(out, i);
+        }
+    }
+
+    fn node(&self, out: &mut Vec<i64>, i: usize) {
+        let n = &self.world.nodes[i];
+        out.push(-7);
+        out.push(rank(&self.ids[i], n.abandoned_upto));
+        out.extend([i64::from(n.to_db.age), i64::from(n.to_db.late)]);
+        for req in &n.to_db.queue {
+            self.request(out, req);
+        }
+        out.push(-6);
+        match &self.snapshots[i] {
+            None => out.push(0),
+            Some(s) if s.finished => out.push(1),
+            Some(s) => {
+                out.extend([2, i64::from(n.paused), i64::from(n.skew)]);
+                let anchor = |a: Option<i32>| a.map_or(-99, |a| i64::from(a - n.skew));
+                out.extend([anchor(n.anchor_flight), anchor(n.anchor_term)]);
+                self.snapshot(out, i, n, s);
+                out.extend([self.epoch(n.work), i64::from(n.fenced_out)]);
+                out.extend([i64::from(n.to_node.age), i64::from(n.to_node.late)]);
+                for d in &n.to_node.queue {
+                    self.delivery(out, i, d);
+                }
+            }
+        }
+    }
+
+    fn snapshot(&self, out: &mut Vec<i64>, i: usize, n: &Node, s: &Snapshot) {
+        out.push(self.id(i, RequestId(s.next_request)));
+        match s.in_flight {
+            Some((id, op, sent)) => {
+                out.extend([self.id(i, id), self.local(n, sent)]);
+                self.operation(out, op);
+            }
+            None => out.push(-9),
+        }
+        match s.leading {
+            Some((epoch, deadline)) => {
+                out.extend([self.epoch(Some(epoch)), self.local(n, deadline)]);
+            }
+            None => out.push(-9),
+        }
+        out.push(self.local(n, s.next_attempt));
+        out.push(i64::from(s.notice_pending));
+        match s.shutting_down {
+            None => out.push(-9),
+            Some(release) => out.push(self.epoch(release)),
+        }
+        let l = &s.published;
+        out.extend([
+            i64::from(l.role == Role::Leader),
+            self.epoch(l.epoch),
+            self.holder(l.holder.as_ref().map(|h| h.as_str())),
+            l.reason.map_or(-1, demotion),
+        ]);
+    }
+
+    fn delivery(&self, out: &mut Vec<i64>, i: usize, d: &Delivery) {
+        match d {
+            Delivery::Notice => out.push(-5),
+            Delivery::Reply(id, reply) => {
+                out.push(self.id(i, *id));
+                match reply {
+                    Reply::Acquired { epoch } => out.extend([0, self.epoch(Some(*epoch))]),
+                    Reply::Held {
+                        holder,
+                        epoch,
+                        expires_in,
+                    } => out.extend([
+                        1,
+                        self.holder(Some(holder.as_str())),
+                        self.epoch(Some(*epoch)),
+                        expires_in.as_millis().min(1 << 20) as i64,
+                    ]),
+                    Reply::Accepted => out.push(2),
+                    Reply::Rejected => out.push(3),
+                    Reply::Failed(Failure::Transient) => out.push(4),
+                    Reply::Failed(Failure::Fatal) => out.push(5),
+                }
+            }
+        }
+    }
+}
+
+fn demotion(d: Demotion) -> i64 {
+    match d {
+        Demotion::Lost => 0,
+        Demotion::Expired => 1,
+        Demotion::Released => 2,
+        Demotion::Error => 3,
+    }
+}

@@ -1,0 +1,254 @@
+//! Exhaustive model checking of the real [`LeaseState`](crate::LeaseState)
+//! (feature `sim`).
+//!
+//! [`check`] explores, breadth first, every interleaving of 2 or 3
+//! contenders, the model database ([`ModelDb`](crate::sim::ModelDb), the
+//! same statements the simulator and the model-vs-real tests use) and the
+//! connections between them, up to the [`Bounds`]: every clock tick, timer,
+//! delivery and fault in every order. It checks DESIGN §6 on every step
+//! and returns, for each property violated, a shortest trace as one line of
+//! text that [`replay`] turns back into the story of the run.
+//!
+//! # The model
+//!
+//! - **Clocks** advance one tick (1 ms) at a time, each on its own step:
+//!   the database clock (real time) and each node's local clock. A node's
+//!   timer is urgent: its clock does not advance past its `poll_timeout`
+//!   before the timer step runs (a driver wakes at its timeout; waking late
+//!   is a pause).
+//! - **Drift.** Let `skew` = local ticks − database ticks since the node
+//!   started, and `D` = `drift_ticks` = ρ·ttl (`Config::drift` is set to
+//!   `D` ms). Every step keeps, for every live node, `|skew| ≤ D` and
+//!   `|skew − skew(send)| ≤ D` for the sends that can still matter: the
+//!   request in flight and the request whose success set the current
+//!   deadline. That is, over every window from such a send to now, the two
+//!   clocks' elapsed times differ by at most ρ·ttl, the relation the
+//!   deadline `send + ttl − ρ·ttl − resolution` relies on: when the leader's
+//!   clock reaches it, at most `ttl − 1` database ticks have passed since
+//!   the send, so the row (expiring `ttl` after it ran, no earlier than the
+//!   send) is still its own. Rate-bounded clocks satisfy it on every window
+//!   up to a ttl long, which is all the deadline covers.
+//! - **Connections** are in order per node and per direction (TCP). The
+//!   head message is delivered within `delivery_ticks` database ticks
+//!   unless a fault makes it late (then without limit). A request the node
+//!   abandoned is dropped at the database (cancelled), unless it strayed:
+//!   `stray` models the cancel losing the race on PostgreSQL, the statement
+//!   then running whenever, out of order (ARCHITECTURE's known residual
+//!   risk).
+//! - **Processes** pause (the clock keeps running, inputs queue), resume
+//!   (timer first, as in the simulator), crash (the row stays), restart
+//!   with a new holder id, and shut down. Each fault counts against
+//!   `Bounds::faults`.
+//!
+//! # The properties
+//!
+//! - **Mutual exclusion**: no state has two nodes that believe they lead
+//!   (published leader) and can act (not paused). Real time is the
+//!   database clock; a paused leader's interval is cut at the pause, as in
+//!   the simulator's trace.
+//! - **Fencing**: each leadership's epoch exceeds the previous one's.
+//! - **Validity**: a node that leads at epoch e has the row (itself, e)
+//!   unexpired at the database clock. After a stray acquire of its own
+//!   bumped the row (the residual risk, covered by fencing), only (itself,
+//!   any epoch) unexpired is asked, until its next acquire runs or renew is
+//!   accepted: the correct machine's next renew is then rejected and it
+//!   demotes, while a database that renews without the epoch condition
+//!   accepts it and the violation shows.
+//! - **Gating**: work starts only on a leader publication at its epoch,
+//!   stops before any follower publication, never overlaps, and is stopped
+//!   before a machine finishes.
+//! - **Progress**: a timer never asks to be woken again at once.
+//! - **Liveness** (bounded): with a node able to lead (running, not
+//!   shutting down, its connection not late), no leaderless stretch longer
+//!   than `liveness_ticks` database ticks since the last fault.
+//!
+//! # Trace text
+//!
+//! Steps joined by `;`, e.g. `n0:timer;db:n0;n0:recv;tick:db`: see
+//! [`Step`] for every form.
+
+mod bounds;
+mod canon;
+mod replay;
+mod search;
+mod step;
+mod world;
+
+pub use bounds::{Bounds, BoundsError, MAX_DEPTH, TICK};
+pub use replay::{replay, Replay, ReplayStep, TraceParseError, TraceProblem};
+pub use step::{Step, UnknownStep};
+
+use std::fmt;
+use std::time::Duration;
+
+use world::{Setup, World};
+
+/// An invariant of DESIGN §6 (or the model itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Property {
+    /// Two nodes lead at once.
+    MutualExclusion,
+    /// A leadership's epoch does not exceed the previous one's.
+    Fencing,
+    /// A leader's row is not (itself, its epoch) unexpired.
+    Validity,
+    /// Gated work out of step with leadership.
+    Gating,
+    /// A timer asks to be woken again at once.
+    Progress,
+    /// No leader for longer than the bound.
+    Liveness,
+    /// The model could not be set up (a holder id or configuration the
+    /// core refused); never expected.
+    Setup,
+}
+
+impl Property {
+    /// The property's name as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Property::MutualExclusion => "mutual exclusion",
+            Property::Fencing => "fencing",
+            Property::Validity => "validity",
+            Property::Gating => "gating",
+            Property::Progress => "progress",
+            Property::Liveness => "liveness",
+            Property::Setup => "setup",
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A property violated, with a shortest trace that reaches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which property.
+    pub property: Property,
+    /// What was seen, at the last step.
+    pub detail: String,
+    /// The steps from the start, as trace text ([`replay`] reads it).
+    pub trace: String,
+    /// The number of steps.
+    pub depth: usize,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} violated after {} steps: {}\ntrace: {}",
+            self.property, self.depth, self.detail, self.trace
+        )
+    }
+}
+
+/// When to stop short of the bounds. A search stopped by its budget is not
+/// `complete`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// Stop once this many distinct states were seen.
+    pub max_states: Option<usize>,
+    /// Stop after this much wall time.
+    pub max_time: Option<Duration>,
+    /// Stop at the first violation (its trace is still a shortest one).
+    pub stop_at_first_violation: bool,
+}
+
+/// Reported after each breadth-first level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The level just finished.
+    pub depth: usize,
+    /// Distinct states so far.
+    pub states: usize,
+    /// Steps taken so far.
+    pub transitions: u64,
+    /// States at the next level.
+    pub frontier: usize,
+    /// Wall time so far.
+    pub elapsed: Duration,
+}
+
+/// The outcome of a check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Contenders.
+    pub nodes: usize,
+    /// Distinct states (up to the symmetries of the fingerprint).
+    pub states: usize,
+    /// Steps taken.
+    pub transitions: u64,
+    /// The deepest level that held a new state.
+    pub depth: usize,
+    /// True when the search explored everything within the bounds; false
+    /// when the budget stopped it.
+    pub complete: bool,
+    /// States at the depth bound whose successors were not explored: 0
+    /// when the whole reachable space within the fault bound was covered.
+    pub frontier_left: usize,
+    /// The first violation of each property, by shortest trace.
+    pub violations: Vec<Violation>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} nodes: {} states, {} transitions, depth {}, {}{} in {:.1?}",
+            self.nodes,
+            self.states,
+            self.transitions,
+            self.depth,
+            if self.complete {
+                "complete"
+            } else {
+                "stopped early"
+            },
+            if self.frontier_left > 0 {
+                format!(" ({} states left at the depth bound)", self.frontier_left)
+            } else {
+                String::new()
+            },
+            self.elapsed
+        )?;
+        if self.violations.is_empty() {
+            write!(f, ", no violation")
+        } else {
+            for v in &self.violations {
+                write!(f, "\n{v}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Why a check could not start.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    /// The bounds are out of range.
+    #[error(transparent)]
+    Bounds(#[from] BoundsError),
+    /// The core refused the configuration derived from the bounds.
+    #[error("the lease configuration derived from the bounds: {0}")]
+    Config(#[from] crate::ConfigError),
+}
+
+/// Explores every path within `bounds`, breadth first, checking every
+/// property on every step. `progress` is called after each level.
+pub fn check(
+    bounds: &Bounds,
+    budget: Budget,
+    progress: impl FnMut(&Progress),
+) -> Result<Report, CheckError> {
+    bounds.validate()?;
+    let setup = Setup::new(bounds.clone());
+    let initial = World::new(&setup)?;
+    Ok(search::run(&setup, initial, budget, progress))
+}

@@ -1,0 +1,164 @@
+//! Replaying a trace: the steps of a violation, one by one, with what each
+//! did.
+
+use std::fmt;
+
+use super::bounds::{Bounds, BoundsError};
+use super::step::{Step, UnknownStep};
+use super::world::{Log, Setup, World};
+use super::Violation;
+
+/// One replayed step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayStep {
+    /// The step's text.
+    pub step: String,
+    /// What it did: statements sent and run, replies, commands.
+    pub effects: Vec<String>,
+    /// The nodes and the row after it.
+    pub state: String,
+}
+
+/// A trace replayed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    /// Every step up to the violation (or the end of the trace).
+    pub steps: Vec<ReplayStep>,
+    /// The violation the trace reaches, if any; its `trace` is the steps
+    /// replayed.
+    pub violation: Option<Violation>,
+}
+
+impl fmt::Display for Replay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.steps.iter().enumerate() {
+            writeln!(f, "{:>4}  {:<14} {}", i + 1, s.step, s.state)?;
+            for e in &s.effects {
+                writeln!(f, "{:>20}{e}", "")?;
+            }
+        }
+        match &self.violation {
+            Some(v) => write!(f, "{} VIOLATED: {}", v.property, v.detail),
+            None => write!(f, "no violation"),
+        }
+    }
+}
+
+/// What is wrong with one step of a trace.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TraceProblem {
+    /// Not a step at all.
+    #[error(transparent)]
+    Unknown(#[from] UnknownStep),
+    /// A node the bounds do not have.
+    #[error("there is no such node with {nodes} nodes")]
+    NoSuchNode {
+        /// Nodes in the bounds.
+        nodes: usize,
+    },
+    /// A step that cannot happen in the state reached.
+    #[error("not possible here ({state})")]
+    NotEnabled {
+        /// The state the step was tried in.
+        state: String,
+    },
+}
+
+/// A trace that cannot be replayed, naming the bad step (1-based).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TraceParseError {
+    /// The bounds are out of range.
+    #[error(transparent)]
+    Bounds(#[from] BoundsError),
+    /// The trace has no step.
+    #[error("the trace is empty")]
+    Empty,
+    /// One step is wrong.
+    #[error("step {index} {text:?}: {problem}")]
+    Step {
+        /// 1-based position in the trace.
+        index: usize,
+        /// The step's text.
+        text: String,
+        /// What is wrong with it.
+        problem: TraceProblem,
+    },
+    /// The core refused the configuration derived from the bounds.
+    #[error("the lease configuration derived from the bounds: {0}")]
+    Config(#[from] crate::ConfigError),
+}
+
+/// Parses `trace` and runs it step by step under `bounds` (the bounds it
+/// was found with; `depth` and `faults` are not enforced), stopping at the
+/// first violation.
+pub fn replay(trace: &str, bounds: &Bounds) -> Result<Replay, TraceParseError> {
+    bounds.validate()?;
+    let parts: Vec<&str> = trace
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err(TraceParseError::Empty);
+    }
+    let bad = |index: usize, text: &str, problem: TraceProblem| TraceParseError::Step {
+        index: index + 1,
+        text: text.chars().take(40).collect(),
+        problem,
+    };
+    let mut steps = Vec::with_capacity(parts.len());
+    for (i, text) in parts.iter().enumerate() {
+        let step: Step = text
+            .parse()
+            .map_err(|e| bad(i, text, TraceProblem::Unknown(e)))?;
+        if step.node().is_some_and(|n| n >= bounds.nodes) {
+            return Err(bad(
+                i,
+                text,
+                TraceProblem::NoSuchNode {
+                    nodes: bounds.nodes,
+                },
+            ));
+        }
+        steps.push(step);
+    }
+    // The fault bound is the search's, not the trace's: replay whatever
+    // faults the trace holds.
+    let mut unbounded = bounds.clone();
+    unbounded.faults = usize::MAX;
+    let setup = Setup::new(unbounded);
+    let mut world = World::new(&setup)?;
+    let mut out = Replay {
+        steps: Vec::with_capacity(steps.len()),
+        violation: None,
+    };
+    for (i, &step) in steps.iter().enumerate() {
+        if !world.enabled(&setup, step) {
+            return Err(bad(
+                i,
+                parts[i],
+                TraceProblem::NotEnabled {
+                    state: world.describe(),
+                },
+            ));
+        }
+        let mut log = Log {
+            enabled: true,
+            lines: Vec::new(),
+        };
+        let found = world.apply(&setup, step, &mut log);
+        out.steps.push(ReplayStep {
+            step: step.to_string(),
+            effects: log.lines,
+            state: world.describe(),
+        });
+        if let Some(mut v) = found {
+            let text: Vec<String> = steps[..=i].iter().map(Step::to_string).collect();
+            v.trace = text.join(";");
+            v.depth = i + 1;
+            out.violation = Some(v);
+            break;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,156 @@
+//! The breadth-first search: level by level, so the first violation of
+//! each property is reached by a shortest path.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::time::Instant as WallClock;
+
+use super::canon::Fingerprinter;
+use super::step::Step;
+use super::world::{Log, Setup, World};
+use super::{Budget, Progress, Report, Violation};
+
+/// Fingerprints are already uniform hashes: use their low bits directly.
+#[derive(Default)]
+struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
+}
+
+type Seen = HashSet<u128, BuildHasherDefault<FingerprintHasher>>;
+
+/// How each stored state was first reached: its parent's index and the
+/// step taken. Index 0 is the initial state.
+struct Tree {
+    parents: Vec<(u32, Step)>,
+}
+
+impl Tree {
+    /// The trace from the initial state to state `at`, then `last`.
+    fn trace(&self, mut at: u32, last: Step) -> (String, usize) {
+        let mut steps = vec![last];
+        while at != 0 {
+            let (parent, step) = self.parents[at as usize];
+            steps.push(step);
+            at = parent;
+        }
+        steps.reverse();
+        let text: Vec<String> = steps.iter().map(Step::to_string).collect();
+        (text.join(";"), steps.len())
+    }
+}
+
+pub(super) fn run(
+    setup: &Setup,
+    initial: World,
+    budget: Budget,
+    mut progress: impl FnMut(&Progress),
+) -> Report {
+    let started = WallClock::now();
+    let bounds = &setup.bounds;
+    let mut fingerprints = Fingerprinter::default();
+    let fp = |f: &mut Fingerprinter, w: &World| {
+        f.fingerprint(w, bounds.ttl_ticks, bounds.interval_ticks)
+    };
+    let mut seen = Seen::default();
+    seen.insert(fp(&mut fingerprints, &initial));
+    let mut tree = Tree {
+        parents: vec![(0, Step::TickDb)],
+    };
+    let mut report = Report {
+        nodes: bounds.nodes,
+        states: 1,
+        transitions: 0,
+        depth: 0,
+        complete: false,
+        frontier_left: 0,
+        violations: Vec::new(),
+        elapsed: Default::default(),
+    };
+    let mut frontier = vec![(initial, 0u32)];
+    let mut steps = Vec::new();
+    let mut log = Log::off();
+    let mut stopped = false;
+    'levels: for depth in 0..bounds.depth {
+        let mut next = Vec::new();
+        for (world, at) in &frontier {
+            world.steps(setup, &mut steps);
+            for &step in &steps {
+                let mut successor = world.clone();
+                report.transitions += 1;
+                if let Some(found) = successor.apply(setup, step, &mut log) {
+                    record(&mut report, &tree, *at, step, found);
+                    if budget.stop_at_first_violation {
+                        stopped = true;
+                        break 'levels;
+                    }
+                    continue;
+                }
+                if seen.insert(fp(&mut fingerprints, &successor)) {
+                    let index = u32::try_from(tree.parents.len()).unwrap_or(u32::MAX);
+                    tree.parents.push((*at, step));
+                    next.push((successor, index));
+                }
+            }
+            if out_of_budget(&budget, seen.len(), started) {
+                stopped = true;
+                break 'levels;
+            }
+        }
+        report.states = seen.len();
+        if !next.is_empty() {
+            report.depth = depth + 1;
+        }
+        report.elapsed = started.elapsed();
+        progress(&Progress {
+            depth: depth + 1,
+            states: seen.len(),
+            transitions: report.transitions,
+            frontier: next.len(),
+            elapsed: report.elapsed,
+        });
+        frontier = next;
+        if frontier.is_empty() {
+            break;
+        }
+    }
+    report.states = seen.len();
+    report.complete = !stopped;
+    report.frontier_left = if stopped { 0 } else { frontier.len() };
+    report.elapsed = started.elapsed();
+    report
+}
+
+fn out_of_budget(budget: &Budget, states: usize, started: WallClock) -> bool {
+    budget.max_states.is_some_and(|max| states >= max)
+        || budget.max_time.is_some_and(|max| started.elapsed() >= max)
+        || states >= u32::MAX as usize - 1
+}
+
+/// Keeps the first (hence shortest) violation of each property.
+fn record(report: &mut Report, tree: &Tree, at: u32, step: Step, mut found: Violation) {
+    if report
+        .violations
+        .iter()
+        .any(|v: &Violation| v.property == found.property)
+    {
+        return;
+    }
+    let (trace, depth) = tree.trace(at, step);
+    found.trace = trace;
+    found.depth = depth;
+    report.violations.push(found);
+}

@@ -1,0 +1,182 @@
+//! The exhaustive model checker over the real `LeaseState` (issue 12):
+//! the correct machine holds every property at the default bounds, and
+//! bad bounds or trace text are typed errors.
+//!
+//! The 3-node check is `#[ignore]`d (about as long as CI allows for the
+//! whole suite); run it with
+//! `cargo test --release -p picolease-core --features sim --test check -- --ignored --nocapture`.
+
+use picolease_core::check::{
+    check, replay, Bounds, BoundsError, Budget, CheckError, Step, TraceParseError, TraceProblem,
+};
+
+fn exhaustive(nodes: usize) {
+    let bounds = Bounds::default_for(nodes);
+    let report = check(&bounds, Budget::default(), |p| {
+        eprintln!(
+            "depth {:>3}: {:>9} states, frontier {:>8}, {:.1?}",
+            p.depth, p.states, p.frontier, p.elapsed
+        )
+    })
+    .expect("default bounds are valid");
+    println!("{report}");
+    assert!(report.violations.is_empty(), "{report}");
+    assert!(report.complete, "{report}");
+    assert_eq!(
+        report.frontier_left, 0,
+        "the depth bound cut the search: {report}"
+    );
+}
+
+/// Every interleaving of 2 nodes with up to one fault: no property fails,
+/// and the search ends by exhausting the reachable states, not the depth.
+#[test]
+fn two_nodes_hold_every_property_at_the_default_bounds() {
+    exhaustive(2);
+}
+
+/// The same for 3 nodes (minutes: run on demand, see the module doc).
+#[test]
+#[ignore = "minutes long: run with --release -- --ignored"]
+fn three_nodes_hold_every_property_at_the_default_bounds() {
+    exhaustive(3);
+}
+
+#[test]
+fn bad_bounds_are_named() {
+    let two = Bounds::default_for(2);
+    let with = |f: fn(&mut Bounds)| {
+        let mut b = two.clone();
+        f(&mut b);
+        b.validate()
+    };
+    assert_eq!(two.validate(), Ok(()));
+    assert_eq!(Bounds::default_for(3).validate(), Ok(()));
+    assert_eq!(
+        Bounds::default_for(4).validate(),
+        Err(BoundsError::Nodes(4))
+    );
+    assert_eq!(with(|b| b.nodes = 1), Err(BoundsError::Nodes(1)));
+    assert_eq!(with(|b| b.depth = 0), Err(BoundsError::Depth(0)));
+    assert_eq!(
+        with(|b| b.depth = 1_000_000),
+        Err(BoundsError::Depth(1_000_000))
+    );
+    assert_eq!(with(|b| b.faults = 9), Err(BoundsError::Faults(9)));
+    assert_eq!(with(|b| b.ttl_ticks = 9), Err(BoundsError::Ttl(9)));
+    assert_eq!(
+        with(|b| b.interval_ticks = 5),
+        Err(BoundsError::Interval {
+            interval: 5,
+            ttl: 10
+        })
+    );
+    assert_eq!(
+        with(|b| b.drift_ticks = 0),
+        Err(BoundsError::Drift { drift: 0, ttl: 10 })
+    );
+    assert_eq!(
+        with(|b| b.delivery_ticks = 4),
+        Err(BoundsError::Delivery {
+            delivery: 4,
+            interval: 4
+        })
+    );
+    assert_eq!(
+        with(|b| b.liveness_ticks = Some(0)),
+        Err(BoundsError::Liveness(0))
+    );
+    let err = with(|b| b.nodes = 7).unwrap_err().to_string();
+    assert!(err.contains("nodes 7"), "{err}");
+    let mut bad = two.clone();
+    bad.depth = 0;
+    assert_eq!(
+        check(&bad, Budget::default(), |_| {}),
+        Err(CheckError::Bounds(BoundsError::Depth(0)))
+    );
+    assert_eq!(
+        replay("n0:timer", &bad),
+        Err(TraceParseError::Bounds(BoundsError::Depth(0)))
+    );
+}
+
+#[test]
+fn bad_trace_text_names_the_step() {
+    let bounds = Bounds::default_for(2);
+    assert_eq!(replay(" ; ", &bounds), Err(TraceParseError::Empty));
+    match replay("n0:timer;n0:dance", &bounds) {
+        Err(TraceParseError::Step {
+            index: 2,
+            text,
+            problem: TraceProblem::Unknown(_),
+        }) => assert_eq!(text, "n0:dance"),
+        other => panic!("{other:?}"),
+    }
+    match replay("n0:timer;tick:n2", &bounds) {
+        Err(TraceParseError::Step {
+            index: 2,
+            problem: TraceProblem::NoSuchNode { nodes: 2 },
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Nothing was sent yet, so nothing can be received.
+    match replay("n0:recv", &bounds) {
+        Err(TraceParseError::Step {
+            index: 1,
+            problem: TraceProblem::NotEnabled { .. },
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let err = replay("tick:db;x", &bounds).unwrap_err().to_string();
+    assert!(err.starts_with("step 2 \"x\""), "{err}");
+    for text in [
+        "",
+        "n",
+        "nx:timer",
+        "n0:",
+        "db:n999",
+        "tick:n0:x",
+        "lose:db",
+    ] {
+        assert!(text.parse::<Step>().is_err(), "{text:?} parsed");
+    }
+}
+
+#[test]
+fn every_step_reads_back_from_its_text() {
+    let steps = [
+        Step::TickDb,
+        Step::Tick(1),
+        Step::Timer(2),
+        Step::AtDb(0),
+        Step::Recv(1),
+        Step::StrayAtDb,
+        Step::Resume(0),
+        Step::LoseToDb(1),
+        Step::LoseToNode(2),
+        Step::LateToDb(0),
+        Step::LateToNode(1),
+        Step::Stray(2),
+        Step::Pause(0),
+        Step::Crash(1),
+        Step::Restart(2),
+        Step::Shutdown(0),
+    ];
+    for step in steps {
+        assert_eq!(step.to_string().parse::<Step>(), Ok(step), "{step}");
+    }
+}
+
+/// A first election, replayed: the acquire is sent, run and answered, and
+/// the node leads with no violation.
+#[test]
+fn a_fault_free_trace_replays_to_a_leader() {
+    let bounds = Bounds::default_for(2);
+    let r = replay("n0:timer;db:n0;n0:recv", &bounds).expect("a valid trace");
+    assert_eq!(r.violation, None);
+    assert_eq!(r.steps.len(), 3);
+    assert!(r.steps[2].state.contains("n0 leader@1"), "{r}");
+    assert!(r.steps[1].effects[0].contains("Acquired"), "{r}");
+}
