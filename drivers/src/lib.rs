@@ -26,8 +26,12 @@ pub use picolease_core::{
 };
 
 mod publish;
+mod subscription;
+mod view;
 
-pub use publish::{RecvError, Subscription, Transition, RENEW_SAMPLES, SUBSCRIPTION_CAPACITY};
+pub use publish::{Transition, RENEW_SAMPLES};
+pub use subscription::{RecvError, Subscription, SUBSCRIPTION_CAPACITY};
+pub use view::{LeaseView, Term};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -10,22 +10,20 @@
 //! drift apart in what they report.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use picolease_core::Leadership;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
+
+use crate::subscription::{lock, Mailbox, Subscription};
 
 /// How many recent renew latencies a driver keeps (the most recent).
 pub const RENEW_SAMPLES: usize = 1024;
 
-/// How many transitions a subscriber may fall behind before the oldest are
-/// dropped and it is told how many it missed ([`RecvError::Lagged`]).
-pub const SUBSCRIPTION_CAPACITY: usize = 1024;
-
 /// One published change of leadership, stamped when the driver published
 /// it. Unlike the watch channel, a subscriber sees every change in order
-/// (or an explicit [`RecvError::Lagged`] if it fell too far behind).
+/// (or an explicit [`crate::RecvError::Lagged`] if it fell too far behind).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
     /// The new state.
@@ -34,163 +32,6 @@ pub struct Transition {
     pub at: SystemTime,
     /// Monotonic time of publication (for measuring gaps and overlaps).
     pub instant: std::time::Instant,
-}
-
-/// Why [`Subscription`] returned no transition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecvError {
-    /// The subscriber fell more than [`SUBSCRIPTION_CAPACITY`] changes
-    /// behind: this many of the oldest were dropped. The next call returns
-    /// the oldest change still kept.
-    #[error("the subscriber fell behind and missed {0} transitions")]
-    Lagged(u64),
-    /// The driver has stopped and every transition has been read.
-    #[error("the lease driver has stopped")]
-    Closed,
-    /// The wait of [`Subscription::recv_timeout`] ran out.
-    #[error("no transition within the timeout")]
-    Timeout,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here is a few assignments: a panic cannot
-    // leave the data inconsistent, so poisoning is ignored.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-#[derive(Default)]
-struct Queue {
-    items: VecDeque<Transition>,
-    missed: u64,
-    closed: bool,
-}
-
-/// One subscriber's bounded queue, readable from blocking and async code.
-#[derive(Default)]
-struct Mailbox {
-    queue: Mutex<Queue>,
-    /// Wakes a blocking reader.
-    ready: Condvar,
-    /// Wakes an async reader.
-    notify: Notify,
-}
-
-impl Mailbox {
-    fn push(&self, transition: Transition) {
-        let mut queue = lock(&self.queue);
-        if queue.items.len() == SUBSCRIPTION_CAPACITY {
-            queue.items.pop_front();
-            queue.missed += 1;
-        }
-        queue.items.push_back(transition);
-        drop(queue);
-        self.ready.notify_all();
-        self.notify.notify_one();
-    }
-
-    fn close(&self) {
-        lock(&self.queue).closed = true;
-        self.ready.notify_all();
-        self.notify.notify_one();
-    }
-
-    /// The next outcome, if one is ready.
-    fn take(queue: &mut Queue) -> Option<Result<Transition, RecvError>> {
-        if queue.missed > 0 {
-            return Some(Err(RecvError::Lagged(std::mem::take(&mut queue.missed))));
-        }
-        match queue.items.pop_front() {
-            Some(transition) => Some(Ok(transition)),
-            None if queue.closed => Some(Err(RecvError::Closed)),
-            None => None,
-        }
-    }
-}
-
-/// Every leadership change of one lease from the moment of subscribing,
-/// in order. Bounded: a subscriber that stops reading holds at most
-/// [`SUBSCRIPTION_CAPACITY`] changes, and learns how many it missed.
-///
-/// Read it from blocking code ([`Subscription::recv_timeout`], the
-/// iterator) or async code ([`Subscription::recv`]).
-pub struct Subscription {
-    mailbox: Arc<Mailbox>,
-}
-
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let queue = lock(&self.mailbox.queue);
-        f.debug_struct("Subscription")
-            .field("pending", &queue.items.len())
-            .field("missed", &queue.missed)
-            .field("closed", &queue.closed)
-            .finish()
-    }
-}
-
-impl Subscription {
-    /// The next change, waiting for it (async). `Err(Lagged(n))` reports
-    /// dropped changes; `Err(Closed)` that the driver stopped and nothing
-    /// is left. Cancel-safe.
-    pub async fn recv(&mut self) -> Result<Transition, RecvError> {
-        loop {
-            let notified = self.mailbox.notify.notified();
-            if let Some(outcome) = Mailbox::take(&mut lock(&self.mailbox.queue)) {
-                return outcome;
-            }
-            notified.await;
-        }
-    }
-
-    /// The next change, waiting up to `timeout` (blocking).
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Transition, RecvError> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut queue = lock(&self.mailbox.queue);
-        loop {
-            if let Some(outcome) = Mailbox::take(&mut queue) {
-                return outcome;
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(RecvError::Timeout);
-            }
-            queue = self
-                .mailbox
-                .ready
-                .wait_timeout(queue, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
-    /// The next change if one is ready now; `Err(Timeout)` if none is.
-    pub fn try_recv(&mut self) -> Result<Transition, RecvError> {
-        Mailbox::take(&mut lock(&self.mailbox.queue)).unwrap_or(Err(RecvError::Timeout))
-    }
-}
-
-impl Iterator for Subscription {
-    type Item = Result<Transition, RecvError>;
-
-    /// Blocks for the next change; `None` once the driver has stopped and
-    /// every change has been read.
-    fn next(&mut self) -> Option<Self::Item> {
-        let mut queue = lock(&self.mailbox.queue);
-        loop {
-            match Mailbox::take(&mut queue) {
-                Some(Err(RecvError::Closed)) => return None,
-                Some(outcome) => return Some(outcome),
-                None => {
-                    queue = self
-                        .mailbox
-                        .ready
-                        .wait(queue)
-                        .unwrap_or_else(|p| p.into_inner())
-                }
-            }
-        }
-    }
 }
 
 #[derive(Default)]
@@ -294,16 +135,38 @@ impl Publisher {
         timeout: Duration,
         mut done: impl FnMut(&Leadership) -> bool,
     ) -> Option<Leadership> {
+        let mut met = None;
+        self.wait_until(timeout, |_| {
+            let now = self.leadership();
+            let ok = done(&now);
+            met = ok.then_some(now);
+            ok
+        });
+        met
+    }
+
+    /// Blocks until the next change or `timeout`; the new state if changed
+    /// (or if the driver finished meanwhile).
+    pub(crate) fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
+        let seen = lock(&self.progress).generation;
+        self.wait_until(timeout, |progress| {
+            progress.generation != seen || progress.finished
+        })
+        .then(|| self.leadership())
+    }
+
+    /// Blocks until `ready` holds (checked now and after every change), the
+    /// driver finishes, or `timeout` passes; true unless it timed out.
+    fn wait_until(&self, timeout: Duration, mut ready: impl FnMut(&Progress) -> bool) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let mut progress = lock(&self.progress);
         loop {
-            let now = self.leadership();
-            if done(&now) {
-                return Some(now);
+            if ready(&progress) {
+                return true;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if progress.finished || left.is_zero() {
-                return None;
+                return false;
             }
             progress = self
                 .changed
@@ -311,32 +174,13 @@ impl Publisher {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-    }
-
-    /// Blocks until the next change or `timeout`; the new state if changed.
-    pub(crate) fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut progress = lock(&self.progress);
-        let seen = progress.generation;
-        while progress.generation == seen && !progress.finished {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            progress = self
-                .changed
-                .wait_timeout(progress, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        drop(progress);
-        Some(self.leadership())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::subscription::{RecvError, SUBSCRIPTION_CAPACITY};
     use picolease_core::{Epoch, Role};
 
     fn leading(epoch: u64) -> Leadership {
@@ -373,11 +217,7 @@ mod tests {
         for epoch in 0..(SUBSCRIPTION_CAPACITY as u64 + extra) {
             publisher.publish(leading(epoch));
         }
-        assert_eq!(
-            lock(&sub.mailbox.queue).items.len(),
-            SUBSCRIPTION_CAPACITY,
-            "memory stays bounded"
-        );
+        assert_eq!(sub.pending(), SUBSCRIPTION_CAPACITY, "memory stays bounded");
         assert_eq!(sub.try_recv(), Err(RecvError::Lagged(extra)));
         // Then the oldest change still kept, and on in order.
         let next = sub.try_recv().unwrap();

@@ -19,34 +19,26 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::fence::Fence;
+use crate::view::Term;
 
-/// What a gated task is given when its term starts: the term (lease,
-/// holder, epoch), its fence, and the signal to stop.
+/// What a gated task is given when its term starts: the term (it
+/// dereferences to [`Term`]: `lease()`, `holder()`, `epoch()`), its fence,
+/// and the signal to stop.
 #[derive(Clone, Debug)]
 pub struct LeaderContext {
-    lease: LeaseName,
-    holder: HolderId,
-    epoch: Epoch,
+    term: Term,
     token: CancellationToken,
     fence: Fence,
 }
 
+impl std::ops::Deref for LeaderContext {
+    type Target = Term;
+    fn deref(&self) -> &Term {
+        &self.term
+    }
+}
+
 impl LeaderContext {
-    /// The lease.
-    pub fn lease(&self) -> &LeaseName {
-        &self.lease
-    }
-
-    /// This node's holder id.
-    pub fn holder(&self) -> &HolderId {
-        &self.holder
-    }
-
-    /// The term's epoch: the fencing token to attach to the work.
-    pub fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
     /// Cancelled when the term ends (demotion or shutdown).
     pub fn token(&self) -> &CancellationToken {
         &self.token
@@ -84,7 +76,7 @@ where
 /// Completes when a term's tasks have all finished.
 type Done = Shared<BoxFuture<'static, ()>>;
 
-struct Term {
+struct Running {
     epoch: Epoch,
     context: LeaderContext,
     tracker: TaskTracker,
@@ -95,7 +87,7 @@ struct Term {
 /// The gated tasks of one driver and the term they run in.
 pub(crate) struct Gate {
     tasks: Vec<GatedTask>,
-    current: Option<Term>,
+    current: Option<Running>,
     /// The last stopped term's tasks (and, through it, every earlier one).
     stopped: Done,
     /// The fence statement, rendered once for the lease table.
@@ -141,13 +133,11 @@ impl Gate {
             self.stopped = stop(term);
         }
         let context = LeaderContext {
-            lease: self.lease.clone(),
-            holder: self.holder.clone(),
-            epoch,
+            term: Term::new(self.lease.clone(), self.holder.clone(), epoch),
             token: CancellationToken::new(),
             fence: Fence::new(&self.statements, &self.lease, &self.holder, epoch),
         };
-        let term = Term {
+        let term = Running {
             epoch,
             context,
             tracker: TaskTracker::new(),
@@ -193,7 +183,7 @@ impl Gate {
     }
 }
 
-fn stop(term: Term) -> Done {
+fn stop(term: Running) -> Done {
     term.context.token.cancel();
     term.tracker.close();
     let tracker = term.tracker;
@@ -206,7 +196,7 @@ fn stop(term: Term) -> Done {
     .shared()
 }
 
-fn spawn(term: &Term, task: &GatedTask) {
+fn spawn(term: &Running, task: &GatedTask) {
     let context = term.context.clone();
     let previous = term.previous.clone();
     let task = task.clone();
@@ -215,7 +205,7 @@ fn spawn(term: &Term, task: &GatedTask) {
         if context.is_cancelled() {
             return;
         }
-        let epoch = context.epoch;
+        let epoch = context.epoch();
         if let Err(panic) = AssertUnwindSafe(task(context)).catch_unwind().await {
             let message = panic
                 .downcast_ref::<&str>()

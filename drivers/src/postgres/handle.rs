@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, HolderId, Leadership, LeaseName, LeaseState, TableName};
-use tokio::sync::{mpsc, watch};
+use picolease_core::{Config, LeaseState, TableName};
+use tokio::sync::mpsc;
 
 use super::connect::Connect;
 use super::driver::{Control, Driver, LastError};
@@ -15,7 +15,9 @@ use super::fence::Fence;
 use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify;
-use crate::publish::{Publisher, Subscription};
+use crate::publish::Publisher;
+use crate::subscription::Subscription;
+use crate::view::LeaseView;
 
 /// Configures a [`PgLease`] before it starts. Made by [`PgLease::builder`].
 pub struct PgLeaseBuilder {
@@ -132,12 +134,11 @@ impl PgLeaseBuilder {
         };
         let task = tokio::spawn(driver.run());
         Ok(PgLease {
-            config: self.config,
+            view: LeaseView::new(self.config, self.publisher),
             statements,
             control: control_tx,
             task: Some(task),
             last_error,
-            publisher: self.publisher,
         })
     }
 }
@@ -147,22 +148,28 @@ impl PgLeaseBuilder {
 ///
 /// Dropping it shuts the driver down in the background (gated work
 /// stopped, lease released); call [`PgLease::shutdown`] to wait for that.
+///
+/// It dereferences to a [`LeaseView`] (the same for both drivers):
+/// `config()`, `lease()`, `holder()`, `leadership()`, `watch()`,
+/// `subscribe()`, `renew_latencies()`.
 pub struct PgLease {
-    config: Config,
+    view: LeaseView,
     statements: Arc<Statements>,
     control: mpsc::UnboundedSender<Control>,
     task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
     last_error: LastError,
-    publisher: Arc<Publisher>,
+}
+
+impl std::ops::Deref for PgLease {
+    type Target = LeaseView;
+    fn deref(&self) -> &LeaseView {
+        &self.view
+    }
 }
 
 impl std::fmt::Debug for PgLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgLease")
-            .field("lease", &self.config.lease)
-            .field("holder", &self.config.holder)
-            .field("leadership", &self.publisher.leadership())
-            .finish_non_exhaustive()
+        f.debug_tuple("PgLease").field(&self.view).finish()
     }
 }
 
@@ -182,39 +189,6 @@ impl PgLease {
         }
     }
 
-    /// This contender's configuration (its lease name and holder id).
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// The lease name.
-    pub fn lease(&self) -> &LeaseName {
-        &self.config.lease
-    }
-
-    /// This contender's holder id.
-    pub fn holder(&self) -> &HolderId {
-        &self.config.holder
-    }
-
-    /// The current leadership state: role, epoch, holder in view and, on
-    /// demotion, the reason.
-    pub fn leadership(&self) -> Leadership {
-        self.publisher.leadership()
-    }
-
-    /// A watch receiver of the leadership state, updated on every change
-    /// (`wait_for`, `changed` in async code).
-    pub fn watch(&self) -> watch::Receiver<Leadership> {
-        self.publisher.watch()
-    }
-
-    /// Every leadership change from now on, in order (bounded; see
-    /// [`Subscription`]).
-    pub fn subscribe(&self) -> Subscription {
-        self.publisher.subscribe()
-    }
-
     /// Registers more work to run while this node leads, like
     /// [`PgLeaseBuilder::while_leader`]; if this node leads now, it starts
     /// at once in the current term.
@@ -231,17 +205,10 @@ impl PgLease {
         let epoch = self.leadership().leader_epoch()?;
         Some(Fence::new(
             &self.statements,
-            &self.config.lease,
-            &self.config.holder,
+            self.lease(),
+            self.holder(),
             epoch,
         ))
-    }
-
-    /// The latencies of the most recent accepted renewals (up to
-    /// [`crate::RENEW_SAMPLES`]), oldest first: from the driver issuing the
-    /// statement to the core having handled its reply.
-    pub fn renew_latencies(&self) -> Vec<Duration> {
-        self.publisher.renew_latencies()
     }
 
     /// The most recent error met (a failed connect, a timed-out statement,
@@ -257,7 +224,7 @@ impl PgLease {
     /// True once the driver task has stopped (after shutdown, abort, or a
     /// fatal error).
     pub fn is_finished(&self) -> bool {
-        self.publisher.is_finished() || self.task.as_ref().is_none_or(|t| t.is_finished())
+        self.view.publisher().is_finished() || self.task.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Stops the gated tasks and waits for them, releases the lease if held

@@ -16,6 +16,7 @@ use picolease_core::sql::Statements;
 use picolease_core::{Epoch, HolderId, LeaseName};
 
 use super::fence::Fence;
+use crate::view::Term;
 
 /// The cancellation signal of one term: set once, never cleared.
 #[derive(Clone, Debug, Default)]
@@ -72,33 +73,24 @@ impl Cancellation {
     }
 }
 
-/// What a gated closure is handed when its term starts: the term (lease,
-/// holder, epoch), its fence, and the signal to stop.
+/// What a gated closure is handed when its term starts: the term (it
+/// dereferences to [`Term`]: `lease()`, `holder()`, `epoch()`), its fence,
+/// and the signal to stop.
 #[derive(Clone, Debug)]
 pub struct LeaderContext {
-    lease: LeaseName,
-    holder: HolderId,
-    epoch: Epoch,
+    term: Term,
     fence: Fence,
     cancellation: Cancellation,
 }
 
+impl std::ops::Deref for LeaderContext {
+    type Target = Term;
+    fn deref(&self) -> &Term {
+        &self.term
+    }
+}
+
 impl LeaderContext {
-    /// The lease.
-    pub fn lease(&self) -> &LeaseName {
-        &self.lease
-    }
-
-    /// This node's holder id.
-    pub fn holder(&self) -> &HolderId {
-        &self.holder
-    }
-
-    /// The term's epoch: the fencing token for the work's writes.
-    pub fn epoch(&self) -> Epoch {
-        self.epoch
-    }
-
     /// The fence of this term, to make the work's own writes conditional
     /// on it.
     pub fn fence(&self) -> &Fence {
@@ -162,9 +154,7 @@ impl Gate {
         self.stop();
         self.join_stopped();
         let context = LeaderContext {
-            lease: lease.clone(),
-            holder: holder.clone(),
-            epoch,
+            term: Term::new(lease.clone(), holder.clone(), epoch),
             fence: Fence::new(statements, lease, holder, epoch),
             cancellation: Cancellation::default(),
         };
@@ -197,7 +187,7 @@ impl Gate {
 /// Starts closure `index` on its own thread; a thread that cannot be
 /// started is logged (the term goes on without it).
 fn spawn(index: usize, work: &Work, context: LeaderContext) -> Option<JoinHandle<()>> {
-    let epoch = context.epoch;
+    let epoch = context.epoch();
     let work = Arc::clone(work);
     match std::thread::Builder::new()
         .name(format!("picolease-work-{index}"))

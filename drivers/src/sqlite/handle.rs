@@ -5,8 +5,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, HolderId, Instant, Leadership, LeaseName, LeaseState};
-use tokio::sync::watch;
+use picolease_core::{Config, Instant, Leadership, LeaseState};
 
 use super::error::Error;
 use super::fence::Fence;
@@ -15,7 +14,9 @@ use super::open::Database;
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
 use super::worker::{ConnectionJob, Control, Worker};
-use crate::publish::{Publisher, Subscription};
+use crate::publish::Publisher;
+use crate::subscription::Subscription;
+use crate::view::LeaseView;
 
 /// Configures a [`SqliteLease`] before it starts. Made by
 /// [`SqliteLease::builder`].
@@ -89,10 +90,9 @@ impl SqliteLeaseBuilder {
             .map_err(|e| Error::Spawn(e.to_string()))?;
         Ok(SqliteLease {
             statements: Statements::new(Dialect::Sqlite, &database.table),
-            config,
+            view: LeaseView::new(config, publisher),
             control,
             thread: Some(thread),
-            publisher,
         })
     }
 }
@@ -103,21 +103,27 @@ impl SqliteLeaseBuilder {
 /// Call [`SqliteLease::shutdown`] to stop the work and release the lease.
 /// Dropping the handle asks for the same shutdown and waits for it at most
 /// a ttl, so a drop never hangs.
+///
+/// It dereferences to a [`LeaseView`] (the same for both drivers):
+/// `config()`, `lease()`, `holder()`, `leadership()`, `watch()`,
+/// `subscribe()`, `renew_latencies()`.
 pub struct SqliteLease {
-    config: Config,
+    view: LeaseView,
     statements: Statements,
     control: mpsc::Sender<Control>,
     thread: Option<JoinHandle<Result<(), Error>>>,
-    publisher: Arc<Publisher>,
+}
+
+impl std::ops::Deref for SqliteLease {
+    type Target = LeaseView;
+    fn deref(&self) -> &LeaseView {
+        &self.view
+    }
 }
 
 impl std::fmt::Debug for SqliteLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteLease")
-            .field("lease", &self.config.lease)
-            .field("holder", &self.config.holder)
-            .field("leadership", &self.publisher.leadership())
-            .finish_non_exhaustive()
+        f.debug_tuple("SqliteLease").field(&self.view).finish()
     }
 }
 
@@ -132,39 +138,6 @@ impl SqliteLease {
         }
     }
 
-    /// This contender's configuration (its lease name and holder id).
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// The lease name.
-    pub fn lease(&self) -> &LeaseName {
-        &self.config.lease
-    }
-
-    /// This contender's holder id.
-    pub fn holder(&self) -> &HolderId {
-        &self.config.holder
-    }
-
-    /// The current leadership state: role, epoch, holder in view and, on
-    /// demotion, the reason.
-    pub fn leadership(&self) -> Leadership {
-        self.publisher.leadership()
-    }
-
-    /// A watch receiver of the leadership state (usable with or without a
-    /// tokio runtime).
-    pub fn watch(&self) -> watch::Receiver<Leadership> {
-        self.publisher.watch()
-    }
-
-    /// Every leadership change from now on, in order (bounded; see
-    /// [`Subscription`]).
-    pub fn subscribe(&self) -> Subscription {
-        self.publisher.subscribe()
-    }
-
     /// Registers more work to run while this node leads, like
     /// [`SqliteLeaseBuilder::while_leader`]; if this node leads now, it
     /// starts at once in the current term.
@@ -177,17 +150,10 @@ impl SqliteLease {
         let epoch = self.leadership().leader_epoch()?;
         Some(Fence::new(
             &self.statements,
-            &self.config.lease,
-            &self.config.holder,
+            self.lease(),
+            self.holder(),
             epoch,
         ))
-    }
-
-    /// The latencies of the most recent accepted renewals (up to
-    /// [`crate::RENEW_SAMPLES`]), oldest first: from the driver issuing the
-    /// statement to the core having handled its reply.
-    pub fn renew_latencies(&self) -> Vec<Duration> {
-        self.publisher.renew_latencies()
     }
 
     /// Blocks until the leadership state satisfies `done` (checked now and
@@ -198,19 +164,19 @@ impl SqliteLease {
         timeout: Duration,
         done: impl FnMut(&Leadership) -> bool,
     ) -> Option<Leadership> {
-        self.publisher.wait_for(timeout, done)
+        self.view.publisher().wait_for(timeout, done)
     }
 
     /// Blocks until the leadership state changes or `timeout` passes;
     /// returns the new state if it changed.
     pub fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
-        self.publisher.wait_change(timeout)
+        self.view.publisher().wait_change(timeout)
     }
 
     /// True once the thread has stopped (after shutdown, abort, or a fatal
     /// error; [`SqliteLease::shutdown`] then returns the error).
     pub fn is_finished(&self) -> bool {
-        self.publisher.is_finished()
+        self.view.publisher().is_finished()
     }
 
     /// Runs `job` on the lease thread's own connection, between two lease
@@ -249,7 +215,7 @@ impl SqliteLease {
         match self.thread.take() {
             Some(thread) => thread.join().unwrap_or_else(|_| {
                 Err(Error::Panicked {
-                    lease: self.config.lease.to_string(),
+                    lease: self.lease().to_string(),
                 })
             }),
             None => Ok(()),
@@ -263,11 +229,11 @@ impl Drop for SqliteLease {
             return;
         }
         let _ = self.control.send(Control::Shutdown);
-        let _ = self.wait_for(self.config.ttl + self.config.request_timeout, |_| false);
+        let _ = self.wait_for(self.config().ttl + self.config().request_timeout, |_| false);
         if self.is_finished() {
             let _ = self.join();
         } else {
-            tracing::warn!(lease = %self.config.lease, "lease thread did not stop in time; detaching it");
+            tracing::warn!(lease = %self.lease(), "lease thread did not stop in time; detaching it");
         }
     }
 }

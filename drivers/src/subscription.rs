@@ -1,0 +1,177 @@
+//! Subscriptions: every leadership change of one lease, in order,
+//! bounded, readable from blocking and async code.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::publish::Transition;
+
+/// How many transitions a subscriber may fall behind before the oldest are
+/// dropped and it is told how many it missed ([`RecvError::Lagged`]).
+pub const SUBSCRIPTION_CAPACITY: usize = 1024;
+
+/// Why [`Subscription`] returned no transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecvError {
+    /// The subscriber fell more than [`SUBSCRIPTION_CAPACITY`] changes
+    /// behind: this many of the oldest were dropped. The next call returns
+    /// the oldest change still kept.
+    #[error("the subscriber fell behind and missed {0} transitions")]
+    Lagged(u64),
+    /// The driver has stopped and every transition has been read.
+    #[error("the lease driver has stopped")]
+    Closed,
+    /// The wait of [`Subscription::recv_timeout`] ran out.
+    #[error("no transition within the timeout")]
+    Timeout,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here is a few assignments: a panic cannot
+    // leave the data inconsistent, so poisoning is ignored.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Transition>,
+    missed: u64,
+    closed: bool,
+}
+
+/// One subscriber's bounded queue, readable from blocking and async code.
+#[derive(Default)]
+pub(crate) struct Mailbox {
+    queue: Mutex<Queue>,
+    /// Wakes a blocking reader.
+    ready: Condvar,
+    /// Wakes an async reader.
+    notify: Notify,
+}
+
+impl Mailbox {
+    pub(crate) fn push(&self, transition: Transition) {
+        let mut queue = lock(&self.queue);
+        if queue.items.len() == SUBSCRIPTION_CAPACITY {
+            queue.items.pop_front();
+            queue.missed += 1;
+        }
+        queue.items.push_back(transition);
+        drop(queue);
+        self.ready.notify_all();
+        self.notify.notify_one();
+    }
+
+    pub(crate) fn close(&self) {
+        lock(&self.queue).closed = true;
+        self.ready.notify_all();
+        self.notify.notify_one();
+    }
+
+    /// The next outcome, if one is ready.
+    fn take(queue: &mut Queue) -> Option<Result<Transition, RecvError>> {
+        if queue.missed > 0 {
+            return Some(Err(RecvError::Lagged(std::mem::take(&mut queue.missed))));
+        }
+        match queue.items.pop_front() {
+            Some(transition) => Some(Ok(transition)),
+            None if queue.closed => Some(Err(RecvError::Closed)),
+            None => None,
+        }
+    }
+}
+
+/// Every leadership change of one lease from the moment of subscribing,
+/// in order. Bounded: a subscriber that stops reading holds at most
+/// [`SUBSCRIPTION_CAPACITY`] changes, and learns how many it missed.
+///
+/// Read it from blocking code ([`Subscription::recv_timeout`], the
+/// iterator) or async code ([`Subscription::recv`]).
+pub struct Subscription {
+    pub(crate) mailbox: Arc<Mailbox>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let queue = lock(&self.mailbox.queue);
+        f.debug_struct("Subscription")
+            .field("pending", &queue.items.len())
+            .field("missed", &queue.missed)
+            .field("closed", &queue.closed)
+            .finish()
+    }
+}
+
+impl Subscription {
+    /// Changes waiting to be read (for tests of the bound).
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        lock(&self.mailbox.queue).items.len()
+    }
+
+    /// The next change, waiting for it (async). `Err(Lagged(n))` reports
+    /// dropped changes; `Err(Closed)` that the driver stopped and nothing
+    /// is left. Cancel-safe.
+    pub async fn recv(&mut self) -> Result<Transition, RecvError> {
+        loop {
+            let notified = self.mailbox.notify.notified();
+            if let Some(outcome) = Mailbox::take(&mut lock(&self.mailbox.queue)) {
+                return outcome;
+            }
+            notified.await;
+        }
+    }
+
+    /// The next change, waiting up to `timeout` (blocking).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Transition, RecvError> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut queue = lock(&self.mailbox.queue);
+        loop {
+            if let Some(outcome) = Mailbox::take(&mut queue) {
+                return outcome;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(RecvError::Timeout);
+            }
+            queue = self
+                .mailbox
+                .ready
+                .wait_timeout(queue, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The next change if one is ready now; `Err(Timeout)` if none is.
+    pub fn try_recv(&mut self) -> Result<Transition, RecvError> {
+        Mailbox::take(&mut lock(&self.mailbox.queue)).unwrap_or(Err(RecvError::Timeout))
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<Transition, RecvError>;
+
+    /// Blocks for the next change; `None` once the driver has stopped and
+    /// every change has been read.
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut queue = lock(&self.mailbox.queue);
+        loop {
+            match Mailbox::take(&mut queue) {
+                Some(Err(RecvError::Closed)) => return None,
+                Some(outcome) => return Some(outcome),
+                None => {
+                    queue = self
+                        .mailbox
+                        .ready
+                        .wait(queue)
+                        .unwrap_or_else(|p| p.into_inner())
+                }
+            }
+        }
+    }
+}
