@@ -25,10 +25,12 @@ pub use picolease_core::{
     TableName, DEFAULT_TABLE,
 };
 
+mod clock;
 mod publish;
 mod subscription;
 mod view;
 
+pub use clock::{boottime, Clock, SystemClock};
 pub use publish::{Transition, RENEW_SAMPLES};
 pub use subscription::{RecvError, Subscription, SUBSCRIPTION_CAPACITY};
 pub use view::{LeaseView, Term};

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use picolease_core::Leadership;
 use tokio::sync::watch;
 
+use crate::clock::SharedClock;
 use crate::subscription::{lock, Mailbox, Subscription};
 
 /// How many recent renew latencies a driver keeps (the most recent).
@@ -43,6 +44,12 @@ struct Progress {
 
 /// The output side of one driver: see the module docs.
 pub(crate) struct Publisher {
+    /// Replaceable before the driver starts (a test seam; see `Clock`).
+    clock: Mutex<SharedClock>,
+    /// The leader's deadline on `clock`, while leading: gated work reads it
+    /// here, so it learns of the deadline without waiting for the driver's
+    /// loop (which may be blocked in a statement).
+    deadline: Mutex<Option<Duration>>,
     leadership: watch::Sender<Leadership>,
     subscribers: Mutex<Vec<Arc<Mailbox>>>,
     progress: Mutex<Progress>,
@@ -50,9 +57,20 @@ pub(crate) struct Publisher {
     renewals: Mutex<VecDeque<Duration>>,
 }
 
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("leadership", &self.leadership())
+            .field("deadline", &self.deadline())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Publisher {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(clock: SharedClock) -> Self {
         Publisher {
+            clock: Mutex::new(clock),
+            deadline: Mutex::new(None),
             leadership: watch::channel(Leadership::unknown()).0,
             subscribers: Mutex::default(),
             progress: Mutex::default(),
@@ -90,6 +108,39 @@ impl Publisher {
         }
         lock(&self.progress).finished = true;
         self.changed.notify_all();
+    }
+
+    /// The time now on the driver's clock.
+    pub(crate) fn now(&self) -> Duration {
+        self.clock().now()
+    }
+
+    /// The driver's clock.
+    pub(crate) fn clock(&self) -> SharedClock {
+        Arc::clone(&lock(&self.clock))
+    }
+
+    /// Replaces the clock (before the driver starts).
+    pub(crate) fn set_clock(&self, clock: SharedClock) {
+        *lock(&self.clock) = clock;
+    }
+
+    /// Records the leader's deadline (on the driver's clock), or `None`
+    /// when not leading. Called after every step of the core.
+    pub(crate) fn set_deadline(&self, deadline: Option<Duration>) {
+        *lock(&self.deadline) = deadline;
+    }
+
+    /// The leader's deadline on the driver's clock, if leading.
+    pub(crate) fn deadline(&self) -> Option<Duration> {
+        *lock(&self.deadline)
+    }
+
+    /// Time left before the leader's deadline: `None` when not leading,
+    /// zero once it has passed.
+    pub(crate) fn time_left(&self) -> Option<Duration> {
+        self.deadline()
+            .map(|deadline| deadline.saturating_sub(self.now()))
     }
 
     /// A renew was accepted after `latency` (from the driver issuing the
@@ -194,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_subscriber_sees_every_change_in_order_then_closed() {
-        let publisher = Publisher::new();
+        let publisher = Publisher::new(crate::clock::system());
         let mut sub = publisher.subscribe();
         for epoch in 1..=3 {
             publisher.publish(leading(epoch));
@@ -211,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_subscriber_that_never_reads_is_bounded_and_told_what_it_missed() {
-        let publisher = Publisher::new();
+        let publisher = Publisher::new(crate::clock::system());
         let mut sub = publisher.subscribe();
         let extra = 10u64;
         for epoch in 0..(SUBSCRIPTION_CAPACITY as u64 + extra) {
@@ -228,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_dropped_subscription_is_forgotten_and_a_late_one_is_closed() {
-        let publisher = Publisher::new();
+        let publisher = Publisher::new(crate::clock::system());
         drop(publisher.subscribe());
         publisher.publish(leading(1));
         assert!(lock(&publisher.subscribers).is_empty());
@@ -243,7 +294,7 @@ mod tests {
 
     #[test]
     fn renew_latencies_keep_the_most_recent() {
-        let publisher = Publisher::new();
+        let publisher = Publisher::new(crate::clock::system());
         for ms in 0..(RENEW_SAMPLES as u64 + 5) {
             publisher.record_renewal(Duration::from_millis(ms));
         }
@@ -254,7 +305,7 @@ mod tests {
 
     #[test]
     fn an_async_reader_wakes_on_publication() {
-        let publisher = Arc::new(Publisher::new());
+        let publisher = Arc::new(Publisher::new(crate::clock::system()));
         let mut sub = publisher.subscribe();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()

@@ -73,6 +73,13 @@ impl LeaseView {
         self.publisher.subscribe()
     }
 
+    /// While leading, the time left before this node demotes itself unless
+    /// a renewal succeeds first (on the drivers' suspend-aware clock);
+    /// `None` while following, zero once the deadline has passed.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.publisher.time_left()
+    }
+
     /// The latencies of the most recent accepted renewals (up to
     /// [`crate::RENEW_SAMPLES`]), oldest first: from the driver issuing the
     /// statement to the core having handled its reply.

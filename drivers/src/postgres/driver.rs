@@ -43,7 +43,7 @@ pub(crate) struct Driver {
     pub(crate) lease: LeaseState,
     /// Local monotonic time zero: the core's `Instant`s are nanoseconds
     /// since this.
-    pub(crate) origin: tokio::time::Instant,
+    pub(crate) origin: Duration,
     pub(crate) statements: Arc<Statements>,
     pub(crate) link: Arc<Link>,
     pub(crate) gate: Gate,
@@ -60,18 +60,25 @@ pub(crate) struct Driver {
 /// the runtime), subscribers learn that nothing more will come.
 impl Drop for Driver {
     fn drop(&mut self) {
+        self.publisher.set_deadline(None);
         self.publisher.finish();
     }
 }
 
 impl Driver {
     fn now(&self) -> Instant {
-        let elapsed = self.origin.elapsed().as_nanos();
-        Instant::from_nanos(u64::try_from(elapsed).unwrap_or(u64::MAX))
+        let elapsed = self.publisher.now().saturating_sub(self.origin);
+        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
     }
 
-    fn to_tokio(&self, instant: Instant) -> tokio::time::Instant {
-        self.origin + Duration::from_nanos(instant.as_nanos())
+    /// The leader's deadline, handed to the publisher on its clock so gated
+    /// tasks can read it without this task.
+    fn publish_deadline(&self) {
+        let deadline = self
+            .lease
+            .leader_deadline()
+            .map(|at| self.origin + Duration::from_nanos(at.as_nanos()));
+        self.publisher.set_deadline(deadline);
     }
 
     /// Runs until the machine finishes; returns the fatal error that
@@ -84,10 +91,17 @@ impl Driver {
         self.lease.handle_timeout(now);
         loop {
             self.carry_out(&mut in_flight);
+            self.publish_deadline();
             if self.lease.is_finished() {
                 break;
             }
-            let wake = self.lease.poll_timeout().map(|t| self.to_tokio(t));
+            // Sleeps run on the monotonic clock, which stops during
+            // suspend: a bounded sleep re-reads the suspend-aware clock soon
+            // after a resume.
+            let wait = self.lease.poll_timeout().map(|wake| {
+                wake.saturating_duration_since(self.now())
+                    .min(crate::clock::LONGEST_WAIT)
+            });
             tokio::select! {
                 control = self.control.recv(), if control_open => match control {
                     Some(Control::AddTask(task)) => self.gate.add(task),
@@ -110,7 +124,7 @@ impl Driver {
                         self.publisher.record_renewal(issued.elapsed());
                     }
                 }
-                () = tokio::time::sleep_until(wake.unwrap_or_else(far_future)), if wake.is_some() => {
+                () = tokio::time::sleep(wait.unwrap_or(crate::clock::LONGEST_WAIT)), if wait.is_some() => {
                     let now = self.now();
                     self.lease.handle_timeout(now);
                 }
@@ -258,8 +272,4 @@ async fn next_notice(notices: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
-}
-
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }

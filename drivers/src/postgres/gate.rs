@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 use picolease_core::sql::Statements;
@@ -19,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::fence::Fence;
+use crate::publish::Publisher;
 use crate::view::Term;
 
 /// What a gated task is given when its term starts: the term (it
@@ -29,6 +31,7 @@ pub struct LeaderContext {
     term: Term,
     token: CancellationToken,
     fence: Fence,
+    publisher: Arc<Publisher>,
 }
 
 impl std::ops::Deref for LeaderContext {
@@ -44,14 +47,45 @@ impl LeaderContext {
         &self.token
     }
 
-    /// Completes when the term ends: `select!` on it in your loop.
+    /// Completes when the term ends: the driver stopped the work
+    /// (demotion, shutdown), or the leader's deadline passed, which this
+    /// watches itself (the driver may be waiting on a statement). `select!`
+    /// on it in your loop.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await
+        while !self.is_cancelled() {
+            let step = self
+                .time_left()
+                .min(crate::clock::LONGEST_WAIT)
+                .max(Duration::from_millis(1));
+            tokio::select! {
+                () = self.token.cancelled() => return,
+                () = tokio::time::sleep(step) => {}
+            }
+        }
     }
 
-    /// True once the term has ended.
+    /// True once the term has ended (stopped by the driver, or past the
+    /// leader's deadline).
     pub fn is_cancelled(&self) -> bool {
         self.token.is_cancelled()
+            || self
+                .publisher
+                .time_left()
+                .is_some_and(|left| left.is_zero())
+    }
+
+    /// Time left before the leader's deadline (zero once passed), on the
+    /// drivers' suspend-aware clock; renewals push it back.
+    pub fn time_left(&self) -> Duration {
+        self.publisher
+            .time_left()
+            .unwrap_or(Duration::from_secs(3600))
+    }
+
+    /// The leader's deadline as [`crate::boottime`] reads it (time since
+    /// boot, suspend included): a number another process can act on.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.publisher.deadline()
     }
 
     /// The fence of this term, to make the work's own writes conditional
@@ -94,6 +128,7 @@ pub(crate) struct Gate {
     statements: Statements,
     lease: LeaseName,
     holder: HolderId,
+    publisher: Arc<Publisher>,
 }
 
 fn done() -> Done {
@@ -106,8 +141,10 @@ impl Gate {
         statements: &Statements,
         lease: &LeaseName,
         holder: &HolderId,
+        publisher: Arc<Publisher>,
     ) -> Self {
         Gate {
+            publisher,
             tasks,
             current: None,
             stopped: done(),
@@ -136,6 +173,7 @@ impl Gate {
             term: Term::new(self.lease.clone(), self.holder.clone(), epoch),
             token: CancellationToken::new(),
             fence: Fence::new(&self.statements, &self.lease, &self.holder, epoch),
+            publisher: Arc::clone(&self.publisher),
         };
         let term = Running {
             epoch,

@@ -15,6 +15,7 @@ use super::fence::Fence;
 use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify;
+use crate::clock::Clock;
 use crate::publish::Publisher;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
@@ -77,6 +78,13 @@ impl PgLeaseBuilder {
         self
     }
 
+    /// Times deadlines on `clock` instead of the system's suspend-aware
+    /// clock: a test seam (a clock that jumps, as a suspend would).
+    pub fn clock(self, clock: impl Clock) -> Self {
+        self.publisher.set_clock(Arc::new(clock));
+        self
+    }
+
     /// Every leadership change from the start on, in order.
     pub fn subscribe(&self) -> Subscription {
         self.publisher.subscribe()
@@ -85,7 +93,7 @@ impl PgLeaseBuilder {
     /// Validates the configuration and starts the driver task on the
     /// current tokio runtime (panics outside one, like `tokio::spawn`).
     pub fn start(self) -> Result<PgLease, PgError> {
-        let origin = tokio::time::Instant::now();
+        let origin = self.publisher.now();
         let lease = LeaseState::new(self.config.clone(), picolease_core::Instant::ZERO)?;
         let statements = Arc::new(Statements::new(Dialect::Postgres, &self.table));
         let lease_name: Arc<str> = self.config.lease.as_str().into();
@@ -123,6 +131,7 @@ impl PgLeaseBuilder {
                 &statements,
                 &self.config.lease,
                 &self.config.holder,
+                Arc::clone(&self.publisher),
             ),
             lease_name,
             holder,
@@ -185,7 +194,7 @@ impl PgLease {
             auto_create: true,
             notifications: true,
             tasks: Vec::new(),
-            publisher: Arc::new(Publisher::new()),
+            publisher: Arc::new(Publisher::new(crate::clock::system())),
         }
     }
 

@@ -16,6 +16,7 @@ use picolease_core::sql::Statements;
 use picolease_core::{Epoch, HolderId, LeaseName};
 
 use super::fence::Fence;
+use crate::publish::Publisher;
 use crate::view::Term;
 
 /// The cancellation signal of one term: set once, never cleared.
@@ -81,6 +82,7 @@ pub struct LeaderContext {
     term: Term,
     fence: Fence,
     cancellation: Cancellation,
+    deadline: Deadline,
 }
 
 impl std::ops::Deref for LeaderContext {
@@ -97,20 +99,66 @@ impl LeaderContext {
         &self.fence
     }
 
-    /// True once the term has ended (demotion, shutdown).
+    /// True once the term has ended: the driver stopped the work
+    /// (demotion, shutdown), or the leader's deadline has passed, which
+    /// this reads itself (the lease thread may be blocked in a statement).
     pub fn is_cancelled(&self) -> bool {
-        self.cancellation.is_cancelled()
+        self.cancellation.is_cancelled() || self.deadline.passed()
     }
 
     /// The term's cancellation signal, to wait on or hand to other threads.
+    /// It is set when the driver stops the work; [`LeaderContext::sleep`]
+    /// and [`LeaderContext::is_cancelled`] also watch the deadline.
     pub fn cancellation(&self) -> &Cancellation {
         &self.cancellation
     }
 
-    /// Sleeps up to `timeout`, waking at once when the term ends; true if
-    /// it has ended.
+    /// Time left before the leader's deadline (zero once passed), on the
+    /// drivers' suspend-aware clock; renewals push it back.
+    pub fn time_left(&self) -> Duration {
+        self.deadline.left()
+    }
+
+    /// The leader's deadline as [`crate::boottime`] reads it (time since
+    /// boot, suspend included): a number another process can act on.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline.at()
+    }
+
+    /// Sleeps up to `timeout`, waking at once when the term ends or its
+    /// deadline passes; true if it has ended.
     pub fn sleep(&self, timeout: Duration) -> bool {
-        self.cancellation.wait_timeout(timeout)
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let step = left.min(self.deadline.left());
+            if self.cancellation.wait_timeout(step) || self.deadline.passed() {
+                return true;
+            }
+            if left.is_zero() || step == left {
+                return self.is_cancelled();
+            }
+        }
+    }
+}
+
+/// The leader's deadline as the driver last published it.
+#[derive(Clone, Debug)]
+struct Deadline(Arc<Publisher>);
+
+impl Deadline {
+    fn passed(&self) -> bool {
+        self.0.time_left().is_some_and(|left| left.is_zero())
+    }
+
+    /// Time left; a long time when no deadline is published (the driver
+    /// stops the work then).
+    fn left(&self) -> Duration {
+        self.0.time_left().unwrap_or(Duration::from_secs(3600))
+    }
+
+    fn at(&self) -> Option<Duration> {
+        self.0.deadline()
     }
 }
 
@@ -118,8 +166,8 @@ impl LeaderContext {
 pub(crate) type Work = Arc<dyn Fn(LeaderContext) + Send + Sync + 'static>;
 
 /// The registered closures and the threads of the current (or last) term.
-#[derive(Default)]
 pub(crate) struct Gate {
+    publisher: Arc<Publisher>,
     works: Vec<Work>,
     /// Threads of the current term.
     running: Vec<JoinHandle<()>>,
@@ -130,6 +178,16 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
+    pub(crate) fn new(publisher: Arc<Publisher>) -> Self {
+        Gate {
+            publisher,
+            works: Vec::new(),
+            running: Vec::new(),
+            stopped: Vec::new(),
+            current: None,
+        }
+    }
+
     /// Registers a closure; if a term is running it starts in it at once.
     pub(crate) fn add(&mut self, work: Work) {
         if let Some(context) = &self.current {
@@ -157,6 +215,7 @@ impl Gate {
             term: Term::new(lease.clone(), holder.clone(), epoch),
             fence: Fence::new(statements, lease, holder, epoch),
             cancellation: Cancellation::default(),
+            deadline: Deadline(Arc::clone(&self.publisher)),
         };
         for (index, work) in self.works.iter().enumerate() {
             if let Some(handle) = spawn(index, work, context.clone()) {

@@ -14,6 +14,7 @@ use super::open::Database;
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
 use super::worker::{ConnectionJob, Control, Worker};
+use crate::clock::Clock;
 use crate::publish::Publisher;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
@@ -44,6 +45,13 @@ impl SqliteLeaseBuilder {
     /// registered.
     pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
         self.gate.add(Arc::new(work));
+        self
+    }
+
+    /// Times deadlines on `clock` instead of the system's suspend-aware
+    /// clock: a test seam (a clock that jumps, as a suspend would).
+    pub fn clock(self, clock: impl Clock) -> Self {
+        self.publisher.set_clock(Arc::new(clock));
         self
     }
 
@@ -80,7 +88,7 @@ impl SqliteLeaseBuilder {
             watchdog,
             gate,
             publisher: Arc::clone(&publisher),
-            origin: std::time::Instant::now(),
+            origin: publisher.now(),
             inbox,
             fatal: None,
         };
@@ -130,11 +138,12 @@ impl std::fmt::Debug for SqliteLease {
 impl SqliteLease {
     /// A contender for `config` (lease, holder id, timings) on `database`.
     pub fn builder(config: Config, database: Database) -> SqliteLeaseBuilder {
+        let publisher = Arc::new(Publisher::new(crate::clock::system()));
         SqliteLeaseBuilder {
             config,
             database,
-            gate: Gate::default(),
-            publisher: Arc::new(Publisher::new()),
+            gate: Gate::new(Arc::clone(&publisher)),
+            publisher,
         }
     }
 

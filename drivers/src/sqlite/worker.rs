@@ -42,14 +42,26 @@ pub(crate) struct Worker {
     pub(crate) watchdog: Watchdog,
     pub(crate) gate: Gate,
     pub(crate) publisher: Arc<Publisher>,
-    pub(crate) origin: std::time::Instant,
+    /// The core's time zero, on the publisher's clock.
+    pub(crate) origin: std::time::Duration,
     pub(crate) inbox: mpsc::Receiver<Control>,
     pub(crate) fatal: Option<Error>,
 }
 
 impl Worker {
     fn now(&self) -> Instant {
-        Instant::from_nanos(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        let elapsed = self.publisher.now().saturating_sub(self.origin);
+        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The leader's deadline, handed to the publisher on its clock so gated
+    /// work can read it without this thread.
+    fn publish_deadline(&self) {
+        let deadline = self
+            .state
+            .leader_deadline()
+            .map(|at| self.origin + std::time::Duration::from_nanos(at.as_nanos()));
+        self.publisher.set_deadline(deadline);
     }
 
     /// Runs until the machine finishes (or the handle aborts); returns the
@@ -59,10 +71,16 @@ impl Worker {
         self.state.handle_timeout(self.now());
         loop {
             self.carry_out();
+            self.publish_deadline();
             let Some(wake) = self.state.poll_timeout() else {
                 break;
             };
-            let wait = wake.saturating_duration_since(self.now());
+            // Waits are measured on the monotonic clock, which stops during
+            // suspend: a bounded wait re-reads the suspend-aware clock soon
+            // after a resume.
+            let wait = wake
+                .saturating_duration_since(self.now())
+                .min(crate::clock::LONGEST_WAIT);
             let control = if handle_gone {
                 std::thread::sleep(wait);
                 None
@@ -94,6 +112,7 @@ impl Worker {
                 }
             }
         }
+        self.publisher.set_deadline(None);
         self.gate.stop();
         self.gate.join_stopped();
         self.publisher.finish();
