@@ -17,6 +17,9 @@ fn main() {
         let s = Statements::new(dialect, &table);
         println!("-- {dialect:?}");
         println!("-- create table\n{};", s.create_table());
+        if let Some(index) = s.create_index() {
+            println!("-- create index (if missing)\n{index};");
+        }
         for (what, st) in [
             ("acquire", s.acquire()),
             ("renew", s.renew()),

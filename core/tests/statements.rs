@@ -264,3 +264,58 @@ fn decoding_names_what_is_wrong_with_a_row() {
         Err(RowError::RowCount { .. })
     ));
 }
+
+#[test]
+fn the_postgres_fence_locks_the_lease_row_for_key_share_and_sqlite_keeps_its_text() {
+    let pg = Statements::new(Dialect::Postgres, &TableName::default());
+    assert!(
+        pg.fence().sql().ends_with(" FOR KEY SHARE)"),
+        "{}",
+        pg.fence().sql()
+    );
+    assert!(pg.fence_from(4).sql().ends_with(" FOR KEY SHARE)"));
+    let sqlite = Statements::new(Dialect::Sqlite, &TableName::default());
+    assert!(
+        !sqlite.fence().sql().contains(" FOR "),
+        "{}",
+        sqlite.fence().sql()
+    );
+    assert_eq!(
+        sqlite.fence().sql(),
+        "EXISTS(SELECT 1 FROM \"picolease_leases\" WHERE \"picolease_leases\".\"name\" = ? \
+         AND \"picolease_leases\".\"holder\" = ? AND \"picolease_leases\".\"epoch\" = ? \
+         AND \"picolease_leases\".\"expires_at\" > (CAST(ROUND((julianday('now') - 2440587.5) \
+         * 86400000.0) AS INTEGER)))"
+    );
+}
+
+#[test]
+fn the_fence_index_is_postgres_only_named_after_the_table_and_fits_63_bytes() {
+    let sqlite = Statements::new(Dialect::Sqlite, &TableName::default());
+    assert_eq!(sqlite.create_index(), None);
+
+    let pg = Statements::new(Dialect::Postgres, &TableName::new("app.leases").unwrap());
+    let index = pg.create_index().expect("PostgreSQL has the index");
+    assert!(
+        index.contains(
+            "CREATE UNIQUE INDEX IF NOT EXISTS \"leases_fence\" ON \"app\".\"leases\" (\"name\", \"epoch\")"
+        ),
+        "{index}"
+    );
+    assert!(index.contains("'\"app\".\"leases\"'::regclass"), "{index}");
+    assert!(index.contains("c.relname = 'leases_fence'"), "{index}");
+    assert!(!index.contains('?') && !index.contains("$1"), "{index}");
+
+    let plain = Statements::new(Dialect::Postgres, &TableName::default());
+    assert!(plain
+        .create_index()
+        .unwrap()
+        .contains("\"picolease_leases_fence\" ON \"picolease_leases\" (\"name\", \"epoch\")"));
+
+    // The longest table part allowed still gives a valid identifier.
+    let longest = "t".repeat(picolease_core::MAX_TABLE_LEN);
+    let pg = Statements::new(Dialect::Postgres, &TableName::new(&longest).unwrap());
+    let name = format!("{longest}_fence");
+    assert!(name.len() <= 63, "{} bytes", name.len());
+    assert!(pg.create_index().unwrap().contains(&format!("\"{name}\"")));
+}

@@ -8,8 +8,8 @@
 //! every call.
 
 use sea_query::{
-    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, OnConflict, PostgresQueryBuilder, Query,
-    QueryStatementWriter, SqliteQueryBuilder, Table, TableRef,
+    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, Index, LockType, OnConflict,
+    PostgresQueryBuilder, Query, QueryStatementWriter, SqliteQueryBuilder, Table, TableRef,
 };
 
 use super::{Dialect, Param, Statement, Statements};
@@ -24,6 +24,10 @@ const NAME: &str = "name";
 const HOLDER_COL: &str = "holder";
 const EPOCH_COL: &str = "epoch";
 const EXPIRES_AT: &str = "expires_at";
+
+/// What the fence index's name adds to the table's: at most 54 + 6 = 60
+/// bytes, within PostgreSQL's 63-byte identifier limit.
+const FENCE_INDEX_SUFFIX: &str = "_fence";
 
 /// The database clock; documented on [`super::db_now_millis`].
 pub(super) fn db_now_millis(dialect: Dialect) -> &'static str {
@@ -123,6 +127,48 @@ impl Builder<'_> {
         match self.dialect {
             Dialect::Sqlite => table.to_string(SqliteQueryBuilder),
             Dialect::Postgres => table.to_string(PostgresQueryBuilder),
+        }
+    }
+
+    /// The name of the unique index on `(name, epoch)` (PostgreSQL puts an
+    /// index in its table's schema, so it is never schema-qualified).
+    fn fence_index_name(&self) -> String {
+        format!("{}{FENCE_INDEX_SUFFIX}", self.table.table())
+    }
+
+    /// PostgreSQL: the unique index on `(name, epoch)` that makes every
+    /// epoch bump a key update (see [`Statements::create_index`]), created
+    /// only when missing. `CREATE INDEX IF NOT EXISTS` alone would take a
+    /// SHARE lock on the table even when the index exists, queueing every
+    /// contender's next statement behind whatever holds the table; the
+    /// catalog check takes no lock on it. SQLite needs no index: its writer
+    /// lock orders fenced writes and takeovers already.
+    fn create_index(&self) -> Option<String> {
+        match self.dialect {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => {
+                let name = self.fence_index_name();
+                let create = Index::create()
+                    .if_not_exists()
+                    .unique()
+                    .name(&name)
+                    .table(self.table_ref())
+                    .col(Alias::new(NAME))
+                    .col(Alias::new(EPOCH_COL))
+                    .to_string(PostgresQueryBuilder);
+                // Identifiers are validated (letters, digits, underscores),
+                // so quoting them by hand inside the literal is safe.
+                let regclass = match self.table.schema() {
+                    Some(schema) => format!("\"{schema}\".\"{}\"", self.table.table()),
+                    None => format!("\"{}\"", self.table.table()),
+                };
+                Some(format!(
+                    "DO $picolease$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index i \
+                     JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
+                     WHERE i.indrelid = '{regclass}'::regclass AND c.relname = '{name}') \
+                     THEN {create}; END IF; END $picolease$"
+                ))
+            }
         }
     }
 
@@ -335,16 +381,21 @@ impl Builder<'_> {
     }
 
     fn fence(&self) -> Statement {
-        let query = Query::select()
-            .expr(Expr::exists(
-                Query::select()
-                    .expr(Expr::val(1i64))
-                    .from(self.table_ref())
-                    .and_where(self.mine())
-                    .and_where(self.col(EXPIRES_AT).gt(db_now(self.dialect)))
-                    .to_owned(),
-            ))
+        let mut row = Query::select()
+            .expr(Expr::val(1i64))
+            .from(self.table_ref())
+            .and_where(self.mine())
+            .and_where(self.col(EXPIRES_AT).gt(db_now(self.dialect)))
             .to_owned();
+        if self.dialect == Dialect::Postgres {
+            // Holds the row until the fenced transaction ends: an epoch
+            // bump (a key update, thanks to the unique index on
+            // `(name, epoch)`) waits for it; the holder's renew and release
+            // (no key column changed) do not. SQLite renders no locking
+            // clause; its writer lock orders the two already.
+            row.lock(LockType::KeyShare);
+        }
+        let query = Query::select().expr(Expr::exists(row)).to_owned();
         let statement = self.render(&query);
         Statement {
             sql: statement
@@ -424,6 +475,7 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         dialect,
         table: table.clone(),
         create_table: b.create_table(),
+        create_index: b.create_index(),
         acquire: b.acquire(),
         renew: b.renew(),
         release: b.release(),

@@ -111,6 +111,7 @@ pub struct Statements {
     dialect: Dialect,
     table: TableName,
     create_table: String,
+    create_index: Option<String>,
     acquire: Statement,
     renew: Statement,
     release: Statement,
@@ -137,8 +138,31 @@ impl Statements {
     }
 
     /// `CREATE TABLE IF NOT EXISTS` for the lease table (no parameters).
+    /// On PostgreSQL run [`Statements::create_index`] after it.
     pub fn create_table(&self) -> &str {
         &self.create_table
+    }
+
+    /// PostgreSQL: creates the unique index `<table>_fence` on
+    /// `(name, epoch)` if it is missing (no parameters; a `DO` block that
+    /// looks in the catalog first, so on an existing index it takes no lock
+    /// on the table). Run it after [`Statements::create_table`], on new and
+    /// existing tables alike. `None` on SQLite, which needs no index.
+    ///
+    /// The index makes every statement that bumps the epoch (a takeover by
+    /// [`Statements::acquire`], [`Statements::force_release`]) a *key*
+    /// update, which takes `FOR UPDATE` on the row and so waits for every
+    /// transaction holding the [`Statements::fence`]'s `FOR KEY SHARE`
+    /// lock: a fenced write commits before the successor's term starts, or
+    /// not at all. The table part of the name is at most 54 bytes, so the
+    /// index name fits PostgreSQL's 63; it lives in the table's schema.
+    ///
+    /// Creating it when missing takes a SHARE lock on the table for the
+    /// moment of the build (a small table: milliseconds), which waits for
+    /// statements in progress on it. Two contenders creating it at once
+    /// may see a duplicate error (42P07, 23505): the index exists then.
+    pub fn create_index(&self) -> Option<&str> {
+        self.create_index.as_deref()
     }
 
     /// The upsert that takes the row when free, lapsed or already ours,
@@ -189,6 +213,24 @@ impl Statements {
     /// into your own `WHERE` so a stale leader's write changes nothing. Its
     /// placeholders are numbered from 1; on PostgreSQL use
     /// [`Statements::fence_from`] to number them after your own.
+    ///
+    /// A fenced write never becomes visible inside a successor's term, even
+    /// when its transaction commits after the lease lapsed:
+    ///
+    /// - PostgreSQL: the condition reads the lease row `FOR KEY SHARE`,
+    ///   which holds it until the transaction ends. With the unique index
+    ///   on `(name, epoch)` ([`Statements::create_index`]), a statement
+    ///   that bumps the epoch is a key update and waits for that lock, so
+    ///   the successor's acquire (and a forced release) is ordered after
+    ///   the fenced commit; the holder's own renew and release change no
+    ///   key column (`FOR NO KEY UPDATE`) and do not wait. A follower's
+    ///   acquire of a held lease waits too (the upsert locks the row
+    ///   `FOR UPDATE` before deciding), so keep fenced transactions short.
+    ///   `FOR SHARE` would be as safe but would block the leader's own
+    ///   renewals. Row locks need `UPDATE` privilege on the lease table and
+    ///   a read-write transaction.
+    /// - SQLite: the text takes no lock; the database's single writer
+    ///   orders a write transaction and a takeover already.
     pub fn fence(&self) -> &Statement {
         &self.fence
     }
