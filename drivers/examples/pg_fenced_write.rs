@@ -7,6 +7,13 @@
 //! epoch (or the ttl has lapsed), the write matches no row — the
 //! affected-row count says so — however long the old leader was paused.
 //!
+//! The fence also locks the lease row (`FOR KEY SHARE`) until the write's
+//! transaction ends, and anything that bumps the epoch waits for that lock:
+//! a write cannot commit into a successor's term. The last part shows it
+//! with a fenced transaction (`PgLease::fenced_transaction`, bounded by the
+//! leader's deadline): a forced release issued while it is open waits for
+//! its commit.
+//!
 //! Run against the PostgreSQL at 127.0.0.1:5432 (or `PICOLEASE_PG_URL`):
 //!
 //! ```text
@@ -75,6 +82,38 @@ mod example {
         println!(
             "after the epoch moved on: job 2 applied = {} (rejected by the database)",
             mark_done(&client, &fence, 2, "example-node").await?
+        );
+
+        // A fenced transaction in the next term: the forced release waits
+        // for its commit, so its write lands before the epoch moves on.
+        lease
+            .watch()
+            .wait_for(|l| l.is_leader() && l.epoch > Some(fence.epoch()))
+            .await?;
+        let mut writer = PgConnector::new(&url)?.connect_client().await?;
+        let tx = lease.fenced_transaction(&mut writer).await?;
+        let sql = format!(
+            "UPDATE pl_example_jobs SET done_by = $1 WHERE id = 2 AND done_by IS NULL AND {}",
+            tx.fence().condition(2)
+        );
+        let worker = "example-node (transaction)";
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&worker];
+        params.extend(tx.fence().params());
+        let applied = tx.execute(sql.as_str(), &params).await? == 1;
+        let admin = PgConnector::new(&url)?.connect_client().await?;
+        let (table2, lease2) = (table.clone(), lease_name.clone());
+        let started = std::time::Instant::now();
+        let release = tokio::spawn(async move {
+            let epoch = force_release(&admin, &table2, &lease2).await;
+            (epoch, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.commit().await?;
+        let (epoch, waited) = release.await?;
+        println!(
+            "fenced transaction: job 2 applied = {applied}; the forced release (to epoch {}) waited {:.0} ms for its commit",
+            epoch?.map_or(0, |e| e.get()),
+            waited.as_secs_f64() * 1000.0
         );
 
         lease.shutdown().await?;

@@ -10,8 +10,11 @@ use super::cells::{param_type, rows_to_cells, to_sql};
 use super::error::PgError;
 use super::link::create_table;
 
-/// Creates the lease table if it does not exist (`init`). Idempotent, and
-/// safe to run from several nodes at once.
+/// Creates the lease table if it does not exist (`init`), and the unique
+/// index on `(name, epoch)` that orders fenced transactions before a
+/// takeover if it is missing (also on a table created by an older version;
+/// see [`Statements::create_index`]). Idempotent, and safe to run from
+/// several nodes at once.
 pub async fn init(client: &Client, table: &TableName) -> Result<(), PgError> {
     create_table(client, &Statements::new(Dialect::Postgres, table)).await
 }
@@ -37,7 +40,9 @@ pub async fn status(client: &Client, table: &TableName) -> Result<Vec<LeaseRow>,
 
 /// Frees `lease` whoever holds it, bumping the epoch so the old holder's
 /// renewals and fenced writes are rejected (it demotes with reason `lost`),
-/// and notifies waiting contenders. Returns the new epoch, or `None` when
+/// and notifies waiting contenders. The epoch bump waits for the holder's
+/// open fenced transactions to end (they hold the row `FOR KEY SHARE`), so
+/// their writes are ordered before it. Returns the new epoch, or `None` when
 /// there is no such lease. A malformed row is left untouched by the
 /// statement itself and reported as [`PgError::Row`].
 pub async fn force_release(

@@ -99,6 +99,19 @@ pub enum PgError {
         /// The timeout that passed.
         after: Duration,
     },
+    /// A fenced transaction was refused or ended: the fence no longer held
+    /// when it began (the lease was taken over, released or lapsed), or the
+    /// leader's deadline passed (the statement running then was cancelled
+    /// and the transaction rolled back). Nothing of it was committed.
+    #[error("fenced transaction on lease {lease:?} at epoch {epoch}: {reason}")]
+    Fenced {
+        /// The lease.
+        lease: String,
+        /// The term the transaction was fenced by.
+        epoch: u64,
+        /// What ended it.
+        reason: String,
+    },
     /// The driver task ended without reporting (it panicked or its runtime
     /// shut down).
     #[error("the lease driver task stopped unexpectedly: {reason}")]
@@ -111,13 +124,40 @@ pub enum PgError {
 impl PgError {
     /// Whether retrying may help. Fatal errors finish the driver; transient
     /// ones are retried at the next attempt.
+    ///
+    /// Every [`PgError::Database`] error is transient for the core, even
+    /// one that repeats on a session (25006 read-only transaction: the
+    /// address still points at a demoted primary; 26000 prepared statement
+    /// lost behind a pooler; 0A000 cached plan changed): the node must keep
+    /// competing, since the database may come back writable. What cures
+    /// such an error is a new session, so the driver retires the session on
+    /// any statement error that is not clearly transient (see
+    /// [`PgError::retires_session`]) and the next attempt connects afresh,
+    /// with the usual backoff. A [`PgError::Fenced`] transaction may be
+    /// retried in a later term.
     pub fn failure(&self) -> Failure {
         match self {
             PgError::Connect { .. }
             | PgError::Connection { .. }
             | PgError::Timeout { .. }
-            | PgError::Database { .. } => Failure::Transient,
+            | PgError::Database { .. }
+            | PgError::Fenced { .. } => Failure::Transient,
             _ => Failure::Fatal,
+        }
+    }
+
+    /// Whether the session that met this error is retired (dropped; the
+    /// next statement connects afresh). Yes for every error but the clearly
+    /// transient ones, which say nothing about the session: 40001
+    /// (serialization failure), 40P01 (deadlock detected) and 55P03 (lock
+    /// not available: contention). A session that keeps failing for a
+    /// reason of its own (25006 read-only, 26000 prepared statement gone,
+    /// 0A000 cached plan, …) would otherwise fail for ever, and the node
+    /// would never lead again. Connection errors lose the session anyway.
+    pub fn retires_session(&self) -> bool {
+        match self {
+            PgError::Database { code, .. } => !is_clearly_transient(code),
+            _ => true,
         }
     }
 
@@ -188,6 +228,12 @@ impl PgError {
             }
         }
     }
+}
+
+/// SQLSTATEs that say nothing about the session that met them: a retry on
+/// the same session may well succeed.
+fn is_clearly_transient(code: &str) -> bool {
+    matches!(code, "40001" | "40P01" | "55P03")
 }
 
 /// SQLSTATE classes 28 (invalid authorisation) and 3D (invalid catalog

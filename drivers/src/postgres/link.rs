@@ -1,6 +1,8 @@
 //! The driver's statement connection: connected on demand, its prepared
-//! statements reused across renewals, dropped when it breaks or a statement
-//! on it times out, and reconnected with capped, jittered backoff.
+//! statements reused across renewals, dropped when it breaks, when a
+//! statement on it times out or fails for a reason that is not clearly
+//! transient ([`PgError::retires_session`]), and reconnected with capped,
+//! jittered backoff.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -196,10 +198,11 @@ impl Link {
         }
         .await;
         result.map_err(|e| {
-            if session.client.is_closed() {
-                self.forget(&session);
+            let error = PgError::from_statement(during, &self.table(), &e);
+            if session.client.is_closed() || error.retires_session() {
+                self.retire(&session, &error);
             }
-            PgError::from_statement(during, &self.table(), &e)
+            error
         })
     }
 
@@ -270,7 +273,11 @@ impl Link {
         }
     }
 
-    fn forget(&self, session: &Arc<Session>) {
+    /// Drops `session` after a statement on it failed for a reason that is
+    /// not clearly transient (DESIGN §4b: a session that fails for a reason
+    /// of its own is replaced, never retried for ever). The next statement
+    /// connects afresh, after the backoff this failure adds to.
+    fn retire(&self, session: &Arc<Session>, error: &PgError) {
         let mut state = self.state();
         if state
             .current
@@ -278,6 +285,8 @@ impl Link {
             .is_some_and(|current| Arc::ptr_eq(current, session))
         {
             state.current = None;
+            state.backoff.failed(error.to_string());
+            tracing::info!(error = %error, table = %self.statements.table(), "picolease: retiring the session; the next statement connects afresh");
         }
     }
 
@@ -296,27 +305,35 @@ impl Link {
     }
 }
 
-/// Runs `CREATE TABLE IF NOT EXISTS`. Two contenders creating the table at
-/// the same moment can make PostgreSQL report a duplicate (42P07; 23505 on
-/// its catalog; 42710 for the table's row type): the table exists, which is
-/// all that was asked.
+/// Runs `CREATE TABLE IF NOT EXISTS`, then creates the fence index on
+/// `(name, epoch)` if it is missing ([`Statements::create_index`]), on a new
+/// table or one created before the index existed. Two contenders creating
+/// either at the same moment can make PostgreSQL report a duplicate (42P07;
+/// 23505 on its catalog; 42710 for the table's row type): it exists, which
+/// is all that was asked.
 pub(crate) async fn create_table(client: &Client, statements: &Statements) -> Result<(), PgError> {
-    match client.batch_execute(statements.create_table()).await {
-        Ok(()) => Ok(()),
-        Err(e)
-            if matches!(
-                e.code().map(|c| c.code()),
-                Some("42P07" | "23505" | "42710")
-            ) =>
-        {
-            Ok(())
-        }
-        Err(e) => Err(PgError::from_statement(
-            "create table",
-            &statements.table().to_string(),
-            &e,
-        )),
+    let table = statements.table().to_string();
+    let tolerate_duplicate =
+        |during: &'static str, result: Result<(), tokio_postgres::Error>| match result {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.code().map(|c| c.code()),
+                    Some("42P07" | "23505" | "42710")
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(PgError::from_statement(during, &table, &e)),
+        };
+    tolerate_duplicate(
+        "create table",
+        client.batch_execute(statements.create_table()).await,
+    )?;
+    if let Some(index) = statements.create_index() {
+        tolerate_duplicate("create index", client.batch_execute(index).await)?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

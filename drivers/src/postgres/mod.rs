@@ -4,7 +4,7 @@
 //! the core's [`LeaseState`](picolease_core::LeaseState) and carries out
 //! its commands: it executes the lease statements (prepared once per
 //! connection, abandoned and cancelled on the server when they outlive the
-//! request timeout), publishes [`Leadership`] on a watch channel, runs the
+//! request timeout), publishes [`Leadership`](crate::Leadership) on a watch channel, runs the
 //! gated tasks while this node leads, and `LISTEN`s for releases so a
 //! follower takes over at once when the leader shuts down.
 //!
@@ -63,6 +63,22 @@
 //! Leadership is an optimisation: a paused ex-leader may still act for a
 //! moment. A write that must not happen then can be made conditional on the
 //! lease with a [`Fence`]: the database rejects it once the term is over.
+//! The fence locks the lease row `FOR KEY SHARE` until the write's
+//! transaction ends, and a successor's acquire waits for that lock, so a
+//! fenced write commits before the next term or not at all. A transaction
+//! holding it delays the next term: [`Fence::transaction`] opens a
+//! [`FencedTransaction`] bounded by the leader's deadline, on the client
+//! (cancel at the deadline) and on the server (`statement_timeout`,
+//! `idle_in_transaction_session_timeout`).
+//!
+//! # Sessions
+//!
+//! A statement error that is not clearly transient (anything but a lost
+//! connection, 40001, 40P01 or 55P03) retires the statement session: the
+//! next attempt connects afresh. A session stuck in a state of its own (a
+//! read-only transaction after a failover, a prepared statement a pooler
+//! lost) therefore cannot keep the node from ever leading again. Such
+//! errors stay transient for the core ([`PgError::failure`]).
 //!
 //! # Shutdown
 //!
@@ -85,6 +101,6 @@ mod notify;
 pub use admin::{force_release, init, status};
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};
 pub use error::PgError;
-pub use fence::Fence;
+pub use fence::{Fence, FencedTransaction};
 pub use gate::LeaderContext;
 pub use handle::{PgLease, PgLeaseBuilder};
