@@ -279,3 +279,112 @@ async fn a_stuck_statement_is_cancelled_on_the_server() {
     a.shutdown().await.unwrap();
     drop_table(&admin, &table).await;
 }
+
+/// A session that fails every statement for a reason of its own is
+/// replaced, never retried for ever (DESIGN §4b). The driver's database is
+/// made read-only (what an address still pointing at a demoted primary
+/// looks like: SQLSTATE 25006 on every write) and its backends killed: the
+/// new sessions are read-only, the leader cannot renew and demotes by its
+/// deadline, and keeps competing (the error stays transient). Once the
+/// database is writable again, only *new* sessions see it: the node leads
+/// again within a few intervals because every failed session was retired.
+#[tokio::test]
+async fn a_read_only_session_is_retired_and_the_node_leads_again_once_writable() {
+    let pid = std::process::id();
+    let db = format!("picolease_ro_{pid}");
+    let admin = admin().await;
+    let terminate = |db: String| {
+        let admin = &admin;
+        async move {
+            admin
+                .query_one(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&db],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    terminate(db.clone()).await;
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+
+    let table = unique_table("ro");
+    let app = format!("ro-a-{pid}");
+    let url =
+        format!("postgres://postgres@127.0.0.1:5432/{db}?application_name={app}&connect_timeout=2");
+    let connector = picolease::postgres::PgConnector::new(&url).unwrap();
+    let a = picolease::postgres::PgLease::builder(config("l", &app, TTL), connector)
+        .table(table.clone())
+        .start()
+        .unwrap();
+    let mut changes = a.subscribe();
+    let mut rx = a.watch();
+    let first = wait_for(&mut rx, PATIENCE, "a leads", |l| l.is_leader()).await;
+
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {db} SET default_transaction_read_only = on"
+        ))
+        .await
+        .unwrap();
+    assert!(terminate(db.clone()).await >= 1, "no backend of {db}");
+    let demoted = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let t = changes.recv().await.unwrap();
+            if let Some(reason) = t.leadership.reason {
+                return reason;
+            }
+        }
+    })
+    .await
+    .expect("a demotes");
+    assert_eq!(demoted, Demotion::Expired);
+    // It keeps trying, on fresh sessions that are read-only too.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(PgError::Database { code, .. }) = a.last_error() {
+            if code == "25006" {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no read-only error seen: {:?}",
+            a.last_error()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!a.is_finished(), "a read-only database is not fatal");
+
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {db} RESET default_transaction_read_only"
+        ))
+        .await
+        .unwrap();
+    let writable = Instant::now();
+    let again = wait_for(&mut rx, PATIENCE, "a leads again", |l| l.is_leader()).await;
+    let took = writable.elapsed();
+    eprintln!(
+        "figure: leading again {:.0} ms after the database became writable (interval {:.0} ms)",
+        ms(took),
+        ms(TTL / 4)
+    );
+    assert!(again.epoch > first.epoch);
+    assert!(took <= TTL * 4, "took {took:?} to lead again once writable");
+    a.shutdown().await.unwrap();
+    terminate(db.clone()).await;
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {db}"))
+        .await
+        .unwrap();
+}
