@@ -25,6 +25,8 @@
 //! # Ok::<(), picolease_core::ConfigError>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 #[cfg(feature = "sim")]
 pub mod check;
 mod config;

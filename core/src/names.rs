@@ -128,6 +128,31 @@ impl HolderId {
         HolderId(format!("{host}-{pid}-{:06x}", nonce & 0xff_ffff).into())
     }
 
+    /// The id of one running process of node `node`: the node's name, `#`
+    /// and a per-process incarnation (the low 24 bits of `nonce`, in hex).
+    /// Operators give stable names (a host or pod name), and two processes
+    /// may be given the same one: the incarnation keeps their ids apart, so
+    /// the acquire's `holder = me` clause (which lets a process recover its
+    /// own lost reply) never lets one take the row from the other.
+    pub fn incarnation(node: &str, nonce: u64) -> Result<Self, ConfigError> {
+        const SUFFIX: usize = 7; // '#' and six hex digits
+        check_name("node name", node)?;
+        if node.len() + SUFFIX > MAX_NAME_LEN {
+            return Err(ConfigError::BadName {
+                kind: "node name",
+                value: node.chars().take(80).collect(),
+                problem: "is longer than 248 bytes (the holder id adds 7)",
+            });
+        }
+        Ok(HolderId(format!("{node}#{:06x}", nonce & 0xff_ffff).into()))
+    }
+
+    /// The node name an id was made from by [`HolderId::incarnation`] (the
+    /// text before the last `#`), or the whole id.
+    pub fn node(&self) -> &str {
+        self.0.rsplit_once('#').map_or(&self.0, |(node, _)| node)
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -290,6 +315,21 @@ mod tests {
             (e.get(), e.to_i64(), e.to_string()),
             (42, 42, "42".to_string())
         );
+    }
+
+    #[test]
+    fn incarnations_of_one_node_differ_and_name_their_node() {
+        let a = HolderId::incarnation("web-1", 0xabcdef).unwrap();
+        let b = HolderId::incarnation("web-1", 0x123456).unwrap();
+        assert_eq!(a.as_str(), "web-1#abcdef");
+        assert_ne!(a, b);
+        assert_eq!((a.node(), b.node()), ("web-1", "web-1"));
+        assert_eq!(HolderId::new("plain").unwrap().node(), "plain");
+        assert!(HolderId::incarnation(&"x".repeat(248), 1).is_ok());
+        let long = HolderId::incarnation(&"x".repeat(249), 1).unwrap_err();
+        assert!(long.to_string().contains("248"), "{long}");
+        assert!(HolderId::incarnation("", 1).is_err());
+        assert!(HolderId::incarnation("a\nb", 1).is_err());
     }
 
     #[test]

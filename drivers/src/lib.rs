@@ -20,6 +20,8 @@
 //! work gets a `LeaderContext` with the term's epoch, its fence and its
 //! cancellation.
 
+#![forbid(unsafe_code)]
+
 pub use picolease_core::{
     sql, Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, Role, RowError,
     TableName, DEFAULT_TABLE,

@@ -51,6 +51,18 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Print every statement of the protocol (create, acquire, renew,
+    /// release, force release, status, fence) with its parameters, for
+    /// contenders written in other languages. Touches no database.
+    Sql {
+        /// sqlite or postgres (default: the dialect of --db).
+        #[arg(long, value_name = "sqlite|postgres")]
+        dialect: Option<String>,
+        /// One JSON object on stdout: {"dialect", "table", "statements":
+        /// {NAME: {"sql", "params"}}}.
+        #[arg(long)]
+        json: bool,
+    },
     /// A live election among N nodes on a temporary SQLite file: crash,
     /// clean handover, fenced maintenance loops, and the final account.
     Demo {
@@ -64,9 +76,10 @@ pub enum Command {
     /// Run the core's deterministic simulator (no database) and print the
     /// timeline and the bounds observed.
     Simulate {
-        /// How many nodes.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=16))]
-        nodes: u8,
+        /// How many nodes (default 3; with --replay, the nodes the trace
+        /// names).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=16))]
+        nodes: Option<u8>,
         /// The simulation seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -79,6 +92,43 @@ pub enum Command {
         /// Empty: a default schedule; `none`: no faults.
         #[arg(long, default_value = "")]
         faults: String,
+        /// Replay a trace printed by `picolease check` step by step, with
+        /// the check's default bounds, and show the violation it reaches.
+        #[arg(long, value_name = "TRACE", conflicts_with_all = ["seed", "ttl", "faults"])]
+        replay: Option<String>,
+    },
+    /// Exhaustive model check of the core: every schedule of a bounded
+    /// world (clock ticks with drift, deliveries, losses, pauses, crashes,
+    /// restarts, shutdowns), checking mutual exclusion, fencing, validity,
+    /// gating and liveness. Progress on stderr; exit 0 complete and clean,
+    /// 1 a violation or an incomplete search, 2 bad bounds.
+    Check {
+        /// How many nodes: 2 or 3.
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+        /// The longest path explored, in steps (default: per node count).
+        #[arg(long)]
+        depth: Option<usize>,
+        /// Faults per path (default: per node count).
+        #[arg(long)]
+        faults: Option<usize>,
+        /// One JSON object on stdout: {"nodes", "states", "transitions",
+        /// "depth", "complete", "violations": [TRACE, ...]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The guard between `run` and CMD (internal: started by `run`).
+    #[command(name = "__guard", hide = true)]
+    Guard {
+        /// Between SIGTERM and SIGKILL, in milliseconds.
+        #[arg(long)]
+        grace_ms: u64,
+        /// The term's deadline: CLOCK_BOOTTIME nanoseconds.
+        #[arg(long)]
+        deadline_ns: u64,
+        /// The command.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
     },
 }
 
@@ -97,9 +147,14 @@ pub struct RunArgs {
     /// How often to renew or poll (default: ttl/4; must be below ttl/2).
     #[arg(long, value_parser = parse_duration)]
     pub interval: Option<Duration>,
-    /// After SIGTERM to CMD on demotion, how long before SIGKILL.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub grace: Duration,
+    /// When a term ends, how long between SIGTERM and SIGKILL to CMD's
+    /// process group. When renewals keep failing, SIGTERM goes out this
+    /// long before the deadline and SIGKILL at it. Must be below
+    /// ttl·(1 − ρ) − interval − request timeout (ρ = 1 %), so renewals
+    /// that succeed never trigger it; 0 kills at the deadline. Default:
+    /// half that bound, at most 5s.
+    #[arg(long, value_parser = parse_duration)]
+    pub grace: Option<Duration>,
     /// One JSON object per line for each transition.
     #[arg(long)]
     pub json: bool,

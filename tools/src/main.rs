@@ -11,7 +11,9 @@ mod commands;
 mod demo;
 mod duration;
 mod failure;
+mod guard;
 mod output;
+mod pdeathsig;
 
 use std::process::ExitCode;
 
@@ -66,7 +68,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
             eprintln!(
-                "error: a subcommand is required: demo, init, status, run, release or simulate (see --help)"
+                "error: a subcommand is required: demo, init, status, run, release, simulate, check or sql (see --help)"
             );
             ExitCode::from(2)
         }

@@ -136,7 +136,7 @@ fn impossible_timings_are_named() {
     assert_error(
         &picolease(&["--db", &db, "run", "--name", "a", "--node", "x\ny"]),
         2,
-        &["holder id"],
+        &["node name"],
     );
     assert_error(&picolease(&["demo", "--nodes", "1"]), 2, &["--nodes"]);
     assert!(

@@ -137,11 +137,15 @@ fn init_and_status_json_on_a_fresh_table() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
-    assert_eq!(lines[0]["event"], "leader");
+    let kinds: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["leader", "child", "child_exit", "follower"],
+        "{lines:?}"
+    );
     assert_eq!(lines[0]["epoch"], 1);
-    assert_eq!(lines[1]["event"], "follower");
-    assert_eq!(lines[1]["reason"], "released");
+    assert_eq!(lines[2]["code"], 7);
+    assert_eq!(lines[3]["reason"], "released");
 
     let out = picolease(URL, &t.0, &["status", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -178,7 +182,7 @@ fn release_force_bumps_the_epoch_and_demotes_the_leader_and_its_command() {
         "echo $$ > {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.tmp && mv {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.tmp {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.pid; exec sleep 60",
         dir.path().display()
     );
-    let cmd = ["--grace", "2s", "--", "sh", "-c", &script];
+    let cmd = ["--grace", "200ms", "--", "sh", "-c", &script];
     let mut nodes: Vec<Node> = (0..2)
         .map(|i| spawn(&t.0, "job", "1s", i, &log, &cmd))
         .collect();

@@ -53,7 +53,7 @@ fn the_command_runs_only_while_leader_and_is_gone_after_demotion() {
         "echo $$ > {}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.tmp && mv {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.tmp {0}/child-$PICOLEASE_NODE-$PICOLEASE_EPOCH.pid; exec sleep 60",
         dir.path().display()
     );
-    let cmd = ["--grace", "2s", "--", "sh", "-c", &script];
+    let cmd = ["--grace", "200ms", "--", "sh", "-c", &script];
     let mut nodes: Vec<Node> = (0..2).map(|i| spawn(&db, i, &log, &cmd)).collect();
     let leader = wait_event(&log, 0, |e| e.kind() == "leader");
     let pid_file = dir
@@ -143,10 +143,15 @@ fn when_the_command_exits_the_lease_is_released_with_its_status() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
-    assert_eq!(lines[0]["event"], "leader");
-    assert_eq!(lines[1]["event"], "follower");
-    assert_eq!(lines[1]["reason"], "released");
+    let kinds: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["leader", "child", "child_exit", "follower"],
+        "{lines:?}"
+    );
+    assert_eq!(lines[1]["pid"], lines[2]["pid"]);
+    assert_eq!(lines[2]["code"], 7);
+    assert_eq!(lines[3]["reason"], "released");
     let status = Command::new(env!("CARGO_BIN_EXE_picolease"))
         .args([
             "--db",

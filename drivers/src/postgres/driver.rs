@@ -90,8 +90,9 @@ impl Driver {
         let now = self.now();
         self.lease.handle_timeout(now);
         loop {
-            self.carry_out(&mut in_flight);
+            // Before any command: gated tasks started below read it.
             self.publish_deadline();
+            self.carry_out(&mut in_flight);
             if self.lease.is_finished() {
                 break;
             }

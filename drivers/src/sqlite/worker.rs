@@ -71,7 +71,6 @@ impl Worker {
         self.state.handle_timeout(self.now());
         loop {
             self.carry_out();
-            self.publish_deadline();
             let Some(wake) = self.state.poll_timeout() else {
                 break;
             };
@@ -126,6 +125,8 @@ impl Worker {
     /// statement's reply is fed back once the commands before it are done.
     fn carry_out(&mut self) {
         loop {
+            // Before any command: gated work started below reads it.
+            self.publish_deadline();
             let mut reply = None;
             while let Some(command) = self.state.poll_command() {
                 match command {

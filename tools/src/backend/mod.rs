@@ -22,8 +22,6 @@ use crate::failure::{one_line, CliError};
 
 /// A running contender of either backend, as `run` sees it.
 pub trait Contender {
-    /// True once the driver has stopped by itself (a fatal error).
-    fn is_finished(&self) -> bool;
     /// Stops the gated work (CMD), releases the lease if held, and returns
     /// the fatal error that had stopped the driver, if any. Every change is
     /// published before this returns.

@@ -13,11 +13,11 @@ use std::thread::JoinHandle;
 
 use picolease::postgres::{self, LeaderContext, PgConnector, PgError, PgLease, PgLeaseBuilder};
 use picolease::sql::LeaseRow;
-use picolease::{redact_url, Config, Epoch, LeaseName, TableName};
+use picolease::{redact_url, Config, Epoch, LeaseName, TableName, Term};
 use tokio::sync::oneshot;
 
 use super::{Contender, Started};
-use crate::commands::child::Gated;
+use crate::commands::child::{Gated, TermView};
 use crate::failure::CliError;
 
 /// A validated `postgres://` URL.
@@ -138,16 +138,7 @@ pub fn start(
             async move {
                 // CMD is supervised by blocking code shared with SQLite; the
                 // task (and so the driver's next statement) waits for it.
-                let _ = tokio::task::spawn_blocking(move || {
-                    gated.run_term(ctx.lease(), ctx.holder(), ctx.epoch(), |timeout| {
-                        if ctx.is_cancelled() {
-                            return true;
-                        }
-                        std::thread::sleep(timeout);
-                        ctx.is_cancelled()
-                    })
-                })
-                .await;
+                let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
             }
         });
     }
@@ -174,11 +165,27 @@ async fn drive(builder: PgLeaseBuilder, stop: oneshot::Receiver<()>) -> Result<(
     }
 }
 
-impl Contender for PgContender {
-    fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+/// The blocking supervisor's view of an async term (it runs on a blocking
+/// thread of the runtime).
+impl TermView for LeaderContext {
+    fn term(&self) -> &Term {
+        self
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        LeaderContext::deadline(self)
+    }
+
+    fn ended(&self, timeout: std::time::Duration) -> bool {
+        if self.is_cancelled() {
+            return true;
+        }
+        std::thread::sleep(timeout.min(self.time_left()));
+        self.is_cancelled()
+    }
+}
+
+impl Contender for PgContender {
     fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

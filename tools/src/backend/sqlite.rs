@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use picolease::sql::LeaseRow;
 use picolease::sqlite::{Database, LeaderContext, LeaseTable, Location, SqliteLease};
-use picolease::{Config, Epoch, LeaseName, TableName};
+use picolease::{Config, Epoch, LeaseName, TableName, Term};
 
 use super::{Contender, Started};
-use crate::commands::child::Gated;
+use crate::commands::child::{Gated, TermView};
 use crate::failure::CliError;
 
 /// The SQLite database at `location` with `table`.
@@ -51,20 +51,26 @@ pub fn start(
     let mut builder = SqliteLease::builder(config, database(location, table));
     let transitions = builder.subscribe();
     if let Some(gated) = gated {
-        builder = builder.while_leader(move |ctx: LeaderContext| {
-            gated.run_term(ctx.lease(), ctx.holder(), ctx.epoch(), |timeout| {
-                ctx.sleep(timeout)
-            })
-        });
+        builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
     }
     Ok((Box::new(builder.start()?), transitions))
 }
 
-impl Contender for SqliteLease {
-    fn is_finished(&self) -> bool {
-        SqliteLease::is_finished(self)
+impl TermView for LeaderContext {
+    fn term(&self) -> &Term {
+        self
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        LeaderContext::deadline(self)
+    }
+
+    fn ended(&self, timeout: std::time::Duration) -> bool {
+        self.sleep(timeout)
+    }
+}
+
+impl Contender for SqliteLease {
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
         SqliteLease::shutdown(*self).map_err(CliError::from)
     }

@@ -1,143 +1,282 @@
 //! `run -- CMD`: the command runs only while this node leads.
 //!
-//! It is gated work like any other: started at the start of a term, in its
-//! own process group with the term in its environment; on demotion the
-//! group gets SIGTERM, then SIGKILL after the grace period. The driver
-//! joins this work before its next statement, so the command is gone
-//! before the lease is released or contended for again. The same code
-//! serves both backends: only how a term's end is noticed differs.
+//! It is gated work like any other: started at the start of a term (after
+//! the leadership is published), with the term in its environment, and
+//! stopped when the term ends. CMD does not run under `run` directly but
+//! under a guard process (`crate::guard`) that holds the term's deadline
+//! and kills CMD's process group by it even if `run` is killed, stopped or
+//! hung. This side starts the guard, forwards each new deadline after a
+//! renewal, asks it to stop CMD when the term ends, and reports CMD's start
+//! and end. The same code serves both backends.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, ExitStatus};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::process::Stdio;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use picolease::{Epoch, HolderId, LeaseName};
+use picolease::Term;
+
+use crate::guard::message;
+
+/// How CMD ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChildStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal ended it (by name, e.g. `SIGKILL`).
+    Signal(String),
+}
+
+impl ChildStatus {
+    /// The exit code that mirrors it (128 + signal number when killed).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ChildStatus::Code(code) => u8::try_from(*code).unwrap_or(1),
+            ChildStatus::Signal(name) => name
+                .parse::<nix::sys::signal::Signal>()
+                .ok()
+                .and_then(|s| u8::try_from(128 + s as i32).ok())
+                .unwrap_or(1),
+        }
+    }
+}
 
 /// What the supervisor reports to the main loop.
 #[derive(Debug)]
 pub enum ChildEvent {
-    /// CMD exited by itself while this node led.
-    Exited(ExitStatus),
+    /// CMD started with this pid (its process group too).
+    Started {
+        /// CMD's pid.
+        pid: u32,
+        /// The term it runs in.
+        epoch: u64,
+    },
+    /// CMD ended.
+    Ended {
+        /// CMD's pid.
+        pid: u32,
+        /// The term it ran in.
+        epoch: u64,
+        /// How.
+        status: ChildStatus,
+        /// True when it exited while its term still ran (not stopped by
+        /// the end of the term).
+        by_itself: bool,
+    },
     /// CMD could not be started.
     SpawnFailed(String),
 }
 
-const POLL: Duration = Duration::from_millis(20);
+/// How often the supervisor forwards a renewed deadline to the guard. The
+/// guard kills CMD at the last deadline it got, and a renewal moves the
+/// deadline an interval ahead of a deadline that is still ttl·(1 − ρ) −
+/// interval away: forwarding within this is never late.
+const FORWARD: Duration = Duration::from_millis(100);
 
 /// `-- CMD`, as gated work of either backend: [`Gated::run_term`] runs it
-/// for one term. The SQLite driver calls it on its work thread; the
-/// PostgreSQL driver on a blocking thread of its runtime (see
-/// `crate::backend`).
+/// for one term.
 #[derive(Debug)]
 pub struct Gated {
     command: Vec<String>,
     grace: Duration,
+    node: String,
     events: mpsc::Sender<ChildEvent>,
 }
 
+/// What one term's supervision needs from the driver's context.
+pub trait TermView {
+    /// The term (lease, holder, epoch).
+    fn term(&self) -> &Term;
+    /// The leader's deadline (boottime), if still leading.
+    fn deadline(&self) -> Option<Duration>;
+    /// Sleeps up to `timeout`, waking when the term ends; true if it has.
+    fn ended(&self, timeout: Duration) -> bool;
+}
+
 impl Gated {
-    /// CMD with its arguments, the grace between SIGTERM and SIGKILL, and
-    /// where to report its own exit.
-    pub fn new(command: Vec<String>, grace: Duration, events: mpsc::Sender<ChildEvent>) -> Self {
+    /// CMD with its arguments, the grace between SIGTERM and SIGKILL, the
+    /// `--node` value, and where to report.
+    pub fn new(
+        command: Vec<String>,
+        grace: Duration,
+        node: String,
+        events: mpsc::Sender<ChildEvent>,
+    ) -> Self {
         Gated {
             command,
             grace,
+            node,
             events,
         }
     }
 
-    /// Runs CMD for the term at `epoch` until it exits by itself (reported
-    /// as [`ChildEvent::Exited`]) or the term ends, then stops it: SIGTERM
-    /// to its group, SIGKILL after the grace period, reaped before this
-    /// returns. `ended(timeout)` sleeps up to `timeout`, waking early when
-    /// the term ends, and says whether it has.
-    pub fn run_term(
-        &self,
-        lease: &LeaseName,
-        node: &HolderId,
-        epoch: Epoch,
-        ended: impl Fn(Duration) -> bool,
-    ) {
+    /// Runs CMD for one term until it exits by itself or the term ends,
+    /// then has the guard stop it; returns once CMD is gone.
+    pub fn run_term(&self, view: &impl TermView) {
         let send = |event| {
             let _ = self.events.send(event);
         };
-        let Some((program, args)) = self.command.split_first() else {
-            return;
+        let Some(deadline) = view.deadline() else {
+            return; // The term was over before its work started.
         };
-        if ended(Duration::ZERO) {
-            // The term was over before its work started.
+        if view.ended(Duration::ZERO) {
             return;
         }
-        let spawned = std::process::Command::new(program)
-            .args(args)
-            .env("PICOLEASE_NAME", lease.as_str())
-            .env("PICOLEASE_NODE", node.as_str())
-            .env("PICOLEASE_EPOCH", epoch.to_string())
-            .process_group(0)
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                send(ChildEvent::SpawnFailed(format!(
-                    "cannot start {program:?}: {e}"
-                )));
-                return;
+        let mut guard =
+            match Guard::start(&self.command, self.grace, deadline, view.term(), &self.node) {
+                Ok(guard) => guard,
+                Err(message) => return send(ChildEvent::SpawnFailed(message)),
+            };
+        let pid = match guard.reports.recv() {
+            Ok(Report::Pid(pid)) => pid,
+            Ok(Report::Error(message)) => return send(ChildEvent::SpawnFailed(message)),
+            _ => {
+                return send(ChildEvent::SpawnFailed(format!(
+                    "the guard of {:?} ended before starting it",
+                    self.command[0]
+                )))
             }
         };
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    // Whatever it left behind in its group goes too.
-                    signal_group(&child, Signal::SIGKILL);
-                    send(ChildEvent::Exited(status));
-                    return;
+        let epoch = view.term().epoch().get();
+        send(ChildEvent::Started { pid, epoch });
+        let mut forwarded = deadline;
+        let mut by_itself = true;
+        let status = loop {
+            match guard.reports.try_recv() {
+                Ok(report) => {
+                    if let Some(status) = report.status() {
+                        // Ended by the guard at the deadline (say `run` was
+                        // stopped meanwhile) is not ending by itself.
+                        by_itself = !view.ended(Duration::ZERO);
+                        break status;
+                    }
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    send(ChildEvent::SpawnFailed(format!(
-                        "cannot wait for {program:?}: {e}"
-                    )));
-                    break;
+                // The guard died without reporting: the kernel killed CMD
+                // with it (parent-death signal).
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    break ChildStatus::Signal("SIGKILL".into())
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+            }
+            if view.ended(FORWARD) {
+                by_itself = false;
+                guard.send(message::STOP);
+                break guard.wait_status();
+            }
+            if let Some(now) = view.deadline().filter(|d| *d != forwarded) {
+                forwarded = now;
+                guard.send(&format!("{} {}", message::DEADLINE, now.as_nanos()));
+            }
+        };
+        guard.reap();
+        send(ChildEvent::Ended {
+            pid,
+            epoch,
+            status,
+            by_itself,
+        });
+    }
+}
+
+/// What the guard says.
+enum Report {
+    Pid(u32),
+    Status(ChildStatus),
+    Error(String),
+}
+
+impl Report {
+    fn status(self) -> Option<ChildStatus> {
+        match self {
+            Report::Status(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let (kind, rest) = line.split_once(' ')?;
+        Some(match kind {
+            message::PID => Report::Pid(rest.trim().parse().ok()?),
+            message::CODE => Report::Status(ChildStatus::Code(rest.trim().parse().ok()?)),
+            message::SIGNAL => Report::Status(ChildStatus::Signal(rest.trim().to_string())),
+            message::ERROR => Report::Error(rest.to_string()),
+            _ => return None,
+        })
+    }
+}
+
+/// The guard process of one term and the socket to it.
+struct Guard {
+    process: std::process::Child,
+    socket: UnixStream,
+    reports: mpsc::Receiver<Report>,
+}
+
+impl Guard {
+    fn start(
+        command: &[String],
+        grace: Duration,
+        deadline: Duration,
+        term: &Term,
+        node: &str,
+    ) -> Result<Guard, String> {
+        let (ours, theirs) =
+            UnixStream::pair().map_err(|e| format!("cannot create the guard's socket: {e}"))?;
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find the picolease binary for the guard: {e}"))?;
+        let process = std::process::Command::new(exe)
+            .arg("__guard")
+            .arg("--grace-ms")
+            .arg(grace.as_millis().to_string())
+            .arg("--deadline-ns")
+            .arg(deadline.as_nanos().to_string())
+            .arg("--")
+            .args(command)
+            .env("PICOLEASE_NAME", term.lease().as_str())
+            .env("PICOLEASE_NODE", node)
+            .env("PICOLEASE_HOLDER", term.holder().as_str())
+            .env("PICOLEASE_EPOCH", term.epoch().to_string())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .spawn()
+            .map_err(|e| format!("cannot start the guard of {:?}: {e}", command[0]))?;
+        let (tx, reports) = mpsc::channel();
+        let reader = ours.try_clone().map_err(|e| format!("guard socket: {e}"))?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines().map_while(Result::ok) {
+                if let Some(report) = Report::parse(&line) {
+                    if tx.send(report).is_err() {
+                        return;
+                    }
                 }
             }
-            if ended(POLL) {
-                break;
+        });
+        Ok(Guard {
+            process,
+            socket: ours,
+            reports,
+        })
+    }
+
+    fn send(&mut self, line: &str) {
+        // A guard that is gone has stopped CMD already.
+        let _ = writeln!(self.socket, "{line}");
+    }
+
+    /// Waits for the guard's report of CMD's end (it comes by the
+    /// deadline at the latest: the guard kills CMD then).
+    fn wait_status(&mut self) -> ChildStatus {
+        while let Ok(report) = self.reports.recv() {
+            if let Some(status) = report.status() {
+                return status;
             }
         }
-        stop(&mut child, self.grace);
+        // The guard died without reporting: the kernel killed CMD with it.
+        ChildStatus::Signal("SIGKILL".into())
     }
-}
 
-fn signal_group(child: &Child, signal: Signal) {
-    if let Ok(pid) = i32::try_from(child.id()) {
-        // ESRCH (already gone) is fine.
-        let _ = killpg(Pid::from_raw(pid), signal);
-    }
-}
-
-/// SIGTERM to the group, SIGKILL after `grace`, and reap.
-fn stop(child: &mut Child, grace: Duration) {
-    signal_group(child, Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        std::thread::sleep(POLL);
-    }
-    signal_group(child, Signal::SIGKILL);
-    let _ = child.wait();
-}
-
-/// The exit code that mirrors CMD's status (128 + signal when killed).
-pub fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-        (None, None) => 1,
+    fn reap(mut self) {
+        let _ = self.process.wait();
     }
 }

@@ -1,9 +1,12 @@
 //! One file per subcommand.
 
 mod admin;
+mod check;
 pub mod child;
+mod events;
 pub mod run;
 mod simulate;
+mod sql;
 
 use std::process::ExitCode;
 
@@ -20,11 +23,37 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Demo { nodes, ttl } => return crate::demo::run(usize::from(nodes), ttl),
         Command::Simulate {
+            replay: Some(ref trace),
+            nodes,
+            ..
+        } => return simulate::replay(trace, nodes.map(usize::from)),
+        Command::Simulate {
             nodes,
             seed,
             ttl,
             ref faults,
-        } => return simulate::run(usize::from(nodes), seed, ttl, faults),
+            replay: None,
+        } => return simulate::run(usize::from(nodes.unwrap_or(3)), seed, ttl, faults),
+        Command::Check {
+            nodes,
+            depth,
+            faults,
+            json,
+        } => return check::run(nodes, depth, faults, json),
+        Command::Guard {
+            grace_ms,
+            deadline_ns,
+            ref command,
+        } => {
+            return crate::guard::run(
+                std::time::Duration::from_millis(grace_ms),
+                std::time::Duration::from_nanos(deadline_ns),
+                command,
+            )
+        }
+        Command::Sql { ref dialect, json } => {
+            return sql::run(&cli.db, &cli.table, dialect.as_deref(), json)
+        }
         _ => {}
     }
     // Validate both before touching any file.
@@ -35,6 +64,10 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Status { json } => admin::status(&backend, &table, json),
         Command::Release { name, force } => admin::release(&backend, &table, &name, force),
         Command::Run(args) => run::run(&backend, &table, args),
-        Command::Demo { .. } | Command::Simulate { .. } => unreachable!("handled above"),
+        Command::Demo { .. }
+        | Command::Simulate { .. }
+        | Command::Sql { .. }
+        | Command::Check { .. }
+        | Command::Guard { .. } => unreachable!("handled above"),
     }
 }

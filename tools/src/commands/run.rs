@@ -1,23 +1,42 @@
-//! `picolease run`: contend for a lease until stopped, printing each
-//! transition; optionally run a command while leader.
+//! `picolease run`: contend for a lease until stopped, printing each event;
+//! optionally run a command while leader.
+//!
+//! The loop is event-driven: the driver's transitions, signals and the
+//! command's start and end all arrive on one channel, and the loop sleeps
+//! until one does (no polling), so a transition is printed as soon as the
+//! driver publishes it and a SIGTERM starts the release at once.
 
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use picolease::{
-    random_u64, unique_holder_id, Config, HolderId, Leadership, LeaseName, RecvError, Role,
-    Subscription, TableName, Transition,
+    random_u64, unique_holder_id, Config, HolderId, LeaseName, RecvError, Subscription, TableName,
+    Transition,
 };
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use super::child::{self, ChildEvent, Gated};
+use super::child::{ChildEvent, Gated};
+use super::events::Printer;
 use crate::backend::{Backend, Contender};
 use crate::cli::RunArgs;
+use crate::duration::show;
 use crate::failure::CliError;
-use crate::output::{line, unix_ms};
 
-/// Why the main loop stops.
+/// The default grace: at most this, and at most half the bound.
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// Everything the loop waits for.
+enum Event {
+    Transition(Transition),
+    Lagged(u64),
+    /// The driver stopped and published everything.
+    DriverEnded,
+    Signal,
+    Child(ChildEvent),
+}
+
+/// Why the loop stopped.
 enum Stop {
     Signal,
     ChildExited(u8),
@@ -25,12 +44,21 @@ enum Stop {
     DriverFinished,
 }
 
-/// Runs until SIGTERM/SIGINT, CMD's own exit, or a fatal driver error.
+/// Runs until SIGTERM, SIGINT or SIGHUP, CMD's own exit, or a fatal driver
+/// error.
 pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCode, CliError> {
     let lease = LeaseName::new(&args.name).map_err(CliError::usage)?;
-    let holder = match &args.node {
-        Some(node) => HolderId::new(node).map_err(CliError::usage)?,
-        None => unique_holder_id(),
+    // A `--node` is a stable name two processes may share: the stored id
+    // adds this process's incarnation (DESIGN §3).
+    let (node, holder) = match &args.node {
+        Some(node) => (
+            node.clone(),
+            HolderId::incarnation(node, random_u64()).map_err(CliError::usage)?,
+        ),
+        None => {
+            let holder = unique_holder_id();
+            (holder.as_str().to_string(), holder)
+        }
     };
     let mut config = Config::with_ttl(lease.clone(), holder.clone(), args.ttl);
     if let Some(interval) = args.interval {
@@ -38,176 +66,212 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     }
     config.seed = random_u64();
     config.validate().map_err(CliError::usage)?;
+    let grace = grace(&config, args.grace, !args.command.is_empty())?;
 
     // Signals first, so a SIGTERM during start-up is not lost.
-    let signals = install_signals()?;
-    let (child_tx, child_rx) = mpsc::channel();
-    let gated = (!args.command.is_empty())
-        .then(|| Arc::new(Gated::new(args.command.clone(), args.grace, child_tx)));
+    let (tx, events) = mpsc::channel();
+    install_signals(tx.clone())?;
+    let gated = if args.command.is_empty() {
+        None
+    } else {
+        let (child_tx, child_rx) = mpsc::channel();
+        forward(child_rx, tx.clone(), Event::Child);
+        Some(Arc::new(Gated::new(
+            args.command.clone(),
+            grace,
+            node.clone(),
+            child_tx,
+        )))
+    };
     let printer = Printer {
-        lease: lease.as_str(),
-        node: holder.as_str(),
+        lease: lease.as_str().to_string(),
+        node,
+        holder,
         json: args.json,
     };
-    let session = Session {
-        signals,
-        children: child_rx,
-        printer,
-    };
     let (driver, transitions) = backend.start(table, config, gated)?;
-    session.run(driver, transitions)
+    forward_transitions(transitions, tx);
+    session(&printer, driver, &events)
 }
 
-/// A thread that forwards SIGTERM and SIGINT to the main loop.
-fn install_signals() -> Result<mpsc::Receiver<i32>, CliError> {
-    let (signal_tx, signal_rx) = mpsc::channel();
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+/// The grace between SIGTERM and SIGKILL when a term ends, checked against
+/// the bound `ttl·(1 − ρ) − interval − request timeout`: a longer grace
+/// would make CMD get SIGTERM while renewals are still succeeding. Checked
+/// only with `-- CMD`.
+fn grace(config: &Config, asked: Option<Duration>, command: bool) -> Result<Duration, CliError> {
+    let bound = config
+        .ttl
+        .checked_sub(config.drift)
+        .and_then(|d| d.checked_sub(config.interval))
+        .and_then(|d| d.checked_sub(config.request_timeout))
+        .unwrap_or_default();
+    match asked {
+        None => Ok((bound / 2).min(DEFAULT_GRACE)),
+        Some(grace) if grace.is_zero() || !command => Ok(grace),
+        Some(grace) if grace < bound => Ok(grace),
+        Some(grace) => Err(CliError::usage(format!(
+            "--grace {} must be below ttl·(1 − ρ) − interval − request timeout = {} (ttl {}, ρ·ttl {}, interval {}, timeout {}); use --grace 0 to kill at the deadline",
+            show(grace),
+            show(bound),
+            show(config.ttl),
+            show(config.drift),
+            show(config.interval),
+            show(config.request_timeout)
+        ))),
+    }
+}
+
+/// Prints events until a reason to stop, then shuts the driver down (CMD
+/// first, then the release) and prints what that published.
+fn session(
+    printer: &Printer,
+    driver: Box<dyn Contender>,
+    events: &mpsc::Receiver<Event>,
+) -> Result<ExitCode, CliError> {
+    printer.start();
+    let stop = loop {
+        let Ok(event) = events.recv() else {
+            break Stop::DriverFinished;
+        };
+        if let Some(stop) = handle(printer, event) {
+            break stop;
+        }
+    };
+    let outcome = driver.shutdown();
+    if !matches!(stop, Stop::DriverFinished) {
+        // Everything the shutdown published, up to the driver's end.
+        while let Ok(event) = events.recv() {
+            if matches!(event, Event::DriverEnded) {
+                break;
+            }
+            handle(printer, event);
+        }
+    }
+    outcome?;
+    match stop {
+        Stop::Signal => Ok(ExitCode::SUCCESS),
+        Stop::ChildExited(code) => Ok(ExitCode::from(code)),
+        Stop::ChildFailed(message) => Err(CliError::runtime(message)),
+        Stop::DriverFinished => Err(CliError::runtime(format!(
+            "the lease driver for \"{}\" stopped unexpectedly",
+            printer.lease
+        ))),
+    }
+}
+
+/// Prints one event; says whether it is a reason to stop.
+fn handle(printer: &Printer, event: Event) -> Option<Stop> {
+    match event {
+        Event::Transition(transition) => printer.transition(&transition),
+        Event::Lagged(missed) => {
+            // The loop reads promptly; if it ever fell behind, say so.
+            tracing::error!(missed, "the event stream fell behind the driver");
+            eprintln!(
+                "warning: {missed} transitions were published faster than they could be printed"
+            );
+        }
+        Event::Child(ChildEvent::Started { pid, epoch }) => printer.child(pid, epoch),
+        Event::Child(ChildEvent::Ended {
+            pid,
+            epoch,
+            status,
+            by_itself,
+        }) => {
+            printer.child_exit(pid, epoch, &status);
+            if by_itself {
+                return Some(Stop::ChildExited(status.exit_code()));
+            }
+        }
+        Event::Child(ChildEvent::SpawnFailed(message)) => return Some(Stop::ChildFailed(message)),
+        Event::Signal => return Some(Stop::Signal),
+        Event::DriverEnded => return Some(Stop::DriverFinished),
+    }
+    None
+}
+
+/// Feeds the driver's transitions to the loop, then `DriverEnded`.
+fn forward_transitions(transitions: Subscription, events: mpsc::Sender<Event>) {
+    std::thread::spawn(move || {
+        for received in transitions {
+            let event = match received {
+                Ok(transition) => Event::Transition(transition),
+                Err(RecvError::Lagged(missed)) => Event::Lagged(missed),
+                Err(_) => break,
+            };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+        let _ = events.send(Event::DriverEnded);
+    });
+}
+
+/// Feeds another channel to the loop.
+fn forward<T: Send + 'static>(
+    from: mpsc::Receiver<T>,
+    to: mpsc::Sender<Event>,
+    wrap: fn(T) -> Event,
+) {
+    std::thread::spawn(move || {
+        for item in from {
+            if to.send(wrap(item)).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// SIGTERM, SIGINT and SIGHUP (a closed terminal) stop `run` cleanly: CMD
+/// first, then the release.
+fn install_signals(events: mpsc::Sender<Event>) -> Result<(), CliError> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
     std::thread::Builder::new()
         .name("picolease-signals".into())
         .spawn(move || {
-            for signal in signals.forever() {
-                if signal_tx.send(signal).is_err() {
+            for _ in signals.forever() {
+                if events.send(Event::Signal).is_err() {
                     return;
                 }
             }
         })
         .map_err(|e| CliError::runtime(format!("cannot start the signal thread: {e}")))?;
-    Ok(signal_rx)
+    Ok(())
 }
 
-/// The backend-neutral part of `run`: print every transition, stop on a
-/// signal, CMD's own exit or the driver's end, then shut down and exit as
-/// the contract says.
-struct Session<'a> {
-    signals: mpsc::Receiver<i32>,
-    children: mpsc::Receiver<ChildEvent>,
-    printer: Printer<'a>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use picolease::HolderId;
 
-impl Session<'_> {
-    fn run(
-        self,
-        driver: Box<dyn Contender>,
-        mut transitions: Subscription,
-    ) -> Result<ExitCode, CliError> {
-        let Session {
-            signals,
-            children,
-            printer,
-        } = self;
-        if !printer.json {
-            line(&format!(
-                "{} contending for lease \"{}\"",
-                printer.node, printer.lease
-            ));
-        }
-        let stop = loop {
-            while let Ok(transition) = transitions.try_recv() {
-                printer.print(&transition);
-            }
-            if signals.try_recv().is_ok() {
-                break Stop::Signal;
-            }
-            match children.try_recv() {
-                Ok(ChildEvent::Exited(status)) => {
-                    break Stop::ChildExited(child::exit_code(status))
-                }
-                Ok(ChildEvent::SpawnFailed(message)) => break Stop::ChildFailed(message),
-                Err(_) => {}
-            }
-            if driver.is_finished() {
-                break Stop::DriverFinished;
-            }
-            // Transitions are the thing to react to fast; the rest is polled.
-            match transitions.recv_timeout(Duration::from_millis(20)) {
-                Ok(transition) => printer.print(&transition),
-                Err(RecvError::Lagged(missed)) => lagged(missed),
-                Err(_) => {}
-            }
-        };
-        // Stops CMD (the gated work) first, then releases.
-        let outcome = driver.shutdown();
-        for transition in transitions {
-            match transition {
-                Ok(transition) => printer.print(&transition),
-                Err(RecvError::Lagged(missed)) => lagged(missed),
-                Err(_) => {}
-            }
-        }
-        outcome?;
-        match stop {
-            Stop::Signal => Ok(ExitCode::SUCCESS),
-            Stop::ChildExited(code) => Ok(ExitCode::from(code)),
-            Stop::ChildFailed(message) => Err(CliError::runtime(message)),
-            Stop::DriverFinished => Err(CliError::runtime(format!(
-                "the lease driver for \"{}\" stopped unexpectedly",
-                printer.lease
-            ))),
-        }
+    fn config(ttl_ms: u64) -> Config {
+        Config::with_ttl(
+            LeaseName::new("l").unwrap(),
+            HolderId::new("h").unwrap(),
+            Duration::from_millis(ttl_ms),
+        )
     }
-}
 
-/// Prints transitions as the contract says.
-struct Printer<'a> {
-    lease: &'a str,
-    node: &'a str,
-    json: bool,
-}
-
-impl Printer<'_> {
-    fn print(&self, transition: &Transition) {
-        let Leadership {
-            role,
-            epoch,
-            holder,
-            reason,
-        } = &transition.leadership;
-        let epoch = epoch.map(|e| e.get());
-        let at = unix_ms(transition.at);
-        let text = match (role, reason) {
-            (Role::Leader, _) if self.json => serde_json::json!({
-                "event": "leader", "name": self.lease, "node": self.node,
-                "epoch": epoch, "unix_ms": at,
-            })
-            .to_string(),
-            (Role::Leader, _) => format!(
-                "{} leader of \"{}\" at epoch {}",
-                self.node,
-                self.lease,
-                epoch.unwrap_or(0)
-            ),
-            (Role::Follower, Some(reason)) if self.json => serde_json::json!({
-                "event": "follower", "name": self.lease, "node": self.node,
-                "epoch": epoch, "reason": reason.as_str(), "unix_ms": at,
-            })
-            .to_string(),
-            (Role::Follower, Some(reason)) => format!(
-                "{} follower of \"{}\": left epoch {} ({})",
-                self.node,
-                self.lease,
-                epoch.unwrap_or(0),
-                reason.as_str()
-            ),
-            // A new holder observed: shown to people, not in the JSON stream.
-            (Role::Follower, None) if self.json => return,
-            (Role::Follower, None) => match holder {
-                Some(holder) => format!(
-                    "{} follower of \"{}\": held by {holder} at epoch {}",
-                    self.node,
-                    self.lease,
-                    epoch.unwrap_or(0)
-                ),
-                None => return,
-            },
-        };
-        line(&text);
+    #[test]
+    fn the_grace_must_fit_inside_the_lease() {
+        let ms = Duration::from_millis;
+        // ttl 1 s: bound = 1000 − 10 − 250 − 250 = 490 ms.
+        let c = config(1_000);
+        assert_eq!(grace(&c, None, true).unwrap(), ms(245));
+        assert_eq!(grace(&c, Some(ms(489)), true).unwrap(), ms(489));
+        assert_eq!(grace(&c, Some(Duration::ZERO), true).unwrap(), ms(0));
+        let err = grace(&c, Some(ms(490)), true).unwrap_err().to_string();
+        assert!(err.contains("--grace") && err.contains("490ms"), "{err}");
+        // Without CMD the grace is unused and not checked.
+        assert_eq!(grace(&c, Some(ms(5_000)), false).unwrap(), ms(5_000));
+        // ttl 10 s: bound 4.9 s, default 2.45 s; 60 s: capped at 5 s.
+        assert_eq!(grace(&config(10_000), None, true).unwrap(), ms(2_450));
+        assert_eq!(grace(&config(60_000), None, true).unwrap(), ms(5_000));
+        // A bound that is not positive: the default is 0.
+        let mut tight = config(1_000);
+        tight.interval = ms(400);
+        tight.request_timeout = ms(600);
+        assert_eq!(grace(&tight, None, true).unwrap(), Duration::ZERO);
+        assert!(grace(&tight, Some(ms(1)), true).is_err());
     }
-}
-
-/// The event stream reads promptly, so this never happens in practice;
-/// if it does, it is said rather than hidden.
-fn lagged(missed: u64) {
-    tracing::error!(missed, "the event stream fell behind the driver");
-    eprintln!("warning: {missed} transitions were published faster than they could be printed");
 }

@@ -15,6 +15,40 @@ use crate::output::line;
 /// The longest run `simulate` accepts (a run costs time per renewal).
 const MAX_VIRTUAL_TIME: Duration = Duration::from_secs(24 * 3600);
 
+/// Replays a trace of `picolease check` step by step (the check's default
+/// bounds for `nodes`); exit 1 if it reaches a violation.
+pub fn replay(trace: &str, nodes: Option<usize>) -> Result<ExitCode, CliError> {
+    // Without --nodes, the trace says how many nodes it needs.
+    let nodes = nodes.unwrap_or_else(|| nodes_in(trace).max(2));
+    let bounds = super::check::bounds(nodes, None, None)?;
+    let replayed = picolease_core::check::replay(trace, &bounds).map_err(CliError::usage)?;
+    line(&format!(
+        "replaying {} steps on {nodes} nodes (ttl {} ticks, interval {} ticks, drift {} ticks; 1 tick = 1 ms)",
+        trace.split(';').filter(|s| !s.trim().is_empty()).count(),
+        bounds.ttl_ticks,
+        bounds.interval_ticks,
+        bounds.drift_ticks
+    ));
+    for text in replayed.to_string().lines() {
+        line(text);
+    }
+    Ok(if replayed.violation.is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The highest node a trace names (`n2:…`), plus one.
+fn nodes_in(trace: &str) -> usize {
+    trace
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter_map(|word| word.strip_prefix('n')?.parse::<usize>().ok())
+        .map(|n| n + 1)
+        .max()
+        .unwrap_or(2)
+}
+
 /// Runs one simulation; exit 1 if an invariant was violated.
 pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitCode, CliError> {
     let mut config = SimConfig::new(nodes, seed);

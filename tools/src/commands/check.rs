@@ -1,0 +1,145 @@
+//! `picolease check`: the exhaustive model check of the core (every
+//! schedule of a bounded world; see `picolease_core::check`).
+//!
+//! Progress goes to stderr, one line per breadth-first level; the result to
+//! stdout (one JSON object with `--json`). Exit 0: the whole bounded space
+//! was explored with no violation; 1: a violation, or a search that did not
+//! complete; 2: bad bounds.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use picolease_core::check::{check, Bounds, Budget, Progress, Report};
+
+use crate::duration::show;
+use crate::failure::CliError;
+use crate::output::line;
+
+/// The bounds from the command line: the defaults for `nodes`, with the
+/// depth and fault count overridden when given.
+pub fn bounds(
+    nodes: usize,
+    depth: Option<usize>,
+    faults: Option<usize>,
+) -> Result<Bounds, CliError> {
+    let mut bounds = Bounds::default_for(nodes);
+    bounds.nodes = nodes;
+    if let Some(depth) = depth {
+        bounds.depth = depth;
+    }
+    if let Some(faults) = faults {
+        bounds.faults = faults;
+    }
+    bounds.validate().map_err(CliError::usage)?;
+    Ok(bounds)
+}
+
+/// Runs the check and prints the result.
+pub fn run(
+    nodes: usize,
+    depth: Option<usize>,
+    faults: Option<usize>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let bounds = bounds(nodes, depth, faults)?;
+    eprintln!(
+        "checking {} nodes: ttl {} ticks, interval {} ticks, drift {} ticks, depth {}, {} faults per path (1 tick = 1 ms)",
+        bounds.nodes,
+        bounds.ttl_ticks,
+        bounds.interval_ticks,
+        bounds.drift_ticks,
+        bounds.depth,
+        bounds.faults
+    );
+    let budget = Budget {
+        max_time: Some(TIME_BUDGET),
+        ..Budget::default()
+    };
+    let report = check(&bounds, budget, print_progress).map_err(CliError::usage)?;
+    if json {
+        line(&to_json(&report).to_string());
+    } else {
+        print_report(&report, &bounds);
+    }
+    Ok(if report.complete && report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_progress(progress: &Progress) {
+    eprintln!(
+        "  depth {:>4}: {:>10} states, {:>12} transitions, {:>9} to explore ({})",
+        progress.depth,
+        progress.states,
+        progress.transitions,
+        progress.frontier,
+        show(progress.elapsed)
+    );
+}
+
+/// The contract of `check --json`: exactly these keys.
+fn to_json(report: &Report) -> serde_json::Value {
+    serde_json::json!({
+        "nodes": report.nodes,
+        "states": report.states,
+        "transitions": report.transitions,
+        "depth": report.depth,
+        "complete": report.complete,
+        "violations": report.violations.iter().map(|v| v.trace.clone()).collect::<Vec<_>>(),
+    })
+}
+
+fn print_report(report: &Report, bounds: &Bounds) {
+    line(&format!(
+        "{} nodes: {} states, {} transitions, depth {} reached, {} in {}",
+        report.nodes,
+        report.states,
+        report.transitions,
+        report.depth,
+        if report.complete {
+            "complete"
+        } else {
+            "NOT complete"
+        },
+        show(report.elapsed)
+    ));
+    line(&format!(
+        "bounds: ttl {} ticks, interval {} ticks, drift {} ticks, delivery within {} ticks, depth {}, {} faults per path{}",
+        bounds.ttl_ticks,
+        bounds.interval_ticks,
+        bounds.drift_ticks,
+        bounds.delivery_ticks,
+        bounds.depth,
+        bounds.faults,
+        match bounds.liveness_ticks {
+            Some(ticks) => format!(", liveness within {ticks} ticks"),
+            None => ", safety only".to_string(),
+        }
+    ));
+    if report.frontier_left > 0 {
+        line(&format!(
+            "{} states at the depth bound were not expanded: deeper paths are not covered",
+            report.frontier_left
+        ));
+    }
+    if report.violations.is_empty() {
+        line("no violation of mutual exclusion, fencing, validity, gating, progress or liveness");
+        return;
+    }
+    for violation in &report.violations {
+        line(&format!(
+            "VIOLATED {} after {} steps: {}",
+            violation.property, violation.depth, violation.detail
+        ));
+        line(&format!(
+            "  replay: picolease simulate --nodes {} --replay '{}'",
+            report.nodes, violation.trace
+        ));
+    }
+}
+
+/// Longest a check may run before it is reported as not complete; the
+/// defaults finish far sooner (2 nodes in seconds, 3 in minutes).
+pub const TIME_BUDGET: Duration = Duration::from_secs(30 * 60);

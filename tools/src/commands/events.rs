@@ -1,0 +1,132 @@
+//! The events `run` prints: one line each, JSON with `--json`.
+//!
+//! | event | keys besides `event`, `name`, `node`, `unix_ms` |
+//! | --- | --- |
+//! | `leader` | `holder` (this process's stored holder id), `epoch` |
+//! | `follower` | `holder`, `epoch` (the term left), `reason` |
+//! | `observed` | `holder` (another holder, or null when free), `epoch` |
+//! | `child` | `pid` (CMD's pid, also its process group), `epoch` (its term) |
+//! | `child_exit` | `pid`, `epoch`, and `code` or `signal` (e.g. `"SIGKILL"`) |
+
+use std::time::SystemTime;
+
+use picolease::{HolderId, Leadership, Role, Transition};
+use serde_json::{json, Value};
+
+use super::child::ChildStatus;
+use crate::output::{line, unix_ms};
+
+/// Prints one contender's events.
+pub struct Printer {
+    /// The lease.
+    pub lease: String,
+    /// The `--node` value (or the holder id when none was given).
+    pub node: String,
+    /// This process's holder id, as stored in the row.
+    pub holder: HolderId,
+    /// JSON lines instead of text.
+    pub json: bool,
+}
+
+impl Printer {
+    fn emit(&self, event: &str, at: SystemTime, keys: Value, text: String) {
+        if self.json {
+            let mut object = json!({
+                "event": event,
+                "name": self.lease,
+                "node": self.node,
+                "unix_ms": unix_ms(at),
+            });
+            if let (Some(object), Value::Object(keys)) = (object.as_object_mut(), keys) {
+                object.extend(keys);
+            }
+            line(&object.to_string());
+        } else {
+            line(&text);
+        }
+    }
+
+    /// The first line of the text output.
+    pub fn start(&self) {
+        if !self.json {
+            line(&format!(
+                "{} contending for lease \"{}\" as {}",
+                self.node, self.lease, self.holder
+            ));
+        }
+    }
+
+    /// A published change of leadership.
+    pub fn transition(&self, transition: &Transition) {
+        let Leadership {
+            role,
+            epoch,
+            holder,
+            reason,
+        } = &transition.leadership;
+        let epoch = epoch.map(|e| e.get());
+        let shown = epoch.unwrap_or(0);
+        let (node, lease) = (&self.node, &self.lease);
+        match (role, reason) {
+            (Role::Leader, _) => self.emit(
+                "leader",
+                transition.at,
+                json!({ "holder": self.holder.as_str(), "epoch": epoch }),
+                format!("{node} leader of \"{lease}\" at epoch {shown}"),
+            ),
+            (Role::Follower, Some(reason)) => self.emit(
+                "follower",
+                transition.at,
+                json!({ "holder": self.holder.as_str(), "epoch": epoch, "reason": reason.as_str() }),
+                format!(
+                    "{node} follower of \"{lease}\": left epoch {shown} ({})",
+                    reason.as_str()
+                ),
+            ),
+            (Role::Follower, None) if epoch.is_some() || holder.is_some() => self.emit(
+                "observed",
+                transition.at,
+                json!({ "holder": holder.as_ref().map(HolderId::as_str), "epoch": epoch }),
+                match holder {
+                    Some(holder) => format!(
+                        "{node} follower of \"{lease}\": held by {} at epoch {shown}",
+                        holder.node()
+                    ),
+                    None => format!("{node} follower of \"{lease}\": free at epoch {shown}"),
+                },
+            ),
+            // The state before anything is known.
+            (Role::Follower, None) => {}
+        }
+    }
+
+    /// CMD started.
+    pub fn child(&self, pid: u32, epoch: u64) {
+        self.emit(
+            "child",
+            SystemTime::now(),
+            json!({ "pid": pid, "epoch": epoch }),
+            format!("{} started the command (pid {pid})", self.node),
+        );
+    }
+
+    /// CMD ended.
+    pub fn child_exit(&self, pid: u32, epoch: u64, status: &ChildStatus) {
+        let (keys, how) = match status {
+            ChildStatus::Code(code) => (
+                json!({ "pid": pid, "epoch": epoch, "code": code }),
+                format!("exited with code {code}"),
+            ),
+            ChildStatus::Signal(name) => (
+                json!({ "pid": pid, "epoch": epoch, "signal": name }),
+                format!("was ended by {name}"),
+            ),
+        };
+        self.emit(
+            "child_exit",
+            SystemTime::now(),
+            keys,
+            format!("{} the command (pid {pid}) {how}", self.node),
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! `picolease sql [--dialect sqlite|postgres] [--json]`: every statement
+//! of the protocol, for contenders written in other languages. Touches no
+//! database.
+//!
+//! Plain output is SQL with a comment before each statement naming its
+//! parameters in placeholder order. `--json` prints one object:
+//!
+//! ```text
+//! {"dialect": "postgres", "table": "picolease_leases",
+//!  "statements": {"create": S, "acquire": S, "renew": S, "release": S,
+//!                 "force_release": S, "status": S, "fence": S}}
+//! ```
+//!
+//! where each `S` is `{"sql": "…", "params": [...]}` and `params` names the
+//! parameters in placeholder order (`lease`, `holder`, `epoch`, `ttl_ms`).
+//! Placeholders are `$1…` on PostgreSQL and `?` on SQLite. `create` holds
+//! the table and, on PostgreSQL, the fence index (statements separated by
+//! `;`, no parameters: run it as one batch). `fence` is a boolean SQL
+//! expression to AND into your own statements.
+
+use std::process::ExitCode;
+
+use picolease::sql::{Dialect, Param, Statement, Statements};
+use picolease::{redact_url, TableName};
+
+use crate::failure::{one_line, CliError};
+use crate::output::line;
+
+/// The dialect named by `--dialect`, or else by `--db`'s scheme.
+fn dialect(flag: Option<&str>, db: &str) -> Result<Dialect, CliError> {
+    if let Some(name) = flag {
+        return match name {
+            "sqlite" => Ok(Dialect::Sqlite),
+            "postgres" => Ok(Dialect::Postgres),
+            other => Err(CliError::usage(format!(
+                "--dialect {:?} is not a dialect: use sqlite or postgres",
+                one_line(other)
+            ))),
+        };
+    }
+    if db.starts_with("sqlite:") {
+        return Ok(Dialect::Sqlite);
+    }
+    if db.starts_with("postgres://") || db.starts_with("postgresql://") {
+        return Ok(Dialect::Postgres);
+    }
+    Err(CliError::usage(format!(
+        "--db {:?} names no SQL dialect: use --dialect sqlite|postgres, or a sqlite:// or postgres:// URL",
+        one_line(&redact_url(db))
+    )))
+}
+
+fn dialect_name(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "postgres",
+        _ => "sqlite",
+    }
+}
+
+fn param_name(param: Param) -> &'static str {
+    match param {
+        Param::Lease => "lease",
+        Param::Holder => "holder",
+        Param::Epoch => "epoch",
+        Param::TtlMillis => "ttl_ms",
+    }
+}
+
+/// One statement as printed: its SQL and its parameters' names.
+struct Printed {
+    key: &'static str,
+    what: &'static str,
+    sql: String,
+    params: Vec<&'static str>,
+}
+
+impl Printed {
+    fn of(key: &'static str, what: &'static str, statement: &Statement) -> Self {
+        Printed {
+            key,
+            what,
+            sql: statement.sql().to_string(),
+            params: statement.params().iter().copied().map(param_name).collect(),
+        }
+    }
+}
+
+/// Every statement, in the order they are printed.
+fn printed(statements: &Statements) -> Vec<Printed> {
+    let create = std::iter::once(statements.create_table())
+        .chain(statements.create_index())
+        .collect::<Vec<_>>()
+        .join(";\n");
+    vec![
+        Printed {
+            key: "create",
+            what: "create the table if missing (and on PostgreSQL the fence index); run once at start, as one batch",
+            sql: create,
+            params: Vec::new(),
+        },
+        Printed::of(
+            "acquire",
+            "take the lease if free, lapsed or ours (epoch + 1); returns holder, epoch, expires_in_ms",
+            statements.acquire(),
+        ),
+        Printed::of(
+            "renew",
+            "extend our lease at our epoch; one row (epoch) if still ours, none if lost",
+            statements.renew(),
+        ),
+        Printed::of(
+            "release",
+            "free our lease at our epoch (the epoch stays); one row (epoch) if it was ours",
+            statements.release(),
+        ),
+        Printed::of(
+            "force_release",
+            "administrative: free the lease whoever holds it, epoch + 1; one row (the new epoch)",
+            statements.force_release(),
+        ),
+        Printed::of(
+            "status",
+            "every lease: name, holder, epoch, expires_in_ms",
+            statements.status(),
+        ),
+        Printed::of(
+            "fence",
+            "a boolean SQL expression: AND it into your own WHERE so a stale leader's write changes nothing",
+            statements.fence(),
+        ),
+    ]
+}
+
+/// The parameter comment: `$1 lease, $2 holder` or `lease, holder` (`?`).
+fn describe(dialect: Dialect, params: &[&str]) -> String {
+    if params.is_empty() {
+        return "no parameters".to_string();
+    }
+    match dialect {
+        Dialect::Postgres => {
+            let named: Vec<String> = params
+                .iter()
+                .enumerate()
+                .map(|(i, name)| format!("${} {name}", i + 1))
+                .collect();
+            format!("parameters: {}", named.join(", "))
+        }
+        _ => format!("parameters (?, in order): {}", params.join(", ")),
+    }
+}
+
+/// `picolease sql`.
+pub fn run(
+    db: &str,
+    table: &str,
+    dialect_flag: Option<&str>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let table = TableName::new(table).map_err(CliError::usage)?;
+    let dialect = dialect(dialect_flag, db)?;
+    let statements = Statements::new(dialect, &table);
+    let printed = printed(&statements);
+    if json {
+        let mut map = serde_json::Map::new();
+        for p in &printed {
+            map.insert(
+                p.key.to_string(),
+                serde_json::json!({ "sql": p.sql, "params": p.params }),
+            );
+        }
+        let object = serde_json::json!({
+            "dialect": dialect_name(dialect),
+            "table": table.to_string(),
+            "statements": serde_json::Value::Object(map),
+        });
+        line(&object.to_string());
+        return Ok(ExitCode::SUCCESS);
+    }
+    line(&format!(
+        "-- picolease statements for {}, table {table}",
+        dialect_name(dialect)
+    ));
+    for p in &printed {
+        line("");
+        line(&format!("-- {}: {}", p.key, p.what));
+        line(&format!("-- {}", describe(dialect, &p.params)));
+        if p.key == "fence" {
+            // An expression, not a statement: no semicolon.
+            line(&p.sql);
+        } else {
+            line(&format!("{};", p.sql));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dialect_follows_the_flag_then_the_url_scheme() {
+        assert_eq!(
+            dialect(Some("postgres"), "sqlite://x").unwrap(),
+            Dialect::Postgres
+        );
+        assert_eq!(dialect(None, "sqlite://x.db").unwrap(), Dialect::Sqlite);
+        assert_eq!(dialect(None, "sqlite::memory:").unwrap(), Dialect::Sqlite);
+        assert_eq!(dialect(None, "postgres://h/db").unwrap(), Dialect::Postgres);
+        assert_eq!(
+            dialect(None, "postgresql://h/db").unwrap(),
+            Dialect::Postgres
+        );
+        assert!(dialect(Some("mysql"), "sqlite://x")
+            .unwrap_err()
+            .to_string()
+            .contains("\"mysql\""));
+        assert!(dialect(None, "mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string()
+            .contains("mysql://"));
+        assert!(!dialect(None, "mysql://u:secret@h/db")
+            .unwrap_err()
+            .to_string()
+            .contains("secret"));
+    }
+}

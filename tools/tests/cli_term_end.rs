@@ -1,0 +1,244 @@
+//! The end of a term is airtight at the edges of the process (DESIGN §4b):
+//! `picolease run -- CMD` processes on one SQLite file, with real signals.
+//!
+//! - SIGKILL of the leader's `run`: its CMD and CMD's grandchild are dead
+//!   before the successor's CMD starts.
+//! - SIGSTOP of the leader's `run`: the same (the guard holds the deadline),
+//!   and the stopped `run` resumes as a follower.
+//! - Two processes given one `--node` never lead at once.
+//! - A `--grace` that does not fit inside the lease is refused.
+//!
+//! Each CMD records its pid and its grandchild's pid, and on start checks
+//! that no earlier term's process is still alive (a live one writes an
+//! `overlap` file). The figures (how long after the signal the old CMD was
+//! dead) are printed: `cargo test -p picolease-cli --test cli_term_end --
+//! --nocapture`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use support::{alive, len, signal, wait_event, wait_file, Log, Node, PATIENCE};
+
+const TTL: &str = "1s";
+
+/// CMD: records `PID GRANDCHILD` in `pids-NODE-EPOCH`, complains in
+/// `overlap` if any earlier term's process lives, then sleeps.
+fn script(dir: &Path) -> String {
+    format!(
+        r#"d={dir}
+for f in "$d"/pids-*; do
+  [ -e "$f" ] || continue
+  for p in $(cat "$f"); do
+    if [ -e /proc/$p ] && ! grep -q ') Z ' /proc/$p/stat; then echo "$p from $f" >> "$d/overlap"; fi
+  done
+done
+sleep 60 &
+echo "$$ $!" > "$d/tmp-$PICOLEASE_NODE-$PICOLEASE_EPOCH"
+mv "$d/tmp-$PICOLEASE_NODE-$PICOLEASE_EPOCH" "$d/pids-$PICOLEASE_NODE-$PICOLEASE_EPOCH"
+echo "$PICOLEASE_HOLDER" > "$d/holder-$PICOLEASE_NODE-$PICOLEASE_EPOCH"
+exec sleep 60"#,
+        dir = dir.display()
+    )
+}
+
+fn spawn(db: &Path, node: usize, log: &Log, extra: &[&str]) -> Node {
+    support::spawn(
+        &format!("sqlite://{}", db.display()),
+        &[],
+        "job",
+        TTL,
+        node,
+        log,
+        extra,
+    )
+}
+
+/// The pids (CMD, grandchild) the leader's CMD recorded.
+fn pids_of(dir: &Path, node: usize, epoch: u64) -> Vec<i32> {
+    wait_file(&dir.join(format!("pids-n{node}-{epoch}")))
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect()
+}
+
+/// Waits until none of `pids` is alive; how long that took.
+fn until_dead(pids: &[i32], since: Instant) -> Duration {
+    let deadline = Instant::now() + PATIENCE;
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(Instant::now() < deadline, "{pids:?} still alive");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    since.elapsed()
+}
+
+fn stop_all(nodes: &mut [Node], skip: &[usize]) {
+    for (i, node) in nodes.iter().enumerate() {
+        if !skip.contains(&i) {
+            signal(node, Signal::SIGTERM);
+        }
+    }
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let status = node.child.wait().unwrap();
+        if !skip.contains(&i) {
+            assert_eq!(status.code(), Some(0), "node {i} exits 0 on SIGTERM");
+        }
+        node.reader.take().unwrap().join().unwrap();
+    }
+}
+
+#[test]
+fn a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let log: Log = Arc::default();
+    let script = script(dir.path());
+    let cmd = ["--", "sh", "-c", script.as_str()];
+    let mut nodes: Vec<Node> = (0..3).map(|i| spawn(&db, i, &log, &cmd)).collect();
+
+    // SIGKILL: nothing of `run` can act; the guard sees its socket close.
+    let first = wait_event(&log, 0, |e| e.kind() == "leader");
+    let child = wait_event(&log, 0, |e| e.node == first.node && e.kind() == "child");
+    let pids = pids_of(dir.path(), first.node, first.epoch());
+    assert_eq!(child.json["pid"].as_i64(), Some(pids[0] as i64));
+    assert!(pids.iter().all(|p| alive(*p)));
+    let holder = wait_file(
+        &dir.path()
+            .join(format!("holder-n{}-{}", first.node, first.epoch())),
+    );
+    assert_eq!(
+        holder.trim(),
+        first.json["holder"].as_str().unwrap(),
+        "PICOLEASE_HOLDER is the stored holder id"
+    );
+    let mark = len(&log);
+    let killed = Instant::now();
+    signal(&nodes[first.node], Signal::SIGKILL);
+    let dead_after_kill = until_dead(&pids, killed);
+    let second = wait_event(&log, mark, |e| e.kind() == "leader");
+    let second_pids = pids_of(dir.path(), second.node, second.epoch());
+    println!(
+        "SIGKILL of run: its CMD and grandchild dead after {dead_after_kill:?}; the successor led {:?} after the kill",
+        second.read_at - killed
+    );
+
+    // SIGSTOP: `run` cannot act, the guard kills by the deadline.
+    let mark = len(&log);
+    let stopped = Instant::now();
+    signal(&nodes[second.node], Signal::SIGSTOP);
+    let dead_after_stop = until_dead(&second_pids, stopped);
+    let third = wait_event(&log, mark, |e| e.kind() == "leader");
+    pids_of(dir.path(), third.node, third.epoch());
+    println!(
+        "SIGSTOP of run: its CMD and grandchild dead after {dead_after_stop:?} (ttl {TTL}); the successor led {:?} after the stop",
+        third.read_at - stopped
+    );
+    assert!(
+        dead_after_stop < Duration::from_secs(1),
+        "killed by the deadline (ttl 1 s from the last renew): {dead_after_stop:?}"
+    );
+    let resumed = len(&log);
+    signal(&nodes[second.node], Signal::SIGCONT);
+    let first_word = wait_event(&log, resumed, |e| {
+        e.node == second.node && matches!(e.kind(), "leader" | "follower")
+    });
+    assert_eq!(first_word.kind(), "follower", "{first_word:?}");
+
+    stop_all(&mut nodes, &[first.node]);
+    let overlap = std::fs::read_to_string(dir.path().join("overlap")).unwrap_or_default();
+    assert!(
+        overlap.is_empty(),
+        "an earlier term's process was alive when a successor's CMD started: {overlap}"
+    );
+    let events = log.lock().unwrap().clone();
+    let exits: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind() == "child_exit")
+        .map(|e| {
+            (
+                e.node,
+                e.json["pid"].as_i64(),
+                e.json.get("signal").cloned(),
+            )
+        })
+        .collect();
+    assert!(
+        exits
+            .iter()
+            .any(|(node, pid, _)| *node == second.node && *pid == Some(second_pids[0] as i64)),
+        "the stopped run reports its CMD's end after it resumes: {exits:?}"
+    );
+}
+
+#[test]
+fn two_processes_with_one_node_name_never_lead_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let log: Log = Arc::default();
+    let url = format!("sqlite://{}", db.display());
+    // Both are `--node twin`.
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|i| {
+            let node = support::spawn(&url, &[], "job", TTL, 0, &log, &[]);
+            let _ = i;
+            node
+        })
+        .collect();
+    let first = wait_event(&log, 0, |e| e.kind() == "leader");
+    std::thread::sleep(Duration::from_secs(3));
+    let events = log.lock().unwrap().clone();
+    let leaders: Vec<_> = events.iter().filter(|e| e.kind() == "leader").collect();
+    assert_eq!(
+        leaders.len(),
+        1,
+        "one lead, no ping-pong between the twins: {events:#?}"
+    );
+    let holder = first.json["holder"].as_str().unwrap().to_string();
+    assert!(holder.starts_with("n0#"), "{holder}");
+    assert_eq!(first.json["node"], "n0");
+    // The row holds the full holder id.
+    let status = Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args(["--db", &url, "status", "--json"])
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(rows[0]["holder"].as_str(), Some(holder.as_str()));
+    stop_all(&mut nodes, &[]);
+}
+
+#[test]
+fn a_grace_that_does_not_fit_inside_the_lease_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_picolease"))
+            .args(["--db", &url, "run", "--name", "job", "--ttl", "1s"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // ttl 1 s: the bound is 1000 − 10 − 250 − 250 = 490 ms.
+    let out = run(&["--grace", "490ms", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--grace") && stderr.contains("490ms"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("leases.db").exists(), "nothing written");
+    // Within the bound, or 0, it runs (CMD exits 0 at once: so does run).
+    for grace in ["489ms", "0"] {
+        let out = run(&["--grace", grace, "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "--grace {grace}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
