@@ -5,13 +5,13 @@ use std::time::Duration;
 use picolease_core::sim::{Fault, FaultKind, SimConfig, Target};
 use proptest::prelude::*;
 
-/// Property-test cases per property: 1,000 unless `PROPTEST_CASES` says
+/// Property-test cases per property: 10,000 unless `PROPTEST_CASES` says
 /// otherwise.
 pub fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
+        .unwrap_or(10_000)
 }
 
 /// A ttl from the range the tests explore (short ttls keep runs cheap; the
