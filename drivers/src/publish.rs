@@ -103,10 +103,11 @@ impl Publisher {
     /// The driver has stopped: subscribers read what is left, then
     /// `Closed`; blocking waiters return.
     pub(crate) fn finish(&self) {
+        // Finished first: a reader told `Closed` then sees `is_finished`.
+        lock(&self.progress).finished = true;
         for mailbox in lock(&self.subscribers).drain(..) {
             mailbox.close();
         }
-        lock(&self.progress).finished = true;
         self.changed.notify_all();
     }
 

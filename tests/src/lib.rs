@@ -2,8 +2,11 @@
 //!
 //! - `model_vs_sqlite`, `model_vs_postgres`: the simulator's model database
 //!   against the real statements on SQLite and PostgreSQL.
-//! - `sqlite_conformance`, `pg_conformance`: the driver conformance cases
-//!   (numbered 1–8 in each file) on both drivers.
+//! - `conformance_sqlite`, `conformance_postgres`: one driver conformance
+//!   suite (`conformance/mod.rs`, cases 1–11) run on both drivers, plus each
+//!   driver's own cases.
+//! - `pg_fence`: fenced transactions on PostgreSQL (lock modes, bounds).
+//! - `suspend`: a suspend-like clock jump stops gated work at once.
 //! - `pg_faults`, `pg_handover`, `pg_many`: the async driver behind a TCP
 //!   proxy (stall, reset, latency), clean handovers, 50 contenders.
 //! - `fuzz_corpus`: replays the committed fuzz corpus on stable.
