@@ -161,14 +161,16 @@ impl Fence {
     /// transaction began (`L ≤ ttl·(1 − ρ)`); each statement re-arms both
     /// server timeouts to `D − now` when sent:
     ///
-    /// - client responsive: at `D` the statement running is cancelled (a
-    ///   cancel request through the cancel token) and the transaction is
-    ///   dropped (ROLLBACK sent); the lock goes within a round trip of `D`;
-    /// - client paused, hung or cut off: the server ends a statement by its
-    ///   `statement_timeout` (about `D`) and then closes the idle session
-    ///   after `idle_in_transaction_session_timeout` (what was left when the
-    ///   last statement was sent, at most `L`): the lock goes by `D + L` at
-    ///   the very worst, and by about `D` when the last statement was short.
+    /// - a statement of it running at `D`, client responsive: the client
+    ///   sends a cancel request (cancel token); the server aborts the
+    ///   transaction, which frees the lock, within a round trip of `D`.
+    ///   Later calls and `commit` are refused; dropping sends the ROLLBACK;
+    /// - otherwise (client idle in the transaction, paused, hung or cut
+    ///   off): the server ends a statement by its `statement_timeout`
+    ///   (about `D`) and closes a session idle in the transaction after
+    ///   `idle_in_transaction_session_timeout` (what was left when the last
+    ///   statement was sent, at most `L`): the lock goes by `D + L` at the
+    ///   very worst, and by about `D` when the last statement was short.
     ///
     /// The leader's deadline comes before the lease's expiry on the
     /// database (by the drift allowance), so a successor is delayed by at
