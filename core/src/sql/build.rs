@@ -349,8 +349,10 @@ impl Builder<'_> {
         }
     }
 
-    fn status(&self) -> Statement {
-        let query = Query::select()
+    /// `name, holder, epoch, expires_in_ms` of the lease rows: the shape
+    /// `decode_status` reads.
+    fn rows(&self) -> sea_query::SelectStatement {
+        Query::select()
             .exprs([
                 self.col(NAME),
                 self.col(HOLDER_COL),
@@ -358,6 +360,12 @@ impl Builder<'_> {
                 self.col(EXPIRES_AT).sub(db_now(self.dialect)),
             ])
             .from(self.table_ref())
+            .to_owned()
+    }
+
+    fn status(&self) -> Statement {
+        let query = self
+            .rows()
             .order_by(
                 (Alias::new(self.table.table()), Alias::new(NAME)),
                 sea_query::Order::Asc,
@@ -367,16 +375,7 @@ impl Builder<'_> {
     }
 
     fn lease_row(&self) -> Statement {
-        let query = Query::select()
-            .exprs([
-                self.col(NAME),
-                self.col(HOLDER_COL),
-                self.col(EPOCH_COL),
-                self.col(EXPIRES_AT).sub(db_now(self.dialect)),
-            ])
-            .from(self.table_ref())
-            .and_where(self.col(NAME).eq(LEASE))
-            .to_owned();
+        let query = self.rows().and_where(self.col(NAME).eq(LEASE)).to_owned();
         self.render(&query)
     }
 
