@@ -39,6 +39,15 @@ pub struct Config {
     pub jitter: Duration,
     /// Seed of the jitter's generator: same seed, same schedule.
     pub seed: u64,
+    /// Stop lead `g` (DESIGN §4b): work that needs time to stop is stopped
+    /// this long before the leader's deadline when renewals keep failing
+    /// (`StopWork` at `deadline − g`); the node still leads, and publishes
+    /// follower, only at the deadline itself, and a renewal that succeeds
+    /// before then starts the work again (`StartWork` for the same epoch).
+    /// Must be below [`Config::stop_lead_bound`] so that steady renewals
+    /// never reach `deadline − g`. Zero (the default) stops the work at the
+    /// deadline.
+    pub stop_lead: Duration,
 }
 
 impl Config {
@@ -64,6 +73,7 @@ impl Config {
             drift: ttl / 100,
             jitter: interval / 10,
             seed: 0,
+            stop_lead: Duration::ZERO,
         }
     }
 
@@ -84,6 +94,7 @@ impl Config {
             request_timeout: timeout,
             drift,
             jitter,
+            stop_lead,
             ..
         } = *self;
         if ttl < Duration::from_millis(10) {
@@ -110,7 +121,25 @@ impl Config {
         if jitter > interval / 2 {
             return Err(ConfigError::JitterTooLarge { jitter, interval });
         }
+        if !stop_lead.is_zero() {
+            let bound = self.stop_lead_bound();
+            if stop_lead >= bound {
+                return Err(ConfigError::StopLeadTooLong { stop_lead, bound });
+            }
+        }
         Ok(())
+    }
+
+    /// The stop lead must be strictly below this: the local validity
+    /// (ttl·(1 − ρ) − the database clock's resolution) minus the interval
+    /// minus the request timeout. A renewal sent on time and answered
+    /// within its timeout then always lands before `deadline − g`, so in
+    /// steady state the work is never stopped early. Zero when the timings
+    /// leave no room (then only `stop_lead = 0` is valid).
+    pub fn stop_lead_bound(&self) -> Duration {
+        self.local_validity()
+            .saturating_sub(self.interval)
+            .saturating_sub(self.request_timeout)
     }
 
     /// How long after sending a successful acquire or renew the leader may
@@ -212,5 +241,40 @@ mod tests {
         ));
         let err = config(0).validate().unwrap_err().to_string();
         assert!(err.contains("ttl 0ns"), "{err}");
+    }
+
+    #[test]
+    fn stop_lead_below_the_bound_is_accepted_and_at_it_refused() {
+        let ms = Duration::from_millis;
+        // ttl 1 s: validity 1000 − 10 − 1 = 989 ms, interval = timeout = 250 ms.
+        let c = config(1000);
+        assert_eq!(c.stop_lead, Duration::ZERO);
+        assert_eq!(c.stop_lead_bound(), ms(489));
+        let mut c = config(1000);
+        c.stop_lead = ms(489) - Duration::from_nanos(1);
+        assert_eq!(c.validate(), Ok(()));
+        c.stop_lead = ms(489);
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::StopLeadTooLong {
+                stop_lead: ms(489),
+                bound: ms(489)
+            })
+        );
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("stop lead 489ms") && err.contains("489ms"),
+            "{err}"
+        );
+        // No room at all: only zero is valid.
+        let mut c = config(1000);
+        c.request_timeout = ms(900);
+        assert_eq!(c.stop_lead_bound(), Duration::ZERO);
+        assert_eq!(c.validate(), Ok(()));
+        c.stop_lead = Duration::from_nanos(1);
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::StopLeadTooLong { .. })
+        ));
     }
 }

@@ -63,6 +63,14 @@ pub enum ConfigError {
         /// The configured interval.
         interval: Duration,
     },
+    /// The stop lead would stop the work early even while renewals succeed.
+    #[error("stop lead {stop_lead:?} must be less than {bound:?} (ttl − drift − 1ms − interval − request timeout), or renewals that succeed would still stop the work early")]
+    StopLeadTooLong {
+        /// The configured stop lead `g`.
+        stop_lead: Duration,
+        /// The bound it must stay strictly below.
+        bound: Duration,
+    },
     /// A lease name or holder id that cannot be used.
     #[error("{kind} {value:?} {problem}")]
     BadName {

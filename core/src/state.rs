@@ -23,9 +23,12 @@ enum Standing {
     Follower,
     /// Leading at `epoch` until the local `deadline`: the send time of the
     /// last successful acquire or renew plus `Config::local_validity`.
+    /// `working` is false once the work was stopped early, at
+    /// `deadline − stop_lead` (always true with `stop_lead = 0`).
     Leader {
         epoch: Epoch,
         deadline: Instant,
+        working: bool,
     },
 }
 
@@ -161,13 +164,22 @@ impl LeaseState {
     }
 
     /// When the machine next needs [`LeaseState::handle_timeout`]: the
-    /// earliest of the leader's deadline, the in-flight request's timeout and
-    /// the next acquire or renew. `None` once finished.
+    /// earliest of the leader's deadline (or `deadline − stop_lead` while
+    /// the work runs), the in-flight request's timeout and the next acquire
+    /// or renew. `None` once finished.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.phase == Phase::Finished {
             return None;
         }
-        let deadline = self.leader_deadline();
+        let deadline = match self.standing {
+            Standing::Leader {
+                deadline,
+                working: true,
+                ..
+            } => Some(deadline - self.config.stop_lead),
+            Standing::Leader { deadline, .. } => Some(deadline),
+            Standing::Follower => None,
+        };
         let request = match self.in_flight {
             Some(req) => Some(req.sent_at + self.config.request_timeout),
             // While shutting down something is always in flight (the
@@ -240,12 +252,20 @@ impl LeaseState {
             // request in flight the standing can only have changed since by
             // demotion: no need to compare epochs.
             (Operation::Renew { epoch }, Reply::Accepted) => match self.standing {
-                Standing::Leader { .. } => {
+                Standing::Leader { working, .. } => {
+                    let deadline = self.term_deadline(req, now);
+                    // Work stopped early (stop lead) starts again when a
+                    // renewal succeeds in time: the term goes on.
+                    let restart = !working && now < deadline - self.config.stop_lead;
                     self.standing = Standing::Leader {
                         epoch,
-                        deadline: self.term_deadline(req, now),
+                        deadline,
+                        working: working || restart,
                     };
                     self.next_attempt = req.sent_at + self.config.interval;
+                    if restart {
+                        self.commands.push_back(Command::StartWork { epoch });
+                    }
                 }
                 // We demoted (deadline) while the renew was in flight. The
                 // row may still be ours: acquire takes it back at once.
@@ -315,14 +335,19 @@ impl LeaseState {
             return;
         }
         let deadline = self.term_deadline(req, now);
-        if now >= deadline {
-            // The reply took so long the lease may already have lapsed:
-            // leading on it could overlap a successor. Acquire again at once
-            // (the row is ours, so that succeeds without waiting).
+        if now >= deadline - self.config.stop_lead {
+            // The reply took so long the lease may already have lapsed (or
+            // be too close to its end to start the work): leading on it
+            // could overlap a successor. Acquire again at once (the row is
+            // ours, so that succeeds without waiting).
             self.next_attempt = now;
             return;
         }
-        self.standing = Standing::Leader { epoch, deadline };
+        self.standing = Standing::Leader {
+            epoch,
+            deadline,
+            working: true,
+        };
         self.next_attempt = req.sent_at + self.config.interval;
         self.publish(Leadership {
             role: Role::Leader,
@@ -349,6 +374,28 @@ impl LeaseState {
     }
 
     fn check_deadline(&mut self, now: Instant) {
+        // The stop lead: renewals kept failing, so the work stops at
+        // `deadline − g`; the node still leads (and may renew) until the
+        // deadline. With g = 0 the deadline below does it all.
+        if let Standing::Leader {
+            epoch,
+            deadline,
+            working: true,
+        } = self.standing
+        {
+            let g = self.config.stop_lead;
+            if !g.is_zero() && now >= deadline - g && now < deadline {
+                self.standing = Standing::Leader {
+                    epoch,
+                    deadline,
+                    working: false,
+                };
+                self.commands.push_back(Command::StopWork {
+                    epoch,
+                    reason: Demotion::Expired,
+                });
+            }
+        }
         if let Standing::Leader { deadline, .. } = self.standing {
             if now >= deadline {
                 self.demote(Demotion::Expired);
@@ -358,9 +405,9 @@ impl LeaseState {
     }
 
     fn demote(&mut self, reason: Demotion) {
-        if let Standing::Leader { epoch, .. } = self.standing {
+        if let Standing::Leader { epoch, working, .. } = self.standing {
             self.standing = Standing::Follower;
-            if !self.keeps_work_on_demotion() {
+            if working && !self.keeps_work_on_demotion() {
                 self.commands.push_back(Command::StopWork { epoch, reason });
             }
             self.publish(Leadership {
@@ -532,7 +579,9 @@ impl LeaseState {
             next_request: self.next_request,
             in_flight: self.in_flight.map(|r| (r.id, r.operation, r.sent_at)),
             leading: match self.standing {
-                Standing::Leader { epoch, deadline } => Some((epoch, deadline)),
+                Standing::Leader {
+                    epoch, deadline, ..
+                } => Some((epoch, deadline)),
                 Standing::Follower => None,
             },
             next_attempt: self.next_attempt,

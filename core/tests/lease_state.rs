@@ -450,3 +450,178 @@ fn time_going_backwards_does_not_panic_or_lead() {
     assert_eq!(drain(&mut s), vec![]);
     assert_eq!(s.leadership().leader_epoch(), Some(Epoch::new(1)));
 }
+
+// --- Stop lead g (DESIGN §4b) -------------------------------------------
+
+/// Like [`leading`] with a stop lead of `g_ms`: deadline 9,899 ms, bound
+/// 9,899 − 2,500 − 2,500 = 4,899 ms.
+fn leading_with_stop_lead(g_ms: u64) -> LeaseState {
+    let mut c = config();
+    c.stop_lead = Duration::from_millis(g_ms);
+    assert_eq!(c.stop_lead_bound(), Duration::from_millis(4_899));
+    let mut s = LeaseState::new(c, ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    assert_eq!(drain(&mut s), vec![execute(1, Operation::Acquire)]);
+    s.handle_reply(
+        ms(2),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(1),
+        },
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Publish(leader(1)),
+            Command::StartWork {
+                epoch: Epoch::new(1)
+            }
+        ]
+    );
+    s
+}
+
+/// Renewals at 2,500 and 5,000 ms time out; the third goes out at 7,500.
+fn renewals_failing_until_7500(s: &mut LeaseState) {
+    let renew = Operation::Renew {
+        epoch: Epoch::new(1),
+    };
+    s.handle_timeout(ms(2_500));
+    assert_eq!(drain(s), vec![execute(2, renew)]);
+    for (at, id) in [(5_000, 2), (7_500, 3)] {
+        s.handle_timeout(ms(at));
+        assert_eq!(
+            drain(s),
+            vec![
+                Command::Cancel {
+                    request: RequestId(id)
+                },
+                execute(id + 1, renew)
+            ]
+        );
+    }
+}
+
+#[test]
+fn failing_renewals_stop_the_work_at_deadline_minus_g_and_demote_at_the_deadline() {
+    let mut s = leading_with_stop_lead(2_000);
+    renewals_failing_until_7500(&mut s);
+    // deadline − g = 9,899 − 2,000.
+    assert_eq!(s.poll_timeout(), Some(ms(7_899)));
+    s.handle_timeout(ms(7_898));
+    assert_eq!(drain(&mut s), vec![]);
+    s.handle_timeout(ms(7_899));
+    assert_eq!(
+        drain(&mut s),
+        vec![Command::StopWork {
+            epoch: Epoch::new(1),
+            reason: Demotion::Expired
+        }]
+    );
+    // Still the leader for the election until the deadline.
+    assert!(s.leadership().is_leader());
+    assert_eq!(s.leader_deadline(), Some(ms(9_899)));
+    assert_eq!(s.poll_timeout(), Some(ms(9_899)));
+    s.handle_timeout(ms(9_899));
+    // The follower publication, without a second StopWork.
+    assert_eq!(
+        drain(&mut s),
+        vec![Command::Publish(Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(1)),
+            holder: None,
+            reason: Some(Demotion::Expired),
+        })]
+    );
+}
+
+#[test]
+fn a_renewal_after_the_early_stop_starts_the_work_again_for_the_same_term() {
+    let mut s = leading_with_stop_lead(2_000);
+    renewals_failing_until_7500(&mut s);
+    s.handle_timeout(ms(7_899));
+    drain(&mut s);
+    s.handle_reply(ms(7_900), RequestId(4), Reply::Accepted);
+    assert_eq!(
+        drain(&mut s),
+        vec![Command::StartWork {
+            epoch: Epoch::new(1)
+        }]
+    );
+    assert_eq!(s.leader_deadline(), Some(ms(17_399)));
+    assert_eq!(s.poll_timeout(), Some(ms(10_000)));
+}
+
+#[test]
+fn shutdown_after_the_early_stop_does_not_stop_the_work_twice() {
+    let mut s = leading_with_stop_lead(2_000);
+    renewals_failing_until_7500(&mut s);
+    s.handle_timeout(ms(7_899));
+    drain(&mut s);
+    s.handle_shutdown(ms(8_000));
+    assert_eq!(
+        drain(&mut s),
+        vec![Command::Publish(Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(1)),
+            holder: None,
+            reason: Some(Demotion::Released),
+        })]
+    );
+}
+
+#[test]
+fn renewals_that_succeed_even_at_the_last_moment_never_stop_the_work_early() {
+    // The largest valid g, replies just inside the request timeout.
+    let mut c = config();
+    c.stop_lead = Duration::from_millis(4_899) - Duration::from_nanos(1);
+    let mut s = LeaseState::new(c, ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(
+        ms(2_499),
+        RequestId(1),
+        Reply::Acquired {
+            epoch: Epoch::new(1),
+        },
+    );
+    drain(&mut s);
+    for round in 1..=10u64 {
+        let sent = round * 2_500;
+        assert_eq!(s.poll_timeout(), Some(ms(sent)), "round {round}");
+        s.handle_timeout(ms(sent));
+        assert_eq!(
+            drain(&mut s),
+            vec![execute(
+                round + 1,
+                Operation::Renew {
+                    epoch: Epoch::new(1)
+                }
+            )]
+        );
+        let answered = Instant::from_nanos(ms(sent + 2_500).as_nanos() - 1);
+        s.handle_timeout(answered);
+        s.handle_reply(answered, RequestId(round + 1), Reply::Accepted);
+        assert_eq!(drain(&mut s), vec![], "round {round}");
+    }
+    assert!(s.leadership().is_leader());
+}
+
+#[test]
+fn a_stop_lead_beyond_the_bound_is_refused_naming_g_and_the_bound() {
+    let mut c = config();
+    c.stop_lead = Duration::from_millis(4_899);
+    let err = LeaseState::new(c, ms(0)).unwrap_err();
+    assert_eq!(
+        err,
+        picolease_core::ConfigError::StopLeadTooLong {
+            stop_lead: Duration::from_millis(4_899),
+            bound: Duration::from_millis(4_899),
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with("stop lead 4.899s must be less than 4.899s"),
+        "{text}"
+    );
+}

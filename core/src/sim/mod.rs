@@ -73,6 +73,14 @@ pub struct SimConfig {
     pub duration: Duration,
     /// The faults, by time.
     pub faults: Vec<Fault>,
+    /// Every node's stop lead `g` ([`Config::stop_lead`]); zero by default.
+    pub stop_lead: Duration,
+    /// When set, every node runs under this one node name, its holder ids
+    /// made by [`HolderId::incarnation`] (`name#xxxxxx`, a distinct
+    /// incarnation per node and per start), as when operators give several
+    /// processes, or a process and its restart, the same name. When unset
+    /// (the default) node `n` is `n{n}`, restarted `n{n}.{k}`.
+    pub node_name: Option<String>,
 }
 
 impl SimConfig {
@@ -90,6 +98,8 @@ impl SimConfig {
             notify: false,
             duration: Duration::from_secs(60),
             faults: Vec::new(),
+            stop_lead: Duration::ZERO,
+            node_name: None,
         }
     }
 
@@ -101,7 +111,19 @@ impl SimConfig {
             self.ttl,
         );
         config.seed = seed;
+        config.stop_lead = self.stop_lead;
         config
+    }
+
+    /// The holder id of node `node` in its `incarnation`-th start (from 1).
+    pub fn holder(&self, node: usize, incarnation: u32) -> Result<HolderId, ConfigError> {
+        match &self.node_name {
+            Some(name) => {
+                HolderId::incarnation(name, ((node as u64) << 12) | u64::from(incarnation & 0xfff))
+            }
+            None if incarnation <= 1 => HolderId::new(&format!("n{node}")),
+            None => HolderId::new(&format!("n{node}.{incarnation}")),
+        }
     }
 }
 
@@ -194,7 +216,7 @@ impl Simulation {
             let ppm = rng.range(0, 2 * max_ppm) as i64 - max_ppm as i64;
             sim.nodes.push(Node {
                 state: None,
-                holder: HolderId::new(&format!("n{n}"))?,
+                holder: sim.config.holder(n, 1)?,
                 incarnation: 0,
                 clock: DriftingClock::new(ppm),
                 paused: false,
@@ -330,11 +352,7 @@ impl Simulation {
 
     fn start_node(&mut self, node: usize) -> Result<(), ConfigError> {
         let inc = self.nodes[node].incarnation + 1;
-        let holder = if inc == 1 {
-            HolderId::new(&format!("n{node}"))?
-        } else {
-            HolderId::new(&format!("n{node}.{inc}"))?
-        };
+        let holder = self.config.holder(node, inc)?;
         let seed = self.config.seed ^ ((node as u64) << 32) ^ u64::from(inc);
         let config = self.config.lease_config(holder.clone(), seed);
         let n = &mut self.nodes[node];

@@ -225,13 +225,15 @@ impl Trace {
     }
 
     /// Invariant 2: every leadership has its own epoch, and successive
-    /// leaderships have strictly increasing epochs.
+    /// leaderships have strictly increasing epochs. Work stopped early by a
+    /// stop lead and started again by a renewal of the same term is the
+    /// same leadership: the same node may start its epoch again.
     pub fn check_fencing(&self) -> Result<(), Violation> {
         let mut last: Option<(usize, Epoch, u64)> = None;
         for e in &self.entries {
             if let Happening::Leader { epoch } = e.what {
                 if let Some((node, prev, at)) = last {
-                    if epoch <= prev {
+                    if epoch < prev || (epoch == prev && node != e.node) {
                         return Err(violation(
                             "fencing",
                             format!(

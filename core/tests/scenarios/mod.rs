@@ -64,6 +64,8 @@ pub fn faulty_cluster() -> impl Strategy<Value = SimConfig> {
                     notify,
                     duration,
                     faults,
+                    stop_lead: Duration::ZERO,
+                    node_name: None,
                 }
             },
         )
@@ -102,6 +104,24 @@ pub fn calm_cluster(fault: Option<FaultKind>) -> impl Strategy<Value = SimConfig
                     })
                     .into_iter()
                     .collect(),
+                stop_lead: Duration::ZERO,
+                node_name: None,
             }
         })
+}
+
+/// A valid stop lead for `config`: zero, or a random value below the bound
+/// of `Config::stop_lead_bound` (`per_mille` of it, from 0 to 999).
+pub fn stop_lead_for(config: &SimConfig, per_mille: u32) -> Duration {
+    let probe = config.lease_config(picolease_core::HolderId::new("probe").unwrap(), 0);
+    probe.stop_lead_bound() * per_mille / 1000
+}
+
+/// [`faulty_cluster`] whose nodes stop their work early by a random valid
+/// stop lead `g`.
+pub fn faulty_cluster_with_stop_lead() -> impl Strategy<Value = SimConfig> {
+    (faulty_cluster(), 0u32..1000).prop_map(|(mut config, per_mille)| {
+        config.stop_lead = stop_lead_for(&config, per_mille);
+        config
+    })
 }
