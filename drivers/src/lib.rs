@@ -28,6 +28,7 @@ pub use picolease_core::{
 };
 
 mod clock;
+mod metrics;
 mod publish;
 mod subscription;
 mod view;
@@ -35,7 +36,7 @@ mod view;
 pub use clock::{boottime, Clock, SystemClock};
 pub use publish::{Transition, RENEW_SAMPLES};
 pub use subscription::{RecvError, Subscription, SUBSCRIPTION_CAPACITY};
-pub use view::{LeaseView, Term};
+pub use view::{LeaseView, Snapshot, Snapshots, Term};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;

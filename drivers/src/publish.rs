@@ -10,13 +10,15 @@
 //! drift apart in what they report.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use picolease_core::Leadership;
+use picolease_core::{Config, HolderId, Leadership, LeaseName, Operation};
 use tokio::sync::watch;
 
 use crate::clock::SharedClock;
+use crate::metrics::{Outcome, StatementKind};
 use crate::subscription::{lock, Mailbox, Subscription};
 
 /// How many recent renew latencies a driver keeps (the most recent).
@@ -33,6 +35,27 @@ pub struct Transition {
     pub at: SystemTime,
     /// Monotonic time of publication (for measuring gaps and overlaps).
     pub instant: std::time::Instant,
+}
+
+/// What the publisher learns of its lease when the handle is built.
+pub(crate) struct Attached {
+    pub(crate) lease: LeaseName,
+    pub(crate) holder: HolderId,
+    /// How long the loop may go without a step before it counts as wedged.
+    pub(crate) stall_after: Duration,
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::Metrics,
+}
+
+/// The loop's progress, for health checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Health {
+    /// The loop's last step (a step of the core, or a statement's outcome).
+    pub(crate) last_step: std::time::Instant,
+    /// The last statement the database answered.
+    pub(crate) last_success: Option<(std::time::Instant, SystemTime)>,
+    /// Whether the last publication was a leader's, and at which epoch.
+    led: Option<u64>,
 }
 
 #[derive(Default)]
@@ -55,6 +78,10 @@ pub(crate) struct Publisher {
     progress: Mutex<Progress>,
     changed: Condvar,
     renewals: Mutex<VecDeque<Duration>>,
+    attached: OnceLock<Attached>,
+    health: Mutex<Health>,
+    /// Test seam: the loop blocks at its next step (see `wedge`).
+    wedged: AtomicBool,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -76,7 +103,78 @@ impl Publisher {
             progress: Mutex::default(),
             changed: Condvar::new(),
             renewals: Mutex::new(VecDeque::with_capacity(RENEW_SAMPLES)),
+            attached: OnceLock::new(),
+            health: Mutex::new(Health {
+                last_step: std::time::Instant::now(),
+                last_success: None,
+                led: None,
+            }),
+            wedged: AtomicBool::new(false),
         }
+    }
+
+    /// Learns the lease's name and timings (once, when the handle is
+    /// built): registers its metrics at zero and brings them up to date.
+    pub(crate) fn attach(&self, config: &Config) {
+        let mut health = lock(&self.health);
+        let attached = Attached {
+            lease: config.lease.clone(),
+            holder: config.holder.clone(),
+            stall_after: stall_after(config),
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Metrics::register(config.lease.as_str()),
+        };
+        if self.attached.set(attached).is_err() {
+            return;
+        }
+        // Anything published before (the driver may start first).
+        #[cfg(feature = "metrics")]
+        if let Some(attached) = self.attached.get() {
+            let now = self.leadership();
+            attached.metrics.leadership(&now, health.led.is_some());
+        }
+        health.last_step = std::time::Instant::now();
+    }
+
+    /// The lease's name and timings, once attached.
+    pub(crate) fn attached(&self) -> Option<&Attached> {
+        self.attached.get()
+    }
+
+    /// The loop's progress.
+    pub(crate) fn health(&self) -> Health {
+        *lock(&self.health)
+    }
+
+    /// Test seam: the driver's loop blocks at its next step, for ever, so
+    /// a health check can be seen to fail.
+    pub(crate) fn wedge(&self) {
+        self.wedged.store(true, Ordering::SeqCst);
+    }
+
+    /// A statement ended: the loop advanced; its duration and outcome go to
+    /// the metrics. Called by both drivers for every statement.
+    pub(crate) fn record_statement(
+        &self,
+        operation: Operation,
+        elapsed: Duration,
+        outcome: Outcome,
+    ) {
+        let statement = StatementKind::of(operation);
+        {
+            let mut health = lock(&self.health);
+            let now = std::time::Instant::now();
+            health.last_step = now;
+            if outcome == Outcome::Answered {
+                health.last_success = Some((now, SystemTime::now()));
+            }
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(attached) = self.attached.get() {
+            attached.metrics.statement(statement, elapsed, outcome);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (statement, elapsed);
     }
 
     /// Carries out the core's `Publish`: the watch channel, every
@@ -87,6 +185,18 @@ impl Publisher {
             at: SystemTime::now(),
             instant: std::time::Instant::now(),
         };
+        {
+            let mut health = lock(&self.health);
+            let epoch = leadership.epoch.map_or(0, |e| e.get());
+            let became_leader = leadership.is_leader() && health.led != Some(epoch);
+            health.led = leadership.is_leader().then_some(epoch);
+            #[cfg(feature = "metrics")]
+            if let Some(attached) = self.attached.get() {
+                attached.metrics.leadership(&leadership, became_leader);
+            }
+            #[cfg(not(feature = "metrics"))]
+            let _ = became_leader;
+        }
         self.leadership.send_replace(leadership);
         // A subscription dropped by its reader is dropped here too.
         lock(&self.subscribers).retain(|mailbox| {
@@ -129,7 +239,15 @@ impl Publisher {
     /// Records the leader's deadline (on the driver's clock), or `None`
     /// when not leading. Called after every step of the core.
     pub(crate) fn set_deadline(&self, deadline: Option<Duration>) {
+        while self.wedged.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         *lock(&self.deadline) = deadline;
+        lock(&self.health).last_step = std::time::Instant::now();
+        #[cfg(feature = "metrics")]
+        if let Some(attached) = self.attached.get() {
+            attached.metrics.remaining(self.time_left());
+        }
     }
 
     /// The leader's deadline on the driver's clock, if leading.
@@ -154,14 +272,17 @@ impl Publisher {
         samples.push_back(latency);
     }
 
-    pub(crate) fn subscribe(&self) -> Subscription {
+    pub(crate) fn subscribe(self: &Arc<Self>) -> Subscription {
         let mailbox = Arc::new(Mailbox::default());
         if lock(&self.progress).finished {
             mailbox.close();
         } else {
             lock(&self.subscribers).push(Arc::clone(&mailbox));
         }
-        Subscription { mailbox }
+        Subscription {
+            mailbox,
+            source: Arc::clone(self),
+        }
     }
 
     pub(crate) fn leadership(&self) -> Leadership {
@@ -229,6 +350,14 @@ impl Publisher {
     }
 }
 
+/// How long the loop may go without a step before a health check calls it
+/// wedged: a follower's poll (the interval), a statement and a timed-out
+/// one (2 × request timeout), and the longest reconnect backoff (the
+/// PostgreSQL driver's cap: the interval, at least 100 ms).
+pub(crate) fn stall_after(config: &Config) -> Duration {
+    config.interval + config.request_timeout * 2 + config.interval.max(Duration::from_millis(100))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_subscriber_sees_every_change_in_order_then_closed() {
-        let publisher = Publisher::new(crate::clock::system());
+        let publisher = Arc::new(Publisher::new(crate::clock::system()));
         let mut sub = publisher.subscribe();
         for epoch in 1..=3 {
             publisher.publish(leading(epoch));
@@ -263,7 +392,7 @@ mod tests {
 
     #[test]
     fn a_subscriber_that_never_reads_is_bounded_and_told_what_it_missed() {
-        let publisher = Publisher::new(crate::clock::system());
+        let publisher = Arc::new(Publisher::new(crate::clock::system()));
         let mut sub = publisher.subscribe();
         let extra = 10u64;
         for epoch in 0..(SUBSCRIPTION_CAPACITY as u64 + extra) {
@@ -280,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_dropped_subscription_is_forgotten_and_a_late_one_is_closed() {
-        let publisher = Publisher::new(crate::clock::system());
+        let publisher = Arc::new(Publisher::new(crate::clock::system()));
         drop(publisher.subscribe());
         publisher.publish(leading(1));
         assert!(lock(&publisher.subscribers).is_empty());
@@ -295,7 +424,7 @@ mod tests {
 
     #[test]
     fn renew_latencies_keep_the_most_recent() {
-        let publisher = Publisher::new(crate::clock::system());
+        let publisher = Arc::new(Publisher::new(crate::clock::system()));
         for ms in 0..(RENEW_SAMPLES as u64 + 5) {
             publisher.record_renewal(Duration::from_millis(ms));
         }

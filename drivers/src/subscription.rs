@@ -93,6 +93,8 @@ impl Mailbox {
 /// iterator) or async code ([`Subscription::recv`]).
 pub struct Subscription {
     pub(crate) mailbox: Arc<Mailbox>,
+    /// The publisher it reads from (for [`Subscription::snapshots`]).
+    pub(crate) source: Arc<crate::publish::Publisher>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -107,6 +109,12 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
+    /// A reader of the lease's [`crate::Snapshot`] (the same as the
+    /// handle's `snapshots()`), for code that holds only the subscription.
+    pub fn snapshots(&self) -> crate::Snapshots {
+        crate::Snapshots::new(Arc::clone(&self.source))
+    }
+
     /// Changes waiting to be read (for tests of the bound).
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {

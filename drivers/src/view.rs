@@ -6,9 +6,9 @@
 //! Gated work's contexts dereference to a [`Term`] the same way.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use picolease_core::{Config, Epoch, HolderId, Leadership, LeaseName};
+use picolease_core::{Config, Epoch, HolderId, Leadership, LeaseName, Role};
 use tokio::sync::watch;
 
 use crate::publish::Publisher;
@@ -33,6 +33,7 @@ impl std::fmt::Debug for LeaseView {
 
 impl LeaseView {
     pub(crate) fn new(config: Config, publisher: Arc<Publisher>) -> Self {
+        publisher.attach(&config);
         LeaseView { config, publisher }
     }
 
@@ -85,6 +86,122 @@ impl LeaseView {
     /// statement to the core having handled its reply.
     pub fn renew_latencies(&self) -> Vec<Duration> {
         self.publisher.renew_latencies()
+    }
+
+    /// Everything a health check or a "who leads" endpoint needs, read at
+    /// once: see [`Snapshot`].
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshots().snapshot()
+    }
+
+    /// A cheap, cloneable reader of [`LeaseView::snapshot`] to hand to
+    /// another thread (an HTTP server's, say); it outlives the handle.
+    pub fn snapshots(&self) -> Snapshots {
+        Snapshots::new(Arc::clone(&self.publisher))
+    }
+}
+
+/// What a contender knows of its lease at one moment: the data behind a
+/// `/leader` and a `/healthz` endpoint. Plain data; read it with
+/// [`LeaseView::snapshot`] or [`Snapshots::snapshot`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The lease.
+    pub lease: LeaseName,
+    /// This contender's holder id.
+    pub me: HolderId,
+    /// Leader or follower.
+    pub role: Role,
+    /// The epoch held (leader) or last observed (follower); `None` before
+    /// the first answer.
+    pub epoch: Option<Epoch>,
+    /// The holder as this contender last saw it (itself while leading;
+    /// `None` when free or not yet known).
+    pub holder: Option<HolderId>,
+    /// Wall-clock time of the last statement the database answered.
+    pub last_success: Option<SystemTime>,
+    /// How long ago that was.
+    pub since_success: Option<Duration>,
+    /// How long since the driver's loop last advanced (a step of the
+    /// election or a statement's outcome).
+    pub since_progress: Duration,
+    /// Past this without progress the loop counts as wedged: interval +
+    /// 2 × request timeout + the reconnect backoff's cap (the interval, at
+    /// least 100 ms).
+    pub stall_after: Duration,
+    /// While leading, the time to the deadline; `None` on a follower.
+    pub time_left: Option<Duration>,
+    /// The driver has stopped.
+    pub finished: bool,
+}
+
+impl Snapshot {
+    /// True while this contender leads.
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+
+    /// True when the loop has not advanced for longer than
+    /// [`Snapshot::stall_after`] (never merely because this contender
+    /// follows or the database is unreachable: failed statements are
+    /// progress too).
+    pub fn is_wedged(&self) -> bool {
+        !self.finished && self.since_progress > self.stall_after
+    }
+}
+
+/// A cloneable reader of one lease's [`Snapshot`], usable from any thread;
+/// from [`LeaseView::snapshots`] or [`crate::Subscription::snapshots`].
+#[derive(Clone)]
+pub struct Snapshots {
+    publisher: Arc<Publisher>,
+}
+
+impl std::fmt::Debug for Snapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshots").finish_non_exhaustive()
+    }
+}
+
+impl Snapshots {
+    pub(crate) fn new(publisher: Arc<Publisher>) -> Self {
+        Snapshots { publisher }
+    }
+
+    /// The lease's state now.
+    pub fn snapshot(&self) -> Snapshot {
+        let publisher = &self.publisher;
+        let leadership = publisher.leadership();
+        let health = publisher.health();
+        let (lease, me, stall_after) = match publisher.attached() {
+            Some(a) => (a.lease.clone(), a.holder.clone(), a.stall_after),
+            // Only between a builder's `subscribe` and its `start`.
+            None => (
+                LeaseName::new("unknown").unwrap_or_else(|_| unreachable!()),
+                HolderId::new("unknown").unwrap_or_else(|_| unreachable!()),
+                Duration::MAX,
+            ),
+        };
+        Snapshot {
+            lease,
+            me,
+            role: leadership.role,
+            epoch: leadership.epoch,
+            holder: leadership.holder,
+            last_success: health.last_success.map(|(_, at)| at),
+            since_success: health.last_success.map(|(at, _)| at.elapsed()),
+            since_progress: health.last_step.elapsed(),
+            stall_after,
+            time_left: publisher.time_left(),
+            finished: publisher.is_finished(),
+        }
+    }
+
+    /// Test seam: blocks the driver's loop at its next step, for ever, so
+    /// that a health check can be seen to fail. Not for production use.
+    #[doc(hidden)]
+    pub fn wedge_loop_for_tests(&self) {
+        self.publisher.wedge();
     }
 }
 

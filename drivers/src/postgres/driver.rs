@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use super::error::PgError;
 use super::gate::{Gate, GatedTask};
 use super::link::{operation_name, Call, Link};
+use crate::metrics::Outcome;
 use crate::publish::Publisher;
 
 /// Messages from the handle to the loop.
@@ -118,6 +119,11 @@ impl Driver {
                         continue;
                     };
                     let reply = self.reply(operation, result, &mut fatal);
+                    self.publisher.record_statement(operation, issued.elapsed(), match reply {
+                        Reply::Failed(Failure::Fatal) => Outcome::Fatal,
+                        Reply::Failed(Failure::Transient) => Outcome::Transient,
+                        _ => Outcome::Answered,
+                    });
                     let accepted_renew = matches!((operation, &reply), (Operation::Renew { .. }, Reply::Accepted));
                     let now = self.now();
                     self.lease.handle_reply(now, request, reply);
@@ -231,6 +237,11 @@ impl Driver {
                         during,
                         after: timeout,
                     });
+                    self.publisher.record_statement(
+                        abandoned.operation,
+                        abandoned.issued.elapsed(),
+                        Outcome::Timeout,
+                    );
                     drop(abandoned);
                     if let Some(token) = self.link.abandon() {
                         let cancel = self.link.connector().cancel(token);

@@ -15,6 +15,7 @@ use super::error::Error;
 use super::gate::{Gate, Work};
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
+use crate::metrics::Outcome;
 use crate::publish::Publisher;
 
 /// A closure run on the lease thread's connection, between statements.
@@ -172,10 +173,14 @@ impl Worker {
             holder: self.holder.as_str(),
             ttl_millis: self.ttl_millis,
         };
+        let started = std::time::Instant::now();
         let (reply, error) = {
             let _armed = self.watchdog.arm();
             self.table.execute(operation, &bindings, &self.holder)
         };
+        let outcome = statement_outcome(&reply, error.as_ref());
+        self.publisher
+            .record_statement(operation, started.elapsed(), outcome);
         if let Some(error) = error {
             match reply {
                 Reply::Failed(Failure::Fatal) => {
@@ -186,5 +191,20 @@ impl Worker {
             }
         }
         reply
+    }
+}
+
+/// A statement's outcome for the metrics: interrupted by the watchdog
+/// (past the request timeout) counts as a timeout.
+fn statement_outcome(reply: &Reply, error: Option<&Error>) -> Outcome {
+    match (reply, error) {
+        (_, Some(Error::Sqlite { source, .. }))
+            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) =>
+        {
+            Outcome::Timeout
+        }
+        (Reply::Failed(Failure::Fatal), _) => Outcome::Fatal,
+        (Reply::Failed(Failure::Transient), _) => Outcome::Transient,
+        _ => Outcome::Answered,
     }
 }

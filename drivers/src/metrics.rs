@@ -1,0 +1,211 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade
+//! (feature `metrics`, on by default): install any exporter's recorder
+//! before starting a lease and its series appear there. Every sample
+//! carries the label `lease` (the lease name).
+//!
+//! | name | kind | labels | what |
+//! | --- | --- | --- | --- |
+//! | `picolease_leader` | gauge | | 1 while this contender leads, else 0 |
+//! | `picolease_epoch` | gauge | | the epoch last held or observed |
+//! | `picolease_transitions_total` | counter | `to` = `leader`\|`follower`, `reason` | terms begun (`reason="acquired"`) and ended (`lost`, `expired`, `released`, `error`) |
+//! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release` | from issuing a statement to its outcome (timeouts excluded) |
+//! | `picolease_statement_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal`\|`timeout` | failed statements |
+//! | `picolease_lease_remaining_seconds` | gauge | | the leader's time to its deadline, as of the driver's last step; 0 on a follower |
+//!
+//! Every series is registered at zero when the lease starts (when its
+//! handle is built), so a dashboard sees it before the first event. The
+//! handles are taken from the recorder installed at that moment: install
+//! the recorder first.
+//!
+//! Without the feature the drivers still call the same hooks, which then
+//! only feed the [`crate::Snapshot`].
+
+#[cfg(feature = "metrics")]
+use std::time::Duration;
+
+use picolease_core::Operation;
+
+/// The three statements of the protocol, as the `statement` label names
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StatementKind {
+    Acquire,
+    Renew,
+    Release,
+}
+
+impl StatementKind {
+    #[cfg(feature = "metrics")]
+    pub(crate) const ALL: [StatementKind; 3] = [
+        StatementKind::Acquire,
+        StatementKind::Renew,
+        StatementKind::Release,
+    ];
+
+    pub(crate) fn of(operation: Operation) -> Self {
+        match operation {
+            Operation::Acquire => StatementKind::Acquire,
+            Operation::Renew { .. } => StatementKind::Renew,
+            Operation::Release { .. } => StatementKind::Release,
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StatementKind::Acquire => "acquire",
+            StatementKind::Renew => "renew",
+            StatementKind::Release => "release",
+        }
+    }
+
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How a statement ended, as a driver reports it to
+/// `Publisher::record_statement`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The database answered (whatever the answer: taken, held, rejected).
+    Answered,
+    /// A failure worth retrying (lost connection, busy database).
+    Transient,
+    /// A failure that stops the driver.
+    Fatal,
+    /// Abandoned (or interrupted) at the request timeout.
+    Timeout,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl Outcome {
+    const FAILURES: [Outcome; 3] = [Outcome::Transient, Outcome::Fatal, Outcome::Timeout];
+
+    fn failure_index(self) -> Option<usize> {
+        match self {
+            Outcome::Answered => None,
+            Outcome::Transient => Some(0),
+            Outcome::Fatal => Some(1),
+            Outcome::Timeout => Some(2),
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Answered => "ok",
+            Outcome::Transient => "transient",
+            Outcome::Fatal => "fatal",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// The demotion reasons, as `reason` labels of `to="follower"`.
+#[cfg(feature = "metrics")]
+const DEMOTIONS: [picolease_core::Demotion; 4] = [
+    picolease_core::Demotion::Lost,
+    picolease_core::Demotion::Expired,
+    picolease_core::Demotion::Released,
+    picolease_core::Demotion::Error,
+];
+
+/// One lease's metric handles, taken once from the recorder.
+#[cfg(feature = "metrics")]
+pub(crate) struct Metrics {
+    leader: metrics::Gauge,
+    epoch: metrics::Gauge,
+    remaining: metrics::Gauge,
+    to_leader: metrics::Counter,
+    to_follower: [metrics::Counter; 4],
+    durations: [metrics::Histogram; 3],
+    failures: [[metrics::Counter; 3]; 3],
+}
+
+#[cfg(feature = "metrics")]
+impl Metrics {
+    /// Takes the handles and registers every series at zero.
+    pub(crate) fn register(lease: &str) -> Self {
+        use metrics::{counter, gauge, histogram};
+        let lease = lease.to_string();
+        let metrics = Metrics {
+            leader: gauge!("picolease_leader", "lease" => lease.clone()),
+            epoch: gauge!("picolease_epoch", "lease" => lease.clone()),
+            remaining: gauge!("picolease_lease_remaining_seconds", "lease" => lease.clone()),
+            to_leader: counter!(
+                "picolease_transitions_total",
+                "lease" => lease.clone(), "to" => "leader", "reason" => "acquired"
+            ),
+            to_follower: DEMOTIONS.map(|reason| {
+                counter!(
+                    "picolease_transitions_total",
+                    "lease" => lease.clone(), "to" => "follower", "reason" => reason.as_str()
+                )
+            }),
+            durations: StatementKind::ALL.map(|statement| {
+                histogram!(
+                    "picolease_statement_duration_seconds",
+                    "lease" => lease.clone(), "statement" => statement.as_str()
+                )
+            }),
+            failures: StatementKind::ALL.map(|statement| {
+                Outcome::FAILURES.map(|kind| {
+                    counter!(
+                        "picolease_statement_failures_total",
+                        "lease" => lease.clone(), "statement" => statement.as_str(), "kind" => kind.as_str()
+                    )
+                })
+            }),
+        };
+        metrics.leader.set(0.0);
+        metrics.epoch.set(0.0);
+        metrics.remaining.set(0.0);
+        metrics.to_leader.increment(0);
+        for counter in metrics
+            .to_follower
+            .iter()
+            .chain(metrics.failures.iter().flatten())
+        {
+            counter.increment(0);
+        }
+        metrics
+    }
+
+    /// A published state: the gauges, and a transition if it is one.
+    pub(crate) fn leadership(&self, leadership: &picolease_core::Leadership, became_leader: bool) {
+        self.leader
+            .set(if leadership.is_leader() { 1.0 } else { 0.0 });
+        if let Some(epoch) = leadership.epoch {
+            // Epochs stay far below 2^53 in practice; the gauge is an f64.
+            self.epoch.set(epoch.get() as f64);
+        }
+        if became_leader {
+            self.to_leader.increment(1);
+        }
+        if let Some(reason) = leadership.reason {
+            if let Some(i) = DEMOTIONS.iter().position(|&r| r == reason) {
+                self.to_follower[i].increment(1);
+            }
+        }
+        if !leadership.is_leader() {
+            self.remaining.set(0.0);
+        }
+    }
+
+    /// The leader's time left (zero on a follower).
+    pub(crate) fn remaining(&self, left: Option<Duration>) {
+        self.remaining
+            .set(left.map_or(0.0, |left| left.as_secs_f64()));
+    }
+
+    /// One statement's outcome.
+    pub(crate) fn statement(&self, statement: StatementKind, elapsed: Duration, outcome: Outcome) {
+        if outcome != Outcome::Timeout {
+            self.durations[statement.index()].record(elapsed.as_secs_f64());
+        }
+        if let Some(i) = outcome.failure_index() {
+            self.failures[statement.index()][i].increment(1);
+        }
+    }
+}
