@@ -36,9 +36,15 @@ pub enum Command {
     Init,
     /// Show every lease: name, holder, epoch, time left.
     Status {
-        /// One JSON array on stdout.
+        /// One JSON array on stdout (with --watch: one row object per
+        /// line).
         #[arg(long)]
         json: bool,
+        /// Keep watching: print the table again whenever a row's holder,
+        /// epoch or free/held state changes (with --json, each row once at
+        /// start and again when it changes) until SIGINT or SIGTERM.
+        #[arg(long)]
+        watch: bool,
     },
     /// Contend for a lease until stopped; optionally run CMD while leader.
     Run(RunArgs),
@@ -158,6 +164,12 @@ pub struct RunArgs {
     /// One JSON object per line for each transition.
     #[arg(long)]
     pub json: bool,
+    /// Serve HTTP on ADDR (IP:PORT or localhost:PORT) while running:
+    /// GET /metrics (Prometheus text), /leader (200 when leading, else
+    /// 503; {"name", "holder", "epoch"}) and /healthz (503 only when the
+    /// election loop is wedged).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     /// The command to run while leader.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -12,6 +12,7 @@ mod demo;
 mod duration;
 mod failure;
 mod guard;
+mod http;
 mod output;
 mod pdeathsig;
 

@@ -1,8 +1,15 @@
 //! `init`, `status` and `release --force`: one statement each.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use picolease::sql::LeaseRow;
+use picolease::sqlite::Location;
 use picolease::{LeaseName, TableName};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::backend::Backend;
 use crate::duration::show;
@@ -22,26 +29,32 @@ pub fn init(backend: &Backend, table: &TableName) -> Result<ExitCode, CliError> 
 pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
     let rows = backend.status(table)?;
     if json {
-        let array: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|row| {
-                serde_json::json!({
-                    "name": row.name,
-                    "holder": row.holder,
-                    "epoch": row.epoch.get(),
-                    "expires_in_ms": row.expires_in_ms,
-                })
-            })
-            .collect();
+        let array: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
         line(&serde_json::Value::Array(array).to_string());
-        return Ok(ExitCode::SUCCESS);
+    } else {
+        print_table(backend, table, &rows);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One row as `status --json` shows it.
+fn row_json(row: &LeaseRow) -> serde_json::Value {
+    serde_json::json!({
+        "name": row.name,
+        "holder": row.holder,
+        "epoch": row.epoch.get(),
+        "expires_in_ms": row.expires_in_ms,
+    })
+}
+
+/// The status table.
+fn print_table(backend: &Backend, table: &TableName, rows: &[LeaseRow]) {
     if rows.is_empty() {
         line(&format!(
             "no leases in table {table} of {}",
             backend.place()
         ));
-        return Ok(ExitCode::SUCCESS);
+        return;
     }
     let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     let holder_width = rows
@@ -75,7 +88,125 @@ pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCo
             row.epoch.get()
         ));
     }
+}
+
+/// What `status --watch` compares: holder, epoch, and held (a holder whose
+/// row has not expired) or free.
+type RowKey = (Option<String>, u64, bool);
+
+fn row_key(row: &LeaseRow) -> RowKey {
+    let held = row.holder.is_some() && row.expires_in_ms.is_some_and(|ms| ms > 0);
+    (row.holder.clone(), row.epoch.get(), held)
+}
+
+/// How often `status --watch` checks for a change.
+const WATCH_TICK: Duration = Duration::from_millis(20);
+
+/// `picolease status --watch [--json]`: the table (or each row, as one
+/// JSON object per line) at start and again whenever a row changes, until
+/// SIGINT or SIGTERM (exit 0).
+///
+/// Change detection: on SQLite, `PRAGMA data_version` on a connection of
+/// its own every 20 ms (rows are read only when another connection has
+/// committed), plus a read every second to see a held row expire with no
+/// write; on PostgreSQL, a read every 200 ms.
+pub fn watch(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
+    }
+    let mut probe = Probe::new(backend);
+    let mut shown: Option<BTreeMap<String, RowKey>> = None;
+    let mut last_read: Option<Instant> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let changed = probe.changed();
+        if changed || last_read.is_none_or(|at| at.elapsed() >= probe.reread) {
+            last_read = Some(Instant::now());
+            let rows = match backend.status(table) {
+                Ok(rows) => rows,
+                Err(e @ CliError::Usage(_)) => return Err(e),
+                Err(e) => {
+                    eprintln!("warning: {e}; retrying");
+                    std::thread::sleep(probe.reread);
+                    continue;
+                }
+            };
+            let keys: BTreeMap<String, RowKey> =
+                rows.iter().map(|r| (r.name.clone(), row_key(r))).collect();
+            if json {
+                for row in &rows {
+                    let before = shown.as_ref().and_then(|s| s.get(&row.name));
+                    if before != Some(&row_key(row)) {
+                        line(&row_json(row).to_string());
+                    }
+                }
+            } else if shown.as_ref() != Some(&keys) {
+                if shown.is_some() {
+                    line("");
+                }
+                print_table(backend, table, &rows);
+            }
+            shown = Some(keys);
+        }
+        std::thread::sleep(probe.tick);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A cheap "did anything change?" for `watch`.
+struct Probe {
+    /// SQLite: the file, and a connection of our own once it opens.
+    file: Option<(std::path::PathBuf, Option<rusqlite::Connection>, i64)>,
+    tick: Duration,
+    reread: Duration,
+}
+
+impl Probe {
+    fn new(backend: &Backend) -> Self {
+        match backend {
+            Backend::Sqlite(Location::File(path)) => Probe {
+                file: Some((path.clone(), None, -1)),
+                tick: WATCH_TICK,
+                reread: Duration::from_secs(1),
+            },
+            _ => Probe {
+                file: None,
+                tick: Duration::from_millis(200),
+                reread: Duration::from_millis(200),
+            },
+        }
+    }
+
+    /// True when another connection committed since the last call (SQLite's
+    /// `data_version`); false when unknown (the periodic read covers it).
+    fn changed(&mut self) -> bool {
+        let Some((path, connection, seen)) = &mut self.file else {
+            return false;
+        };
+        if connection.is_none() {
+            *connection = rusqlite::Connection::open_with_flags(
+                &*path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .ok();
+        }
+        let Some(open) = connection else {
+            return false;
+        };
+        match open.query_row("PRAGMA data_version", [], |row| row.get::<_, i64>(0)) {
+            Ok(version) => {
+                let changed = version != *seen;
+                *seen = version;
+                changed
+            }
+            Err(_) => {
+                *connection = None;
+                false
+            }
+        }
+    }
 }
 
 /// `picolease release --name N --force`: frees the lease and bumps its

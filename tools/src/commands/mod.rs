@@ -61,7 +61,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
     let backend = Backend::parse(&cli.db)?;
     match cli.command {
         Command::Init => admin::init(&backend, &table),
-        Command::Status { json } => admin::status(&backend, &table, json),
+        Command::Status { json, watch: false } => admin::status(&backend, &table, json),
+        Command::Status { json, watch: true } => admin::watch(&backend, &table, json),
         Command::Release { name, force } => admin::release(&backend, &table, &name, force),
         Command::Run(args) => run::run(&backend, &table, args),
         Command::Demo { .. }

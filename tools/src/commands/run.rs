@@ -67,6 +67,15 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     config.seed = random_u64();
     config.validate().map_err(CliError::usage)?;
     let grace = grace(&config, args.grace, !args.command.is_empty())?;
+    // A malformed address is refused before anything starts (exit 2), a
+    // taken one when binding (exit 1); the recorder is installed before
+    // the lease starts, so every series is registered at zero.
+    let listener = match &args.listen {
+        Some(value) => Some(crate::http::Listener::bind(crate::http::parse_listen(
+            value,
+        )?)?),
+        None => None,
+    };
 
     // Signals first, so a SIGTERM during start-up is not lost.
     let (tx, events) = mpsc::channel();
@@ -90,8 +99,29 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         json: args.json,
     };
     let (driver, transitions) = backend.start(table, config, gated)?;
+    if let Some(listener) = listener {
+        tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
+        listener.serve(transitions.snapshots())?;
+    }
+    wedge_for_tests(&transitions);
     forward_transitions(transitions, tx);
     session(&printer, driver, &events)
+}
+
+/// Test seam (hidden): `PICOLEASE_TEST_WEDGE_AFTER_MS=N` blocks the
+/// driver's loop N ms after the start, so a test sees /healthz fail.
+fn wedge_for_tests(transitions: &Subscription) {
+    let Some(after) = std::env::var("PICOLEASE_TEST_WEDGE_AFTER_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    else {
+        return;
+    };
+    let snapshots = transitions.snapshots();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(after));
+        snapshots.wedge_loop_for_tests();
+    });
 }
 
 /// The grace between SIGTERM and SIGKILL when a term ends, checked against

@@ -1,0 +1,199 @@
+//! `run --listen ADDR`: a small HTTP server (tiny_http, one thread) beside
+//! the election loop.
+//!
+//! | path | answer |
+//! | --- | --- |
+//! | `GET /metrics` | 200, the Prometheus text exposition of the library's metrics (`lease` = `--name`) |
+//! | `GET /leader` | 200 while this process leads, else 503; `{"name", "holder", "epoch"}`: the holder as last seen (its stored id in full; null when free) |
+//! | `GET /healthz` | 200 while the loop makes progress; 503 once it has not advanced for interval + 2 × request timeout + the backoff cap (wedged). A follower, or a database out of reach, is healthy |
+//!
+//! Anything else is 404 (405 for a method other than GET or HEAD).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use picolease::{Snapshot, Snapshots};
+use serde_json::json;
+use tiny_http::{Header, Method, Request, Response, Server};
+
+use crate::failure::CliError;
+
+/// Bucket bounds of `picolease_statement_duration_seconds`, in seconds.
+const STATEMENT_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// Parses `--listen`: `IP:PORT` (IPv6 in brackets) or `localhost:PORT`.
+pub fn parse_listen(value: &str) -> Result<SocketAddr, CliError> {
+    let malformed = || {
+        CliError::usage(format!(
+            "--listen {value:?} is not an address: use IP:PORT or localhost:PORT (e.g. 127.0.0.1:9464)"
+        ))
+    };
+    if let Ok(addr) = value.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let port = value.strip_prefix("localhost:").ok_or_else(malformed)?;
+    let port: u16 = port.parse().map_err(|_| malformed())?;
+    ("localhost", port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.find(SocketAddr::is_ipv4).or_else(|| addrs.next()))
+        .ok_or_else(malformed)
+}
+
+/// A bound, not yet serving, listener with its metrics recorder.
+pub struct Listener {
+    server: Arc<Server>,
+    metrics: PrometheusHandle,
+    addr: SocketAddr,
+}
+
+impl Listener {
+    /// Binds `addr` (exit 1 when taken) and installs the Prometheus
+    /// recorder: call before the lease starts, so its series register.
+    pub fn bind(addr: SocketAddr) -> Result<Self, CliError> {
+        let server = Server::http(addr)
+            .map_err(|e| CliError::runtime(format!("--listen {addr}: cannot listen there: {e}")))?;
+        let metrics = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("picolease_statement_duration_seconds".into()),
+                &STATEMENT_BUCKETS,
+            )
+            .and_then(PrometheusBuilder::install_recorder)
+            .map_err(|e| CliError::runtime(format!("cannot install the metrics recorder: {e}")))?;
+        Ok(Listener {
+            server: Arc::new(server),
+            metrics,
+            addr,
+        })
+    }
+
+    /// The address bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves on a thread of its own until the process exits.
+    pub fn serve(self, snapshots: Snapshots) -> Result<(), CliError> {
+        std::thread::Builder::new()
+            .name("picolease-http".into())
+            .spawn(move || {
+                for request in self.server.incoming_requests() {
+                    respond(request, &snapshots, &self.metrics);
+                }
+            })
+            .map_err(|e| CliError::runtime(format!("cannot start the HTTP thread: {e}")))?;
+        Ok(())
+    }
+}
+
+fn respond(request: Request, snapshots: &Snapshots, metrics: &PrometheusHandle) {
+    if !matches!(request.method(), Method::Get | Method::Head) {
+        let _ = request.respond(text(405, "only GET\n".into()));
+        return;
+    }
+    let path = request.url().split('?').next().unwrap_or_default();
+    let response = match path {
+        "/metrics" => {
+            let snapshot = snapshots.snapshot();
+            // The gauge as of now, not as of the loop's last step.
+            metrics::gauge!("picolease_lease_remaining_seconds", "lease" => snapshot.lease.as_str().to_string())
+                .set(snapshot.time_left.map_or(0.0, |left| left.as_secs_f64()));
+            with(
+                text(200, metrics.render()),
+                "Content-Type",
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
+        "/leader" => {
+            let snapshot = snapshots.snapshot();
+            let status = if snapshot.is_leader() { 200 } else { 503 };
+            body(status, leader_json(&snapshot))
+        }
+        "/healthz" => {
+            let snapshot = snapshots.snapshot();
+            let wedged = snapshot.is_wedged();
+            body(
+                if wedged { 503 } else { 200 },
+                json!({
+                    "status": if wedged { "wedged" } else { "ok" },
+                    "since_progress_ms": u64::try_from(snapshot.since_progress.as_millis()).unwrap_or(u64::MAX),
+                    "stall_after_ms": u64::try_from(snapshot.stall_after.as_millis()).unwrap_or(u64::MAX),
+                }),
+            )
+        }
+        _ => text(404, "not found: try /metrics, /leader or /healthz\n".into()),
+    };
+    let _ = request.respond(response);
+}
+
+/// `/leader`'s body.
+pub fn leader_json(snapshot: &Snapshot) -> serde_json::Value {
+    let holder = match (&snapshot.holder, snapshot.is_leader()) {
+        (Some(holder), _) => Some(holder.as_str()),
+        (None, true) => Some(snapshot.me.as_str()),
+        (None, false) => None,
+    };
+    json!({
+        "name": snapshot.lease.as_str(),
+        "holder": holder,
+        "epoch": snapshot.epoch.map(|e| e.get()),
+    })
+}
+
+fn body(status: u16, value: serde_json::Value) -> Response<std::io::Cursor<Vec<u8>>> {
+    with(
+        text(status, format!("{value}\n")),
+        "Content-Type",
+        "application/json",
+    )
+}
+
+fn text(status: u16, body: String) -> Response<std::io::Cursor<Vec<u8>>> {
+    Response::from_string(body).with_status_code(status)
+}
+
+/// Adds a header (ours are constants, always valid).
+fn with(
+    response: Response<std::io::Cursor<Vec<u8>>>,
+    name: &str,
+    value: &str,
+) -> Response<std::io::Cursor<Vec<u8>>> {
+    match Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+        Ok(header) => response.with_header(header),
+        Err(()) => response,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_values() {
+        assert_eq!(
+            parse_listen("127.0.0.1:9464").unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("[::1]:80").unwrap(),
+            "[::1]:80".parse().unwrap()
+        );
+        assert_eq!(parse_listen("localhost:9464").unwrap().port(), 9464);
+        for bad in [
+            "",
+            "9464",
+            "localhost",
+            "localhost:",
+            "localhost:99999",
+            "host:1",
+            "1.2.3:4",
+            "127.0.0.1",
+        ] {
+            let err = parse_listen(bad).unwrap_err();
+            assert!(matches!(err, CliError::Usage(_)), "{bad}");
+        }
+    }
+}
