@@ -64,6 +64,8 @@ pub struct LeaseTable {
     conn: rusqlite::Connection,
     statements: Statements,
     path: String,
+    /// The connection's busy timeout as opened.
+    busy_timeout: std::time::Duration,
 }
 
 impl fmt::Debug for LeaseTable {
@@ -86,6 +88,7 @@ impl LeaseTable {
             conn,
             statements: Statements::new(Dialect::Sqlite, &db.table),
             path: db.path_text(),
+            busy_timeout: db.busy_timeout,
         };
         if db.auto_create {
             table.init()?;
@@ -102,6 +105,7 @@ impl LeaseTable {
             conn: open_connection(&db)?,
             statements: Statements::new(Dialect::Sqlite, &db.table),
             path: db.path_text(),
+            busy_timeout: db.busy_timeout,
         })
     }
 
@@ -228,6 +232,38 @@ impl LeaseTable {
     /// Runs one lease operation and decodes its reply. The error, if any,
     /// is returned beside the reply so the caller can report it.
     pub fn execute(
+        &self,
+        operation: Operation,
+        bindings: &Bindings<'_>,
+        me: &HolderId,
+    ) -> (Reply, Option<Error>) {
+        self.execute_within(operation, bindings, me, None)
+    }
+
+    /// [`LeaseTable::execute`] for a statement that must return within
+    /// `left` (the time to the leader's deadline): the busy wait for
+    /// another process's write lock is cut to it (whole milliseconds,
+    /// rounded down), then the connection's own busy timeout is put back.
+    pub fn execute_within(
+        &self,
+        operation: Operation,
+        bindings: &Bindings<'_>,
+        me: &HolderId,
+        left: Option<std::time::Duration>,
+    ) -> (Reply, Option<Error>) {
+        let capped = left.filter(|left| *left < self.busy_timeout);
+        if let Some(left) = capped {
+            // Cannot fail: it only installs SQLite's default busy handler.
+            let _ = self.conn.busy_timeout(left);
+        }
+        let result = self.execute_now(operation, bindings, me);
+        if capped.is_some() {
+            let _ = self.conn.busy_timeout(self.busy_timeout);
+        }
+        result
+    }
+
+    fn execute_now(
         &self,
         operation: Operation,
         bindings: &Bindings<'_>,

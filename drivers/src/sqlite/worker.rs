@@ -174,9 +174,16 @@ impl Worker {
             ttl_millis: self.ttl_millis,
         };
         let started = std::time::Instant::now();
+        // The deadline wins over I/O (DESIGN §4b): a leader's statement
+        // waits for a lock, or runs, no longer than its deadline.
+        let left = self
+            .state
+            .leader_deadline()
+            .map(|deadline| deadline.saturating_duration_since(self.now()));
         let (reply, error) = {
-            let _armed = self.watchdog.arm();
-            self.table.execute(operation, &bindings, &self.holder)
+            let _armed = self.watchdog.arm_until(left.map(|left| started + left));
+            self.table
+                .execute_within(operation, &bindings, &self.holder, left)
         };
         let outcome = statement_outcome(&reply, error.as_ref());
         self.publisher
