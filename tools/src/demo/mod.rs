@@ -32,6 +32,8 @@ const ROUND: Duration = Duration::from_millis(60);
 /// Runs the demo; exit 0 when the account balances and no two leaders
 /// overlapped.
 pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
+    // Before any node starts, so their series register.
+    let metrics = report::install_metrics();
     let mut demo = Demo::set_up(nodes, ttl)?;
     let first_election = demo.first_election()?;
     let (crashed, after_crash) = demo.crash_the_leader()?;
@@ -45,7 +47,7 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
         after_release,
         rtt,
     };
-    demo.report(&gaps, drained)
+    demo.report(&gaps, drained, metrics.as_ref())
 }
 
 /// The demo's running state.
@@ -290,7 +292,12 @@ impl Demo {
     }
 
     /// The report, and the exit status.
-    fn report(self, gaps: &Gaps, drained: bool) -> Result<ExitCode, CliError> {
+    fn report(
+        self,
+        gaps: &Gaps,
+        drained: bool,
+        metrics: Option<&report::Metrics>,
+    ) -> Result<ExitCode, CliError> {
         report::handovers(gaps, self.ttl, self.interval);
         let account = maintenance::account(self.setup.connection())
             .map_err(|e| CliError::runtime(format!("demo database: {e}")))?;
@@ -309,6 +316,9 @@ impl Demo {
         let balanced = report::account(&account, &total, self.zombie_fenced, drained);
         let overlaps = self.timeline.overlaps();
         report::verdict(&account, &total, balanced, overlaps);
+        if let Some(metrics) = metrics {
+            report::metrics(metrics);
+        }
         line(&format!(
             "demo finished in {}",
             show(self.timeline.since_start())

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
 use super::maintenance::{Account, Tally};
 use crate::duration::show;
 use crate::output::line;
@@ -102,4 +104,56 @@ fn yes(b: bool) -> &'static str {
     } else {
         "NO"
     }
+}
+
+/// The library's metrics, as the demo's nodes recorded them.
+pub type Metrics = PrometheusHandle;
+
+/// Installs a Prometheus recorder (no listener) for the closing summary;
+/// `None` if another recorder is already installed.
+pub fn install_metrics() -> Option<Metrics> {
+    PrometheusBuilder::new().install_recorder().ok()
+}
+
+/// One line from the library's metrics (`picolease_*`, summed over the
+/// demo's nodes, which share the `lease` label): terms begun and ended by
+/// reason, renew statements and their mean latency, failed statements.
+pub fn metrics(handle: &Metrics) {
+    let text = handle.render();
+    let sum = |name: &str, labels: &[&str]| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let transitions = "picolease_transitions_total{";
+    let ended: Vec<String> = ["lost", "expired", "released", "error"]
+        .iter()
+        .map(|reason| {
+            let n = sum(
+                transitions,
+                &["to=\"follower\"", &format!("reason=\"{reason}\"")],
+            );
+            format!("{n} {reason}")
+        })
+        .collect();
+    let renews = sum(
+        "picolease_statement_duration_seconds_count{",
+        &["statement=\"renew\""],
+    );
+    let renew_seconds = sum(
+        "picolease_statement_duration_seconds_sum{",
+        &["statement=\"renew\""],
+    );
+    let mean_ms = if renews > 0.0 {
+        renew_seconds / renews * 1e3
+    } else {
+        0.0
+    };
+    line(&format!(
+        "  metrics: picolease_transitions_total to=leader {}, to=follower {}; {renews} renews, mean {mean_ms:.2}ms; {} failed statements",
+        sum(transitions, &["to=\"leader\""]),
+        ended.join(", "),
+        sum("picolease_statement_failures_total{", &[]),
+    ));
 }
