@@ -15,6 +15,12 @@ use crate::output::line;
 /// The longest run `simulate` accepts (a run costs time per renewal).
 const MAX_VIRTUAL_TIME: Duration = Duration::from_secs(24 * 3600);
 
+/// The most polls and renewals (nodes × virtual time / interval) `simulate`
+/// accepts. Each leaves a few trace entries in memory: measured about 410
+/// bytes per event (16 nodes, ttl 10ms, 60s: 384,000 events, 157 MB,
+/// 0.75 s), so 2 million is under 1 GB and a few seconds.
+const MAX_EVENTS: u128 = 2_000_000;
+
 /// Replays a trace of `picolease check` step by step (the check's default
 /// bounds for `nodes`); exit 1 if it reaches a violation.
 pub fn replay(trace: &str, nodes: Option<usize>) -> Result<ExitCode, CliError> {
@@ -85,6 +91,19 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
             "--faults {faults:?} with --ttl {} would simulate {} of virtual time: at most 24h",
             show(ttl),
             show(config.duration)
+        )));
+    }
+    // Every node polls or renews about once per interval (ttl/4), and the
+    // trace keeps every statement: refuse a run that would not fit in
+    // memory or time before starting it.
+    let interval_nanos = (ttl / 4).as_nanos().max(1);
+    let events = (nodes as u128).saturating_mul(config.duration.as_nanos()) / interval_nanos;
+    if events > MAX_EVENTS {
+        return Err(CliError::usage(format!(
+            "--nodes {nodes} --ttl {} --faults {faults:?} would simulate about {events} events (nodes × {} of virtual time / interval {:?}): at most {MAX_EVENTS}; use fewer --nodes, a longer --ttl or earlier --faults",
+            show(ttl),
+            show(config.duration),
+            ttl / 4
         )));
     }
     let simulation = Simulation::new(config.clone()).map_err(CliError::usage)?;
