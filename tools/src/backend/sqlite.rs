@@ -22,10 +22,25 @@ pub fn init(location: &Location, table: &TableName) -> Result<(), CliError> {
 }
 
 /// Every lease; a missing file or table reads as none, and nothing is
-/// created.
+/// created. A file whose directory does not exist is an error (a mistyped
+/// path, not an empty database).
 pub fn status(location: &Location, table: &TableName) -> Result<Vec<LeaseRow>, CliError> {
     match location {
-        Location::File(path) if !path.exists() => Ok(Vec::new()),
+        Location::File(path) if !path.exists() => {
+            let dir = path
+                .parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if dir.is_dir() {
+                Ok(Vec::new())
+            } else {
+                Err(CliError::usage(format!(
+                    "database {}: directory {} does not exist",
+                    path.display(),
+                    dir.display()
+                )))
+            }
+        }
         _ => Ok(LeaseTable::open_existing(&database(location, table))?.status()?),
     }
 }
