@@ -228,3 +228,60 @@ fn bad_listen_values_are_refused() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
 }
+
+#[test]
+fn healthz_stays_200_while_the_database_is_locked_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let log: Log = Arc::default();
+    let addr = free_addr();
+    let mut node = spawn(&db, 0, &log, &addr);
+    wait_event(&log, 0, |e| e.kind() == "leader");
+    wait_get(&addr, "/healthz", |s, _| s == 200);
+    // Another connection holds the write lock for 3 s (ttl 1 s, stall
+    // bound 1 s): every statement fails busy, the leader demotes, and the
+    // loop is still making progress.
+    let blocker = rusqlite::Connection::open(&db).unwrap();
+    blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let locked = Instant::now();
+    let mut probes = 0;
+    while locked.elapsed() < Duration::from_secs(3) {
+        let (status, body) = get(&addr, "/healthz").expect("answers");
+        assert_eq!(status, 200, "healthy while locked out: {body}");
+        probes += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_event(&log, 0, |e| e.kind() == "follower");
+    let (status, _) = get(&addr, "/leader").unwrap();
+    assert_eq!(status, 503, "no longer leading");
+    let (_, metrics) = get(&addr, "/metrics").unwrap();
+    let failed: f64 = ["transient", "fatal", "timeout"]
+        .iter()
+        .filter_map(|kind| {
+            sample(
+                &metrics,
+                &format!("picolease_statement_failures_total{{lease=\"job\",statement=\"renew\",kind=\"{kind}\"}}"),
+            )
+        })
+        .sum();
+    assert!(failed >= 1.0, "renew failures counted: {metrics}");
+    let demoted = sample(
+        &metrics,
+        "picolease_transitions_total{lease=\"job\",to=\"follower\",reason=\"expired\"}",
+    )
+    .unwrap()
+        + sample(
+            &metrics,
+            "picolease_transitions_total{lease=\"job\",to=\"follower\",reason=\"error\"}",
+        )
+        .unwrap();
+    assert_eq!(demoted, 1.0, "{metrics}");
+    blocker.execute_batch("COMMIT").unwrap();
+    println!(
+        "{probes} /healthz probes during a 3 s lock-out: all 200; {failed} renew failures counted"
+    );
+    wait_get(&addr, "/leader", |s, _| s == 200);
+    signal(&node, Signal::SIGTERM);
+    assert!(node.child.wait().unwrap().success());
+    node.reader.take().unwrap().join().unwrap();
+}
