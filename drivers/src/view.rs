@@ -152,6 +152,44 @@ impl Snapshot {
 
 /// A cloneable reader of one lease's [`Snapshot`], usable from any thread;
 /// from [`LeaseView::snapshots`] or [`crate::Subscription::snapshots`].
+///
+/// Wiring it into a service's health check and "who leads" endpoint (the
+/// same answers as `picolease run --listen`), whatever the HTTP framework:
+///
+/// ```no_run
+/// # #[cfg(feature = "sqlite")]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use picolease::sqlite::{Database, SqliteLease};
+/// use picolease::{unique_holder_id, Config, LeaseName, Snapshots};
+///
+/// /// GET /healthz: 503 only when the election loop is wedged (a follower,
+/// /// or a database out of reach, is healthy).
+/// fn healthz(snapshots: &Snapshots) -> (u16, String) {
+///     let s = snapshots.snapshot();
+///     let status = if s.is_wedged() { 503 } else { 200 };
+///     (status, format!("{{\"since_progress_ms\":{}}}", s.since_progress.as_millis()))
+/// }
+///
+/// /// GET /leader: 200 on the leader, 503 elsewhere; who holds it, as seen.
+/// fn leader(snapshots: &Snapshots) -> (u16, String) {
+///     let s = snapshots.snapshot();
+///     let holder = s.holder.as_ref().map_or("null".to_string(), |h| format!("{:?}", h.as_str()));
+///     let epoch = s.epoch.map_or("null".to_string(), |e| e.get().to_string());
+///     let status = if s.is_leader() { 200 } else { 503 };
+///     (status, format!("{{\"name\":{:?},\"holder\":{holder},\"epoch\":{epoch}}}", s.lease.as_str()))
+/// }
+///
+/// let config = Config::with_ttl(LeaseName::new("reports")?, unique_holder_id(), Duration::from_secs(10));
+/// let lease = SqliteLease::builder(config, Database::file("app.db")).start()?;
+/// let snapshots = lease.snapshots(); // clone it into the server's handlers
+/// let (status, body) = healthz(&snapshots);
+/// println!("{status} {body}; {:?}", leader(&snapshots));
+/// # Ok(())
+/// # }
+/// # #[cfg(not(feature = "sqlite"))]
+/// # fn main() {}
+/// ```
 #[derive(Clone)]
 pub struct Snapshots {
     publisher: Arc<Publisher>,
