@@ -221,18 +221,18 @@ fn a_grace_that_does_not_fit_inside_the_lease_is_refused() {
             .output()
             .unwrap()
     };
-    // ttl 1 s: the bound is 1000 − 10 − 250 − 250 = 490 ms.
-    let out = run(&["--grace", "490ms", "--", "true"]);
+    // ttl 1 s: the bound is 1000 − 10 − 1 − 250 − 250 = 489 ms.
+    let out = run(&["--grace", "489ms", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("--grace") && stderr.contains("490ms"),
+        stderr.contains("--grace") && stderr.contains("489ms"),
         "{stderr}"
     );
     assert!(!dir.path().join("leases.db").exists(), "nothing written");
     // Within the bound, or 0, it runs (CMD exits 0 at once: so does run).
-    for grace in ["489ms", "0"] {
+    for grace in ["488ms", "0"] {
         let out = run(&["--grace", grace, "--", "true"]);
         assert_eq!(
             out.status.code(),

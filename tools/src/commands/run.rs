@@ -67,6 +67,12 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     config.seed = random_u64();
     config.validate().map_err(CliError::usage)?;
     let grace = grace(&config, args.grace, !args.command.is_empty())?;
+    if !args.command.is_empty() {
+        // The core stops CMD at deadline − grace when renewals keep failing;
+        // the guard enforces the same instant on its own.
+        config.stop_lead = grace;
+        config.validate().map_err(CliError::usage)?;
+    }
     // A malformed address is refused before anything starts (exit 2), a
     // taken one when binding (exit 1); the recorder is installed before
     // the lease starts, so every series is registered at zero.
@@ -124,23 +130,19 @@ fn wedge_for_tests(transitions: &Subscription) {
     });
 }
 
-/// The grace between SIGTERM and SIGKILL when a term ends, checked against
-/// the bound `ttl·(1 − ρ) − interval − request timeout`: a longer grace
-/// would make CMD get SIGTERM while renewals are still succeeding. Checked
-/// only with `-- CMD`.
+/// The grace between SIGTERM and SIGKILL when a term ends. It is the core's
+/// stop lead (`Config::stop_lead`): one rule for the library and the CLI,
+/// checked against the same bound, `ttl·(1 − ρ) − interval − request
+/// timeout` (less the database clock's millisecond), so renewals that
+/// succeed never reach it. Checked only with `-- CMD`.
 fn grace(config: &Config, asked: Option<Duration>, command: bool) -> Result<Duration, CliError> {
-    let bound = config
-        .ttl
-        .checked_sub(config.drift)
-        .and_then(|d| d.checked_sub(config.interval))
-        .and_then(|d| d.checked_sub(config.request_timeout))
-        .unwrap_or_default();
+    let bound = config.stop_lead_bound();
     match asked {
         None => Ok((bound / 2).min(DEFAULT_GRACE)),
         Some(grace) if grace.is_zero() || !command => Ok(grace),
         Some(grace) if grace < bound => Ok(grace),
         Some(grace) => Err(CliError::usage(format!(
-            "--grace {} must be below ttl·(1 − ρ) − interval − request timeout = {} (ttl {}, ρ·ttl {}, interval {}, timeout {}); use --grace 0 to kill at the deadline",
+            "--grace {} must be below ttl·(1 − ρ) − 1ms − interval − request timeout = {} (ttl {}, ρ·ttl {}, interval {}, timeout {}); use --grace 0 to kill at the deadline",
             show(grace),
             show(bound),
             show(config.ttl),
@@ -285,17 +287,23 @@ mod tests {
     #[test]
     fn the_grace_must_fit_inside_the_lease() {
         let ms = Duration::from_millis;
-        // ttl 1 s: bound = 1000 − 10 − 250 − 250 = 490 ms.
+        // ttl 1 s: bound = 1000 − 10 − 1 − 250 − 250 = 489 ms.
         let c = config(1_000);
-        assert_eq!(grace(&c, None, true).unwrap(), ms(245));
-        assert_eq!(grace(&c, Some(ms(489)), true).unwrap(), ms(489));
+        assert_eq!(
+            grace(&c, None, true).unwrap(),
+            Duration::from_micros(244_500)
+        );
+        assert_eq!(grace(&c, Some(ms(488)), true).unwrap(), ms(488));
         assert_eq!(grace(&c, Some(Duration::ZERO), true).unwrap(), ms(0));
-        let err = grace(&c, Some(ms(490)), true).unwrap_err().to_string();
-        assert!(err.contains("--grace") && err.contains("490ms"), "{err}");
+        let err = grace(&c, Some(ms(489)), true).unwrap_err().to_string();
+        assert!(err.contains("--grace") && err.contains("489ms"), "{err}");
         // Without CMD the grace is unused and not checked.
         assert_eq!(grace(&c, Some(ms(5_000)), false).unwrap(), ms(5_000));
-        // ttl 10 s: bound 4.9 s, default 2.45 s; 60 s: capped at 5 s.
-        assert_eq!(grace(&config(10_000), None, true).unwrap(), ms(2_450));
+        // ttl 10 s: bound 4.899 s, default half; 60 s: capped at 5 s.
+        assert_eq!(
+            grace(&config(10_000), None, true).unwrap(),
+            Duration::from_micros(2_449_500)
+        );
         assert_eq!(grace(&config(60_000), None, true).unwrap(), ms(5_000));
         // A bound that is not positive: the default is 0.
         let mut tight = config(1_000);
