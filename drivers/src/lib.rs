@@ -19,6 +19,14 @@
 //! term's fence for your own writes), `shutdown()` and `abort()`. Gated
 //! work gets a `LeaderContext` with the term's epoch, its fence and its
 //! cancellation.
+//!
+//! For operations: every handle offers `snapshot()` (a [`Snapshot`]: role,
+//! epoch, holder last seen, last successful statement, loop progress, time
+//! to the deadline) to build health and "who leads" endpoints from, and,
+//! with feature `metrics` (on by default), both drivers record
+//! `picolease_*` series through the `metrics` facade for any exporter
+//! (names and labels: `drivers/src/metrics.rs`; install the recorder before
+//! starting the lease).
 
 #![forbid(unsafe_code)]
 
