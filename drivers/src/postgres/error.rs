@@ -149,7 +149,8 @@ impl PgError {
     /// Whether the session that met this error is retired (dropped; the
     /// next statement connects afresh). Yes for every error but the clearly
     /// transient ones, which say nothing about the session: 40001
-    /// (serialization failure), 40P01 (deadlock detected) and 55P03 (lock
+    /// (serialization failure), 40P01 (deadlock detected), 23505 (two first
+    /// inserts of one lease raced; see `from_statement`) and 55P03 (lock
     /// not available: contention). A session that keeps failing for a
     /// reason of its own (25006 read-only, 26000 prepared statement gone,
     /// 0A000 cached plan, …) would otherwise fail for ever, and the node
@@ -178,6 +179,16 @@ impl PgError {
         match code.as_str() {
             "42P01" => PgError::MissingTable {
                 table: table.to_string(),
+            },
+            // Two contenders inserting a lease's first row at once: the
+            // upsert's arbiter is the primary key, so the other unique index
+            // (name, epoch) can report the race before the upsert sees the
+            // conflict. The row exists now; the next attempt takes the
+            // ON CONFLICT path.
+            "23505" => PgError::Database {
+                during,
+                code,
+                reason,
             },
             // Class 42 (undefined column or function, datatype mismatch,
             // insufficient privilege, …), 23 (a NOT NULL or CHECK column the
@@ -233,7 +244,7 @@ impl PgError {
 /// SQLSTATEs that say nothing about the session that met them: a retry on
 /// the same session may well succeed.
 fn is_clearly_transient(code: &str) -> bool {
-    matches!(code, "40001" | "40P01" | "55P03")
+    matches!(code, "40001" | "40P01" | "55P03" | "23505")
 }
 
 /// SQLSTATE classes 28 (invalid authorisation) and 3D (invalid catalog
