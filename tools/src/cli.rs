@@ -47,6 +47,26 @@ pub enum Command {
         watch: bool,
     },
     /// Contend for a lease until stopped; optionally run CMD while leader.
+    ///
+    /// Stops cleanly (CMD first, then the release, exit 0) on SIGTERM,
+    /// SIGINT or SIGHUP; with `-- CMD`, exits with CMD's status when CMD
+    /// exits by itself.
+    ///
+    /// CMD runs under a guard process (`picolease __guard`, this binary)
+    /// that holds the term's deadline (CLOCK_BOOTTIME) and kills CMD's whole
+    /// process group by it even if `run` is killed, stopped or hung: SIGTERM
+    /// at the deadline minus --grace, SIGKILL at the deadline; if `run`
+    /// dies, CMD is stopped at once; if the guard dies, the kernel kills CMD
+    /// (parent-death signal). CMD gets PICOLEASE_NAME, PICOLEASE_NODE (the
+    /// --node value), PICOLEASE_HOLDER (the stored holder id, for fences)
+    /// and PICOLEASE_EPOCH.
+    ///
+    /// --json events, one object per line, each with "event", "name",
+    /// "node" and "unix_ms": "leader" (+ "holder", "epoch"); "follower" (+
+    /// "holder", "epoch", "reason": lost|expired|released|error);
+    /// "observed" (+ "holder": another holder or null, "epoch"); "child" (+
+    /// "pid": CMD's pid and process group, "epoch"); "child_exit" (+ "pid",
+    /// "epoch", and "code" or "signal", e.g. "SIGKILL").
     Run(RunArgs),
     /// Administrative: free a lease and bump its epoch, fencing out its holder.
     Release {
@@ -144,7 +164,9 @@ pub struct RunArgs {
     /// The lease to contend for.
     #[arg(long)]
     pub name: String,
-    /// This contender's id (default: host, pid and a random suffix).
+    /// This node's name (a host or pod name; two processes may share it:
+    /// the stored holder id adds a per-process incarnation, NAME#xxxxxx).
+    /// Default: host, pid and a random suffix.
     #[arg(long)]
     pub node: Option<String>,
     /// How long an acquisition or renewal holds the lease.
@@ -156,12 +178,12 @@ pub struct RunArgs {
     /// When a term ends, how long between SIGTERM and SIGKILL to CMD's
     /// process group. When renewals keep failing, SIGTERM goes out this
     /// long before the deadline and SIGKILL at it. Must be below
-    /// ttl·(1 − ρ) − interval − request timeout (ρ = 1 %), so renewals
+    /// ttl·(1 − ρ) − 1ms − interval − request timeout (ρ = 1 %), so renewals
     /// that succeed never trigger it; 0 kills at the deadline. Default:
     /// half that bound, at most 5s.
     #[arg(long, value_parser = parse_duration)]
     pub grace: Option<Duration>,
-    /// One JSON object per line for each transition.
+    /// One JSON object per line for each event (see above).
     #[arg(long)]
     pub json: bool,
     /// Serve HTTP on ADDR (IP:PORT or localhost:PORT) while running:
@@ -170,7 +192,7 @@ pub struct RunArgs {
     /// election loop is wedged).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
-    /// The command to run while leader.
+    /// The command to run while leader (under the guard; see above).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
