@@ -242,3 +242,42 @@ fn a_grace_that_does_not_fit_inside_the_lease_is_refused() {
         );
     }
 }
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_by_the_deadline_when_renewals_are_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("leases.db");
+    let log: Log = Arc::default();
+    let pid_file = dir.path().join("stubborn.pid");
+    // SIGTERM is ignored, and stays ignored across exec.
+    let script = format!(
+        "trap '' TERM; echo $$ > {0}.tmp && mv {0}.tmp {0}; exec sleep 60",
+        pid_file.display()
+    );
+    let cmd = ["--grace", "200ms", "--", "sh", "-c", script.as_str()];
+    let mut nodes = vec![spawn(&db, 0, &log, &cmd)];
+    wait_event(&log, 0, |e| e.kind() == "leader");
+    let pid: i32 = wait_file(&pid_file).trim().parse().unwrap();
+    assert!(alive(pid));
+
+    // Another process takes the write lock: renewals block, the deadline
+    // (at most ttl·(1 − ρ) after the last renew was sent) passes.
+    let mark = len(&log);
+    let lock = rusqlite::Connection::open(&db).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let locked = Instant::now();
+    let dead_after = until_dead(&[pid], locked);
+    println!(
+        "a CMD ignoring SIGTERM, renewals blocked by a write lock: dead {dead_after:?} after the lock (ttl {TTL})"
+    );
+    assert!(
+        dead_after < Duration::from_millis(1_500),
+        "SIGKILL at the deadline, at most ttl after the lock: {dead_after:?}"
+    );
+    let demoted = wait_event(&log, mark, |e| e.kind() == "follower");
+    assert_eq!(demoted.json["reason"], "expired", "{demoted:?}");
+    let exit = wait_event(&log, mark, |e| e.kind() == "child_exit");
+    assert_eq!(exit.json["signal"], "SIGKILL", "{exit:?}");
+    drop(lock);
+    stop_all(&mut nodes, &[]);
+}

@@ -118,8 +118,21 @@ pub fn open_connection(db: &Database) -> Result<rusqlite::Connection, Error> {
         conn.set_prepared_statement_cache_capacity(16);
         Ok(())
     };
-    setup(&conn).map_err(|source| classify_open(&path, source))?;
-    Ok(conn)
+    // Switching a fresh file to WAL needs a lock SQLite does not wait for
+    // with its busy handler: processes starting together on one new file
+    // can see "database is locked" here. Retry within the busy timeout.
+    let give_up = std::time::Instant::now() + db.busy_timeout;
+    loop {
+        match setup(&conn) {
+            Ok(()) => return Ok(conn),
+            Err(e)
+                if failure_of(&e) == Failure::Transient && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(source) => return Err(classify_open(&path, source)),
+        }
+    }
 }
 
 pub(crate) fn classify_open(path: &str, source: rusqlite::Error) -> Error {
