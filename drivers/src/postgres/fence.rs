@@ -183,9 +183,11 @@ impl Fence {
     /// the *connection*: `client` is then closed and must be replaced.
     ///
     /// ```no_run
-    /// # async fn demo(fence: picolease::postgres::Fence, time_left: std::time::Duration)
-    /// #     -> Result<(), picolease::postgres::PgError> {
-    /// # let mut client: tokio_postgres::Client = todo!();
+    /// # async fn demo(
+    /// #     fence: picolease::postgres::Fence,
+    /// #     mut client: tokio_postgres::Client,
+    /// #     time_left: std::time::Duration,
+    /// # ) -> Result<(), picolease::postgres::PgError> {
     /// let deadline = tokio::time::Instant::now() + time_left;
     /// let tx = fence.transaction(&mut client, deadline).await?;
     /// let sql = format!(
