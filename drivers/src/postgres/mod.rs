@@ -97,10 +97,12 @@ mod gate;
 mod handle;
 mod link;
 mod notify;
+mod transaction;
 
 pub use admin::{force_release, init, status};
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};
 pub use error::PgError;
-pub use fence::{Fence, FencedTransaction};
+pub use fence::Fence;
 pub use gate::LeaderContext;
 pub use handle::{PgLease, PgLeaseBuilder};
+pub use transaction::FencedTransaction;
