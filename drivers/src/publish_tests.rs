@@ -1,0 +1,203 @@
+//! Unit tests of the shared output side (`publish.rs`).
+use super::*;
+use crate::subscription::{RecvError, SUBSCRIPTION_CAPACITY};
+use crate::Snapshot;
+use picolease_core::{Epoch, Role};
+
+fn leading(epoch: u64) -> Leadership {
+    Leadership {
+        role: Role::Leader,
+        epoch: Some(Epoch::new(epoch)),
+        holder: None,
+        reason: None,
+    }
+}
+
+#[test]
+fn a_subscriber_sees_every_change_in_order_then_closed() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let mut sub = publisher.subscribe();
+    for epoch in 1..=3 {
+        publisher.publish(leading(epoch));
+    }
+    publisher.finish();
+    let epochs: Vec<u64> = sub
+        .by_ref()
+        .map(|t| t.unwrap().leadership.epoch.unwrap().get())
+        .collect();
+    assert_eq!(epochs, [1, 2, 3]);
+    assert_eq!(sub.try_recv(), Err(RecvError::Closed));
+    assert_eq!(publisher.leadership(), leading(3));
+}
+
+#[test]
+fn a_subscriber_that_never_reads_is_bounded_and_told_what_it_missed() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let mut sub = publisher.subscribe();
+    let extra = 10u64;
+    for epoch in 0..(SUBSCRIPTION_CAPACITY as u64 + extra) {
+        publisher.publish(leading(epoch));
+    }
+    assert_eq!(sub.pending(), SUBSCRIPTION_CAPACITY, "memory stays bounded");
+    assert_eq!(sub.try_recv(), Err(RecvError::Lagged(extra)));
+    // Then the oldest change still kept, and on in order.
+    let next = sub.try_recv().unwrap();
+    assert_eq!(next.leadership.epoch, Some(Epoch::new(extra)));
+    let next = sub.recv_timeout(Duration::ZERO).unwrap();
+    assert_eq!(next.leadership.epoch, Some(Epoch::new(extra + 1)));
+}
+
+#[test]
+fn a_dropped_subscription_is_forgotten_and_a_late_one_is_closed() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    drop(publisher.subscribe());
+    publisher.publish(leading(1));
+    assert!(lock(&publisher.subscribers).is_empty());
+    publisher.finish();
+    let mut late = publisher.subscribe();
+    assert_eq!(
+        late.recv_timeout(Duration::from_secs(1)),
+        Err(RecvError::Closed)
+    );
+    assert!(publisher.is_finished());
+}
+
+#[test]
+fn renew_latencies_keep_the_most_recent() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    for ms in 0..(RENEW_SAMPLES as u64 + 5) {
+        publisher.record_renewal(Duration::from_millis(ms));
+    }
+    let kept = publisher.renew_latencies();
+    assert_eq!(kept.len(), RENEW_SAMPLES);
+    assert_eq!(kept[0], Duration::from_millis(5));
+}
+
+#[test]
+fn an_async_reader_wakes_on_publication() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let mut sub = publisher.subscribe();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let theirs = Arc::clone(&publisher);
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        theirs.publish(leading(7));
+    });
+    let got =
+        runtime.block_on(async { tokio::time::timeout(Duration::from_secs(10), sub.recv()).await });
+    writer.join().unwrap();
+    assert_eq!(got.unwrap().unwrap().leadership.epoch, Some(Epoch::new(7)));
+}
+
+fn attached_config() -> Config {
+    Config::with_ttl(
+        picolease_core::LeaseName::new("m").unwrap(),
+        HolderId::new("me").unwrap(),
+        Duration::from_secs(1),
+    )
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_are_registered_at_zero_and_follow_the_output_side() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    metrics::with_local_recorder(&recorder, || publisher.attach(&attached_config()));
+    let value = |series: &str| -> Option<f64> {
+        handle
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    };
+    let renews = r#"picolease_statement_duration_seconds_count{lease="m",statement="renew"}"#;
+    let to_leader = r#"picolease_transitions_total{lease="m",to="leader",reason="acquired"}"#;
+    let lost = r#"picolease_transitions_total{lease="m",to="follower",reason="lost"}"#;
+    let timeouts =
+        r#"picolease_statement_failures_total{lease="m",statement="renew",kind="timeout"}"#;
+    // Every series at zero before any event.
+    assert_eq!(value(r#"picolease_leader{lease="m"}"#), Some(0.0));
+    assert_eq!(value(r#"picolease_epoch{lease="m"}"#), Some(0.0));
+    assert_eq!(
+        value(r#"picolease_lease_remaining_seconds{lease="m"}"#),
+        Some(0.0)
+    );
+    assert_eq!(value(to_leader), Some(0.0));
+    assert_eq!(value(lost), Some(0.0));
+    assert_eq!(value(timeouts), Some(0.0));
+
+    publisher.publish(leading(4));
+    publisher.set_deadline(Some(publisher.now() + Duration::from_millis(800)));
+    let renew = Operation::Renew {
+        epoch: Epoch::new(4),
+    };
+    publisher.record_statement(renew, Duration::from_millis(2), Outcome::Answered);
+    publisher.record_statement(renew, Duration::from_millis(1), Outcome::Answered);
+    publisher.record_statement(renew, Duration::from_millis(250), Outcome::Timeout);
+    assert_eq!(value(r#"picolease_leader{lease="m"}"#), Some(1.0));
+    assert_eq!(value(r#"picolease_epoch{lease="m"}"#), Some(4.0));
+    assert_eq!(value(to_leader), Some(1.0));
+    assert_eq!(value(renews), Some(2.0), "a timeout has no duration");
+    assert_eq!(value(timeouts), Some(1.0));
+    let left = value(r#"picolease_lease_remaining_seconds{lease="m"}"#).unwrap();
+    assert!(left > 0.5 && left <= 0.8, "{left}");
+
+    publisher.publish(Leadership {
+        role: Role::Follower,
+        epoch: Some(Epoch::new(4)),
+        holder: None,
+        reason: Some(picolease_core::Demotion::Lost),
+    });
+    publisher.set_deadline(None);
+    assert_eq!(value(r#"picolease_leader{lease="m"}"#), Some(0.0));
+    assert_eq!(value(lost), Some(1.0));
+    assert_eq!(
+        value(r#"picolease_lease_remaining_seconds{lease="m"}"#),
+        Some(0.0)
+    );
+    // The same term published again is not a new transition.
+    publisher.publish(leading(5));
+    publisher.publish(leading(5));
+    assert_eq!(value(to_leader), Some(2.0));
+}
+
+#[test]
+fn the_snapshot_shows_role_holder_progress_and_success() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let view = crate::LeaseView::new(attached_config(), Arc::clone(&publisher));
+    let snapshot = view.snapshot();
+    assert_eq!(snapshot.lease.as_str(), "m");
+    assert_eq!(snapshot.me.as_str(), "me");
+    assert!(!snapshot.is_leader() && snapshot.epoch.is_none());
+    assert_eq!(snapshot.last_success, None);
+    // interval 250 ms + 2 × 250 ms + max(250 ms, 100 ms).
+    assert_eq!(snapshot.stall_after, Duration::from_millis(1_000));
+    assert!(!snapshot.is_wedged());
+
+    publisher.record_statement(Operation::Acquire, Duration::ZERO, Outcome::Answered);
+    publisher.publish(leading(2));
+    publisher.set_deadline(Some(publisher.now() + Duration::from_secs(1)));
+    let snapshot = view.snapshots().snapshot();
+    assert!(snapshot.is_leader());
+    assert_eq!(snapshot.epoch, Some(Epoch::new(2)));
+    assert!(snapshot.last_success.is_some());
+    assert!(snapshot.time_left.is_some_and(|left| left > Duration::ZERO));
+    // A failure is progress, not success.
+    std::thread::sleep(Duration::from_millis(20));
+    publisher.record_statement(Operation::Acquire, Duration::ZERO, Outcome::Transient);
+    let snapshot = publisher.subscribe().snapshots().snapshot();
+    assert!(snapshot.since_progress < snapshot.since_success.unwrap());
+    let stalled = Snapshot {
+        since_progress: Duration::from_millis(1_001),
+        ..snapshot.clone()
+    };
+    assert!(stalled.is_wedged());
+    assert!(!Snapshot {
+        finished: true,
+        ..stalled
+    }
+    .is_wedged());
+}
