@@ -8,14 +8,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use support::http::{free_addr, get, sample, wait_get};
 use support::{signal, wait_event, Log, Node, PATIENCE};
 
 const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -52,48 +52,6 @@ impl Drop for Table {
     fn drop(&mut self) {
         let _ = std::panic::catch_unwind(|| sql(&format!("DROP TABLE IF EXISTS {}", self.0)));
     }
-}
-
-fn free_addr() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
-}
-
-/// `GET path`: status and body, `None` when nothing answers (yet). A raw
-/// request: fine in a test.
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(PATIENCE)).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split(' ').nth(1)?.parse().ok()?;
-    Some((status, response.split_once("\r\n\r\n")?.1.to_string()))
-}
-
-fn wait_get(addr: &str, path: &str, done: impl Fn(u16, &str) -> bool) -> (u16, String) {
-    let start = Instant::now();
-    loop {
-        if let Some((status, body)) = get(addr, path) {
-            if done(status, &body) {
-                return (status, body);
-            }
-        }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "GET {addr}{path}: not as expected"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn sample(body: &str, series: &str) -> Option<f64> {
-    body.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
 #[test]
