@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::error::ConfigError;
 use crate::names::Epoch;
 use crate::protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
+use crate::sql::LeaseRow;
 use crate::time::{nanos, Instant};
 
 /// The statement in flight (at most one per lease).
@@ -286,6 +287,25 @@ impl LeaseState {
             self.next_attempt = self.next_attempt.min(now);
         }
         self.advance(now);
+    }
+
+    /// A follower read the lease's row outside the protocol (the SQLite
+    /// driver's change check, after another connection committed): when
+    /// the row shows the lease free, lapsed, or held by this very holder (a
+    /// lost acquire reply), it counts as a release notice and the follower
+    /// tries at once; a row held by another holder with time left changes
+    /// nothing, so a busy database costs a read, never an acquire. The row
+    /// of another lease is ignored.
+    pub fn handle_row_observed(&mut self, now: Instant, row: &LeaseRow) {
+        if row.name != self.config.lease.as_str() {
+            return;
+        }
+        let free = row.holder.is_none();
+        let lapsed = row.expires_in_ms.is_some_and(|left| left <= 0);
+        let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
+        if free || lapsed || mine {
+            self.handle_release_notice(now);
+        }
     }
 
     /// Another contender released the lease (a PostgreSQL notification): a

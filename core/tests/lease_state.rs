@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use picolease_core::sql::LeaseRow;
 use picolease_core::{
     Command, Config, Demotion, Epoch, Failure, HolderId, Instant, Leadership, LeaseName,
     LeaseState, Operation, Reply, RequestId, Role,
@@ -344,6 +345,54 @@ fn a_release_notice_makes_an_idle_follower_try_at_once() {
     assert_eq!(drain(&mut s), vec![]);
     s.handle_reply(ms(102), RequestId(2), held("other", 1, 8_900));
     assert_eq!(drain(&mut s), vec![execute(3, Operation::Acquire)]);
+}
+
+#[test]
+fn an_observed_row_is_a_release_notice_only_when_free_lapsed_or_ours() {
+    let row = |name: &str, holder: Option<&str>, left: Option<i64>| LeaseRow {
+        name: name.to_string(),
+        holder: holder.map(str::to_string),
+        epoch: Epoch::new(1),
+        expires_in_ms: left,
+    };
+    let idle_follower = || {
+        let mut s = LeaseState::new(config(), ms(0)).unwrap();
+        s.handle_timeout(ms(0));
+        drain(&mut s);
+        s.handle_reply(ms(1), RequestId(1), held("other", 1, 9_000));
+        drain(&mut s);
+        s
+    };
+    let lease = config().lease.to_string();
+    let mine = me().to_string();
+    // Held by another with time left, or another lease's row: nothing.
+    for ignored in [
+        row(&lease, Some("other"), Some(5_000)),
+        row("another-lease", None, None),
+    ] {
+        let mut s = idle_follower();
+        s.handle_row_observed(ms(100), &ignored);
+        assert_eq!(drain(&mut s), vec![], "{ignored:?}");
+    }
+    // Free, lapsed, or ours (a lost acquire reply): try at once.
+    for wanted in [
+        row(&lease, None, None),
+        row(&lease, Some("other"), Some(0)),
+        row(&lease, Some("other"), Some(-20)),
+        row(&lease, Some(&mine), Some(8_000)),
+    ] {
+        let mut s = idle_follower();
+        s.handle_row_observed(ms(100), &wanted);
+        assert_eq!(
+            drain(&mut s),
+            vec![execute(2, Operation::Acquire)],
+            "{wanted:?}"
+        );
+    }
+    // A leader ignores it.
+    let mut s = leading();
+    s.handle_row_observed(ms(1_000), &row(&lease, None, None));
+    assert_eq!(drain(&mut s), vec![]);
 }
 
 #[test]

@@ -41,6 +41,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod changes;
 mod error;
 mod fence;
 mod gate;
@@ -53,6 +54,6 @@ mod worker;
 pub use error::Error;
 pub use fence::Fence;
 pub use gate::{Cancellation, LeaderContext};
-pub use handle::{SqliteLease, SqliteLeaseBuilder};
+pub use handle::{SqliteLease, SqliteLeaseBuilder, DEFAULT_CHANGE_CHECK};
 pub use open::{open_connection, Database, Location};
 pub use table::LeaseTable;

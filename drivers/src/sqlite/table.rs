@@ -222,6 +222,23 @@ impl LeaseTable {
         Ok(released)
     }
 
+    /// One lease's row, if it exists.
+    pub fn lease_row(&self, lease: &LeaseName) -> Result<Option<LeaseRow>, Error> {
+        let bindings = Bindings {
+            lease: lease.as_str(),
+            holder: "",
+            ttl_millis: 0,
+        };
+        let statement = self.statements.lease_row();
+        let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))
+            .map_err(|e| self.error(e))?;
+        let mut rows = self
+            .statements
+            .decode_status(&rows)
+            .map_err(|source| self.row_error(source.for_lease(lease.as_str())))?;
+        Ok(rows.pop())
+    }
+
     pub(crate) fn row_error(&self, source: RowError) -> Error {
         Error::Row {
             table: self.statements.table().to_string(),

@@ -31,6 +31,9 @@ pub(crate) enum Control {
     Run(ConnectionJob),
     /// Register gated work (started at once if leading).
     AddWork(Work),
+    /// Another connection wrote to the database file (release
+    /// notifications).
+    FileChanged,
 }
 
 /// The lease thread's state.
@@ -47,6 +50,14 @@ pub(crate) struct Worker {
     pub(crate) origin: std::time::Duration,
     pub(crate) inbox: mpsc::Receiver<Control>,
     pub(crate) fatal: Option<Error>,
+    /// While following: how often to check the file for another
+    /// connection's commit (`None`: poll at the interval only).
+    pub(crate) change_check: Option<std::time::Duration>,
+    /// The last `PRAGMA data_version` seen by the change check.
+    pub(crate) data_version: Option<i64>,
+    /// The watch of the file that sends [`Control::FileChanged`] (when
+    /// set, `change_check` is not polled).
+    pub(crate) file_watch: Option<super::changes::FileWatch>,
 }
 
 impl Worker {
@@ -81,6 +92,11 @@ impl Worker {
             let wait = wake
                 .saturating_duration_since(self.now())
                 .min(crate::clock::LONGEST_WAIT);
+            // A follower looks for another connection's commit this often.
+            let checking = self
+                .change_check
+                .filter(|_| self.file_watch.is_none() && self.state.leader_deadline().is_none());
+            let wait = checking.map_or(wait, |every| wait.min(every));
             let control = if handle_gone {
                 std::thread::sleep(wait);
                 None
@@ -96,10 +112,24 @@ impl Worker {
             };
             let now = self.now();
             match control {
-                None => self.state.handle_timeout(now),
+                None => {
+                    if checking.is_some() {
+                        self.check_for_change();
+                    }
+                    self.state.handle_timeout(self.now());
+                }
                 Some(Control::Shutdown) => self.state.handle_shutdown(now),
                 Some(Control::Run(job)) => {
                     job(self.table.connection());
+                    self.state.handle_timeout(self.now());
+                }
+                Some(Control::FileChanged) => {
+                    if let Some(watch) = &self.file_watch {
+                        watch.taken();
+                    }
+                    if self.state.leader_deadline().is_none() {
+                        self.check_for_change();
+                    }
                     self.state.handle_timeout(self.now());
                 }
                 Some(Control::AddWork(work)) => {
@@ -164,6 +194,34 @@ impl Worker {
             if accepted_renew {
                 self.publisher.record_renewal(started.elapsed());
             }
+        }
+    }
+
+    /// The follower's change check (DESIGN §4): `PRAGMA data_version`
+    /// (a few microseconds, no lock) tells whether another connection
+    /// committed since the last check; only then is the lease's row read,
+    /// and the core decides whether it is worth an acquire (free, lapsed or
+    /// ours). Errors are ignored: the poll at the interval is the fallback.
+    fn check_for_change(&mut self) {
+        let version = self
+            .table
+            .connection()
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut pragma| pragma.query_row([], |row| row.get::<_, i64>(0)));
+        let Ok(version) = version else {
+            return;
+        };
+        let seen = self.data_version.replace(version);
+        if seen.is_none_or(|seen| seen == version) {
+            return;
+        }
+        match self.table.lease_row(&self.lease) {
+            Ok(Some(row)) => {
+                let now = self.now();
+                self.state.handle_row_observed(now, &row);
+            }
+            Ok(None) => {}
+            Err(error) => tracing::debug!(lease = %self.lease, "change check: {error}"),
         }
     }
 
