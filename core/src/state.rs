@@ -245,9 +245,14 @@ impl LeaseState {
                 self.observe(holder, epoch);
                 let poll = req.sent_at + self.poll_delay();
                 // Try right at the known expiry when that comes sooner. The
-                // reply arrives after the statement ran, so `now +
-                // expires_in` is no earlier than the database's expiry.
-                self.next_attempt = poll.min(now + expires_in);
+                // statement read its clock between `sent_at` and `now`, and
+                // the next attempt reaches the database about as long after
+                // it is sent as this one did: sent at `sent_at +
+                // expires_in`, it arrives at the expiry, where `now +
+                // expires_in` would add this reply's commit and return
+                // trip. Arriving a little early only costs one more
+                // attempt (answered with the few milliseconds left).
+                self.next_attempt = poll.min(req.sent_at + expires_in);
             }
             // A renew is only sent while leading at its epoch, and with one
             // request in flight the standing can only have changed since by

@@ -246,19 +246,21 @@ fn a_follower_tries_right_at_the_known_expiry_when_sooner_than_its_poll() {
             reason: None,
         })]
     );
-    assert_eq!(s.poll_timeout(), Some(ms(704)));
-    s.handle_timeout(ms(704));
+    // Sent at 0 and 700 ms left when it ran: the next attempt is sent at
+    // 700, to reach the database at the expiry.
+    assert_eq!(s.poll_timeout(), Some(ms(700)));
+    s.handle_timeout(ms(700));
     assert_eq!(drain(&mut s), vec![execute(2, Operation::Acquire)]);
     // Same holder and epoch again: nothing new to publish; poll after an
     // interval from the send (the lease has 9 s left).
-    s.handle_reply(ms(706), RequestId(2), held("other", 3, 9_000));
+    s.handle_reply(ms(702), RequestId(2), held("other", 3, 9_000));
     assert_eq!(drain(&mut s), vec![]);
-    assert_eq!(s.poll_timeout(), Some(ms(704 + 2_500)));
+    assert_eq!(s.poll_timeout(), Some(ms(700 + 2_500)));
     // A new term of the same holder, or a new holder at the same epoch
     // number: each is news to watchers.
-    s.handle_timeout(ms(3_204));
+    s.handle_timeout(ms(3_200));
     drain(&mut s);
-    s.handle_reply(ms(3_205), RequestId(3), held("other", 4, 9_000));
+    s.handle_reply(ms(3_201), RequestId(3), held("other", 4, 9_000));
     assert!(matches!(&drain(&mut s)[..], [Command::Publish(l)] if l.epoch == Some(Epoch::new(4))));
     s.handle_timeout(ms(5_705));
     drain(&mut s);

@@ -235,6 +235,12 @@ impl Snapshots {
         }
     }
 
+    /// The latencies of the most recent accepted renewals, as
+    /// [`LeaseView::renew_latencies`].
+    pub fn renew_latencies(&self) -> Vec<Duration> {
+        self.publisher.renew_latencies()
+    }
+
     /// Test seam: blocks the driver's loop at its next step, for ever, so
     /// that a health check can be seen to fail. Not for production use.
     #[doc(hidden)]

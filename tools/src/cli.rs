@@ -143,6 +143,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure this database for leases: statement round trip, renew
+    /// latency through the driver, clean handover between contenders (with
+    /// notifications) and crash-takeover lag past the row's expiry, each
+    /// beside its floor measured on plain connections in the same run; then
+    /// recommend a ttl and interval. Works in a scratch table that it
+    /// creates and drops. Progress on stderr; exit 2 for a bad value, 1 for
+    /// an unreachable database.
+    Bench {
+        /// Clean handovers and crash takeovers to time (each crash waits
+        /// out a 400 ms ttl).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        rounds: u16,
+        /// One JSON object on stdout, in milliseconds: {"rtt_p50_ms",
+        /// "renew_p50_ms", "renew_p99_ms", "clean_handover_p50_ms",
+        /// "clean_handover_max_ms", "crash_lag_p50_ms", "crash_lag_max_ms",
+        /// "recommended_ttl_ms", "recommended_interval_ms"}.
+        #[arg(long)]
+        json: bool,
+    },
     /// The guard between `run` and CMD (internal: started by `run`).
     #[command(name = "__guard", hide = true)]
     Guard {

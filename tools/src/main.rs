@@ -6,6 +6,7 @@
 //! bug still ends in one line and exit 1).
 
 mod backend;
+mod bench;
 mod cli;
 mod commands;
 mod demo;
@@ -69,7 +70,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
             eprintln!(
-                "error: a subcommand is required: demo, init, status, run, release, simulate, check or sql (see --help)"
+                "error: a subcommand is required: demo, init, status, run, release, bench, simulate, check or sql (see --help)"
             );
             ExitCode::from(2)
         }

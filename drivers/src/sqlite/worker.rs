@@ -80,6 +80,10 @@ impl Worker {
     /// fatal error that finished it, if any.
     pub(crate) fn run(mut self) -> Result<(), Error> {
         let mut handle_gone = false;
+        if self.change_check.is_some() {
+            // The baseline: the first commit after this one is a change.
+            self.check_for_change();
+        }
         self.state.handle_timeout(self.now());
         loop {
             self.carry_out();

@@ -26,6 +26,10 @@ pub trait Contender {
     /// the fatal error that had stopped the driver, if any. Every change is
     /// published before this returns.
     fn shutdown(self: Box<Self>) -> Result<(), CliError>;
+
+    /// Stops at once WITHOUT releasing, as a crash would: the row is left
+    /// to lapse (for `bench`'s crash takeover).
+    fn abort(self: Box<Self>);
 }
 
 /// A started contender and every transition it publishes from its start.

@@ -36,7 +36,7 @@ impl Target {
         })
     }
 
-    fn connector(&self) -> Result<PgConnector, CliError> {
+    pub(crate) fn connector(&self) -> Result<PgConnector, CliError> {
         Ok(PgConnector::new(&self.url)?)
     }
 }
@@ -48,7 +48,7 @@ impl std::fmt::Display for Target {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -57,7 +57,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 
 /// Connects once (on the current runtime), sorting failures as the driver
 /// does, with the server named.
-async fn connect(
+pub(crate) async fn connect(
     connector: &PgConnector,
     target: &Target,
 ) -> Result<tokio_postgres::Client, CliError> {
@@ -112,7 +112,8 @@ pub fn force_release(
 
 /// The driver of `run`, on its own thread with its own runtime.
 pub struct PgContender {
-    stop: Option<oneshot::Sender<()>>,
+    /// `true`: shut down (release); `false`: abort (no release).
+    stop: Option<oneshot::Sender<bool>>,
     thread: Option<JoinHandle<Result<(), PgError>>>,
 }
 
@@ -157,11 +158,17 @@ pub fn start(
 
 /// Starts the driver and shuts it down when asked (or when the handle is
 /// dropped); returns the driver's outcome.
-async fn drive(builder: PgLeaseBuilder, stop: oneshot::Receiver<()>) -> Result<(), PgError> {
+async fn drive(builder: PgLeaseBuilder, stop: oneshot::Receiver<bool>) -> Result<(), PgError> {
     let mut lease = builder.start()?;
     tokio::select! {
         result = lease.stopped() => result,
-        _ = stop => lease.shutdown().await,
+        release = stop => match release {
+            Ok(false) => {
+                lease.abort();
+                Ok(())
+            }
+            _ => lease.shutdown().await,
+        },
     }
 }
 
@@ -188,12 +195,21 @@ impl TermView for LeaderContext {
 impl Contender for PgContender {
     fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         match self.thread.take().map(JoinHandle::join) {
             None | Some(Ok(Ok(()))) => Ok(()),
             Some(Ok(Err(e))) => Err(e.into()),
             Some(Err(_)) => Err(CliError::runtime("the PostgreSQL lease thread panicked")),
+        }
+    }
+
+    fn abort(mut self: Box<Self>) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(false);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }

@@ -89,4 +89,8 @@ impl Contender for SqliteLease {
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
         SqliteLease::shutdown(*self).map_err(CliError::from)
     }
+
+    fn abort(self: Box<Self>) {
+        SqliteLease::abort(*self)
+    }
 }

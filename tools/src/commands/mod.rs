@@ -65,6 +65,13 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Status { json, watch: true } => admin::watch(&backend, &table, json),
         Command::Release { name, force } => admin::release(&backend, &table, &name, force),
         Command::Run(args) => run::run(&backend, &table, args),
+        Command::Bench { rounds, json } => crate::bench::run(
+            &backend,
+            crate::bench::Options {
+                rounds: usize::from(rounds),
+                json,
+            },
+        ),
         Command::Demo { .. }
         | Command::Simulate { .. }
         | Command::Sql { .. }

@@ -1,0 +1,200 @@
+//! `picolease bench`: the figures that matter for choosing a ttl and an
+//! interval, measured on the user's own database, in a scratch table that
+//! is created and dropped.
+//!
+//! Every figure goes through the same code as `picolease run` (the
+//! contenders are [`Backend::start`]'s), and each comes with its floor,
+//! measured in the same run on plain connections, so a slow disk or a busy
+//! host shows as a slow floor rather than as a slow library:
+//!
+//! | figure | what is timed | floor |
+//! | --- | --- | --- |
+//! | round trip | `SELECT 1` | — |
+//! | renew | the driver's renewals (issue to reply handled) | the same UPDATE on a plain connection, at the same pace |
+//! | clean handover | `shutdown` of the leader to the successor's leadership | release commit (+ NOTIFY) and acquire commit on plain connections |
+//! | crash lag | the row's expiry (read right after the crash) to the successor's leadership | — |
+
+mod postgres;
+mod report;
+mod sqlite;
+
+use std::time::{Duration, Instant};
+
+use picolease::{Config, HolderId, Leadership, LeaseName, Subscription, TableName};
+
+use crate::backend::{Backend, Contender};
+use crate::failure::CliError;
+pub use report::Figures;
+
+/// The plain-connection side of a bench: what the driver is compared with.
+pub trait Probe {
+    /// One `SELECT 1`.
+    fn round_trip(&mut self) -> Result<Duration, CliError>;
+    /// One renew-like UPDATE (commit included) of the probe's own row.
+    fn bare_update(&mut self) -> Result<Duration, CliError>;
+    /// Release commit (with its notification, where there is one) on one
+    /// connection, then the acquire commit on another as soon as it can
+    /// know: the database's own share of a clean handover.
+    fn handover_floor(&mut self) -> Result<Duration, CliError>;
+    /// Milliseconds left on `lease`'s row, read now, and when the read ran
+    /// (the middle of its round trip).
+    fn expires_in(&mut self, lease: &LeaseName) -> Result<(Option<i64>, Instant), CliError>;
+    /// Drops the scratch table.
+    fn drop_table(&mut self) -> Result<(), CliError>;
+}
+
+/// What `bench` was asked for.
+pub struct Options {
+    pub rounds: usize,
+    pub json: bool,
+}
+
+/// The timings the contenders run with: short, so that the bench takes
+/// seconds, and the same shape as the defaults (interval = ttl / 4).
+const TTL: Duration = Duration::from_millis(400);
+
+/// Runs the bench on `backend`: progress on stderr, the figures on stdout.
+pub fn run(backend: &Backend, options: Options) -> Result<std::process::ExitCode, CliError> {
+    let table = TableName::new(&format!("picolease_bench_{}", std::process::id()))
+        .map_err(CliError::usage)?;
+    let mut probe: Box<dyn Probe> = match backend {
+        Backend::Sqlite(location) => Box::new(sqlite::SqliteProbe::open(location, &table)?),
+        #[cfg(feature = "postgres")]
+        Backend::Postgres(target) => Box::new(postgres::PgProbe::open(target, &table)?),
+    };
+    let started = Instant::now();
+    let outcome = measure(backend, &table, probe.as_mut(), &options);
+    let dropped = probe.drop_table();
+    let figures = outcome?;
+    dropped?;
+    report::print(&figures, backend, options.json, started.elapsed());
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn measure(
+    backend: &Backend,
+    table: &TableName,
+    probe: &mut dyn Probe,
+    options: &Options,
+) -> Result<Figures, CliError> {
+    let rounds = options.rounds;
+    let mut progress = report::Progress::new();
+    let samples = (rounds * 10).max(50);
+    let mut rtt = Vec::with_capacity(samples);
+    for i in 0..samples {
+        progress.step("round trip", i, samples);
+        rtt.push(probe.round_trip()?);
+    }
+
+    let renew_samples = (rounds * 3).clamp(30, picolease::RENEW_SAMPLES);
+    progress.step("renew", 0, renew_samples);
+    let (contender, mut changes) = start(backend, table, "renew", "r")?;
+    until_leader(&mut changes)?;
+    let snapshots = changes.snapshots();
+    let mut bare = Vec::with_capacity(renew_samples);
+    let pace = TTL / 4;
+    while snapshots.renew_latencies().len() < renew_samples {
+        // The floor at the same pace, meanwhile, on its own row.
+        let at = Instant::now();
+        bare.push(probe.bare_update()?);
+        progress.step("renew", snapshots.renew_latencies().len(), renew_samples);
+        std::thread::sleep(pace.saturating_sub(at.elapsed()));
+    }
+    let renew = snapshots.renew_latencies();
+    contender.shutdown()?;
+
+    let mut handover = Vec::with_capacity(rounds);
+    let mut handover_floor = Vec::with_capacity(rounds);
+    let (mut leader, mut leader_changes) = start(backend, table, "handover", "h0")?;
+    until_leader(&mut leader_changes)?;
+    for round in 1..=rounds {
+        progress.step("clean handover", round - 1, rounds);
+        let (successor, mut changes) = start(backend, table, "handover", &format!("h{round}"))?;
+        until_observed(&mut changes)?;
+        // Stop at a different point of the successor's poll cycle each
+        // round (a notification should make the phase irrelevant).
+        std::thread::sleep(Duration::from_millis((round as u64 * 37) % 100));
+        let stopped = Instant::now();
+        leader.shutdown()?;
+        let led = until_leader(&mut changes)?;
+        handover.push(led.saturating_duration_since(stopped));
+        handover_floor.push(probe.handover_floor()?);
+        leader = successor;
+    }
+    leader.shutdown()?;
+
+    let mut crash_lag = Vec::with_capacity(rounds);
+    let lease = LeaseName::new("crash").map_err(CliError::usage)?;
+    let (mut leader, mut leader_changes) = start(backend, table, "crash", "c0")?;
+    until_leader(&mut leader_changes)?;
+    for round in 1..=rounds {
+        progress.step("crash takeover", round - 1, rounds);
+        let (successor, mut changes) = start(backend, table, "crash", &format!("c{round}"))?;
+        until_observed(&mut changes)?;
+        std::thread::sleep(Duration::from_millis((round as u64 * 53) % 100));
+        leader.abort();
+        let (left, read_at) = probe.expires_in(&lease)?;
+        let left =
+            left.ok_or_else(|| CliError::runtime("bench: the crashed leader's row is gone"))?;
+        let expiry = read_at + Duration::from_millis(left.max(0) as u64);
+        let led = until_leader(&mut changes)?;
+        crash_lag.push(led.saturating_duration_since(expiry));
+        leader = successor;
+    }
+    leader.shutdown()?;
+    progress.done();
+
+    Ok(Figures {
+        rtt,
+        renew,
+        renew_floor: bare,
+        handover,
+        handover_floor,
+        crash_lag,
+        ttl: TTL,
+    })
+}
+
+fn start(
+    backend: &Backend,
+    table: &TableName,
+    lease: &str,
+    node: &str,
+) -> Result<(Box<dyn Contender>, Subscription), CliError> {
+    let lease = LeaseName::new(lease).map_err(CliError::usage)?;
+    let holder = HolderId::incarnation(node, picolease::random_u64()).map_err(CliError::usage)?;
+    backend.start(table, Config::with_ttl(lease, holder, TTL), None)
+}
+
+/// How long a bench step may wait for a transition before giving up.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Waits for the contender to lead; returns when its driver published it.
+fn until_leader(changes: &mut Subscription) -> Result<Instant, CliError> {
+    until(changes, Leadership::is_leader)
+}
+
+/// Waits for a follower to have seen the current holder.
+fn until_observed(changes: &mut Subscription) -> Result<Instant, CliError> {
+    until(changes, |l| !l.is_leader() && l.holder.is_some())
+}
+
+fn until(
+    changes: &mut Subscription,
+    done: impl Fn(&Leadership) -> bool,
+) -> Result<Instant, CliError> {
+    let give_up = Instant::now() + PATIENCE;
+    loop {
+        let left = give_up.saturating_duration_since(Instant::now());
+        match changes.recv_timeout(left) {
+            Ok(t) if done(&t.leadership) => return Ok(t.instant),
+            Ok(_) => {}
+            Err(picolease::RecvError::Lagged(_)) => {}
+            Err(e) => {
+                return Err(CliError::runtime(format!(
+                    "bench: a contender did not reach the expected state within {PATIENCE:?} ({e})"
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! `bench`'s figures, the ttl and interval they recommend, and how they
+//! are printed: a table (with a progress line while measuring) or one JSON
+//! object with fixed keys.
+
+use std::io::Write;
+use std::time::Duration;
+
+use crate::backend::Backend;
+
+/// The command that measures, printed with the figures.
+pub const COMMAND: &str = "picolease bench --db URL [--rounds N] [--json]";
+
+/// Every sample taken.
+pub struct Figures {
+    /// `SELECT 1` round trips.
+    pub rtt: Vec<Duration>,
+    /// The driver's renewals.
+    pub renew: Vec<Duration>,
+    /// The same UPDATE on a plain connection, at the same pace.
+    pub renew_floor: Vec<Duration>,
+    /// Leader's shutdown to the successor's leadership.
+    pub handover: Vec<Duration>,
+    /// Release and acquire commits on plain connections.
+    pub handover_floor: Vec<Duration>,
+    /// The row's expiry to the successor's leadership, after a crash.
+    pub crash_lag: Vec<Duration>,
+    /// The ttl the contenders ran with.
+    pub ttl: Duration,
+}
+
+/// The `q`-quantile (nearest rank) in milliseconds.
+fn quantile_ms(samples: &[Duration], q: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    ms(sorted[rank - 1])
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn p50(samples: &[Duration]) -> f64 {
+    quantile_ms(samples, 0.5)
+}
+
+fn max(samples: &[Duration]) -> f64 {
+    quantile_ms(samples, 1.0)
+}
+
+/// A ttl and interval from the figures (milliseconds).
+///
+/// The interval leaves room for a renewal ten times slower than the worst
+/// seen (the request timeout defaults to the interval, so a renew that
+/// slow still lands), and is at least 100 ms; the ttl is four intervals,
+/// the default shape, so one lost renewal and one slow one still keep the
+/// lease. Rounded up to 50 ms.
+pub fn recommend(figures: &Figures) -> (u64, u64) {
+    let worst = max(&figures.renew)
+        .max(quantile_ms(&figures.rtt, 0.99))
+        .max(0.0);
+    let interval = ((worst * 10.0 / 50.0).ceil() as u64 * 50).max(100);
+    (interval * 4, interval)
+}
+
+/// Prints the figures as a table or as one JSON object.
+pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
+    let (ttl, interval) = recommend(figures);
+    let row = |name: &str, samples: &[Duration]| (name.to_string(), p50(samples), max(samples));
+    if json {
+        let object = serde_json::json!({
+            "rtt_p50_ms": round(p50(&figures.rtt)),
+            "renew_p50_ms": round(p50(&figures.renew)),
+            "renew_p99_ms": round(quantile_ms(&figures.renew, 0.99)),
+            "clean_handover_p50_ms": round(p50(&figures.handover)),
+            "clean_handover_max_ms": round(max(&figures.handover)),
+            "crash_lag_p50_ms": round(p50(&figures.crash_lag)),
+            "crash_lag_max_ms": round(max(&figures.crash_lag)),
+            "recommended_ttl_ms": ttl,
+            "recommended_interval_ms": interval,
+        });
+        println!("{object}");
+        return;
+    }
+    println!(
+        "picolease bench on {} ({} handover and crash rounds, contenders at ttl {:?}, took {:.1}s)",
+        backend.place(),
+        figures.handover.len(),
+        figures.ttl,
+        took.as_secs_f64()
+    );
+    println!(
+        "{:<34} {:>9} {:>9} {:>9}  {:>12}",
+        "figure", "p50 ms", "p99 ms", "max ms", "floor p50 ms"
+    );
+    let lines = [
+        (
+            row("round trip (SELECT 1)", &figures.rtt),
+            &figures.rtt,
+            None,
+        ),
+        (
+            row("renew through the driver", &figures.renew),
+            &figures.renew,
+            Some(&figures.renew_floor),
+        ),
+        (
+            row("clean handover", &figures.handover),
+            &figures.handover,
+            Some(&figures.handover_floor),
+        ),
+        (
+            row("crash takeover, lag past expiry", &figures.crash_lag),
+            &figures.crash_lag,
+            None,
+        ),
+    ];
+    for ((name, median, most), samples, floor) in lines {
+        let floor = floor.map_or(String::from("—"), |f| {
+            let f50 = p50(f);
+            if f50 > 0.0 {
+                format!("{f50:.3} (x{:.1})", median / f50)
+            } else {
+                format!("{f50:.3}")
+            }
+        });
+        println!(
+            "{name:<34} {median:>9.3} {:>9.3} {most:>9.3}  {floor:>12}",
+            quantile_ms(samples, 0.99)
+        );
+    }
+    println!(
+        "floors: renew = the same UPDATE on a plain connection at the same pace; clean handover = release commit{} then acquire commit on plain connections",
+        if matches!(backend, Backend::Sqlite(_)) { "" } else { " with NOTIFY, its delivery," }
+    );
+    println!(
+        "recommended: --ttl {ttl}ms --interval {interval}ms (interval: 10x the slowest renewal, at least 100ms; ttl: 4 intervals)"
+    );
+    println!("reproduce: {COMMAND}");
+}
+
+/// Three decimals are more than the clocks involved can tell.
+fn round(ms: f64) -> f64 {
+    (ms * 1000.0).round() / 1000.0
+}
+
+/// Progress on stderr: one line rewritten in place on a terminal, one line
+/// per stage otherwise (so logs stay readable).
+pub struct Progress {
+    terminal: bool,
+    stage: Option<String>,
+    shown_at: Option<std::time::Instant>,
+}
+
+impl Progress {
+    pub fn new() -> Self {
+        Progress {
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            stage: None,
+            shown_at: None,
+        }
+    }
+
+    /// Shows `what` at `done` of `total` (at most every 100 ms on a
+    /// terminal; once per stage otherwise).
+    pub fn step(&mut self, what: &str, done: usize, total: usize) {
+        let new_stage = self.stage.as_deref() != Some(what);
+        let due = self
+            .shown_at
+            .is_none_or(|at| at.elapsed() >= std::time::Duration::from_millis(100));
+        let mut err = std::io::stderr().lock();
+        if self.terminal && (new_stage || due) {
+            let _ = write!(err, "\r\x1b[2Kbench: {what} {done}/{total}");
+            let _ = err.flush();
+            self.shown_at = Some(std::time::Instant::now());
+        } else if !self.terminal && new_stage {
+            let _ = writeln!(err, "bench: {what} ({total} samples)");
+        }
+        if new_stage {
+            self.stage = Some(what.to_string());
+        }
+    }
+
+    /// Ends the progress line.
+    pub fn done(&mut self) {
+        if self.terminal && self.stage.is_some() {
+            eprint!("\r\x1b[2K");
+        }
+        self.stage = None;
+    }
+}
