@@ -39,10 +39,43 @@ pub struct Bounds {
     /// Whether an accepted release notifies the other contenders
     /// (PostgreSQL LISTEN/NOTIFY).
     pub notify: bool,
+    /// Whether a path may begin with the row held by a process that died
+    /// just before (a departed leader, under an id no contender has), due
+    /// to lapse a ttl later: the contenders then race for a lapsed row,
+    /// each on its own poll schedule (the step `db:orphan`).
+    pub orphan: bool,
+    /// Every contender's stop lead `g` ([`Config::stop_lead`]), in ticks:
+    /// 0, or under [`Config::stop_lead_bound`] (ttl − drift − 1 − 2·interval).
+    pub stop_lead_ticks: u32,
+    /// Whether nodes 0 and 1 are twins: two processes given the same node
+    /// name, told apart only by their incarnation
+    /// ([`HolderId::incarnation`]).
+    pub twins: bool,
     /// A planted bug (feature `mutants`).
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
     pub mutation: crate::state::Mutation,
+    /// A planted bug in how the checker sets the machines up (feature
+    /// `mutants`).
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub setup_mutation: SetupMutation,
+}
+
+/// A bug planted in the machines' setup rather than in `LeaseState`
+/// (feature `mutants`, for the checker's own tests).
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SetupMutation {
+    /// Set up as configured.
+    #[default]
+    None,
+    /// The machines run without their stop lead (as with `g = 0`) while
+    /// the properties still ask for it.
+    StopLeadIgnored,
+    /// Twins get one holder id: the incarnation ignores the process.
+    TwinsShareHolderId,
 }
 
 /// The longest depth accepted: beyond it a path's trace is unreadable and
@@ -91,15 +124,29 @@ pub enum BoundsError {
     /// A liveness bound of 0 or over 250.
     #[error("liveness {0} ticks: must be 1 to 250")]
     Liveness(u32),
+    /// A stop lead the core refuses with these timings.
+    #[error("stop lead {stop_lead} ticks: must be 0 or under ttl − drift − 1 − 2·interval ({bound} ticks here)")]
+    StopLead {
+        /// The stop lead.
+        stop_lead: u32,
+        /// Its bound.
+        bound: u32,
+    },
 }
 
 impl Bounds {
     /// The defaults for `nodes` contenders: ttl 10, interval 4, drift 1,
-    /// delivery 1, liveness ttl + 2·interval, notify on, 1 fault. Depth 200
-    /// for 2 nodes (deeper than the reachable space, so the search ends by
-    /// exhausting it: about 2 million states); 60 for 3 (the whole 3-node
-    /// space is beyond 30 million states; 60 steps, about 11 million states,
-    /// keep the check within 10 minutes).
+    /// delivery 1, liveness ttl + 2·interval, notify on, nodes 0 and 1
+    /// twins, no stop lead (these timings leave no room for one: see
+    /// [`Bounds::with_stop_lead`]), 1 fault.
+    ///
+    /// 2 nodes: depth 200, deeper than the reachable space, so the search
+    /// ends by exhausting it (about 6 million states), and a path may begin
+    /// with an orphan row (`orphan`), which is what lets one fault expose a
+    /// database that renews without the epoch condition. 3 nodes: depth 60
+    /// and no orphan row (the whole 3-node space is beyond 30 million
+    /// states; 60 steps, about 11 million, keep the check within 10
+    /// minutes).
     pub fn default_for(nodes: usize) -> Self {
         let (faults, depth) = if nodes <= 2 { (1, 200) } else { (1, 60) };
         Bounds {
@@ -112,8 +159,30 @@ impl Bounds {
             delivery_ticks: 1,
             liveness_ticks: Some(18),
             notify: true,
+            orphan: nodes <= 2,
+            stop_lead_ticks: 0,
+            twins: true,
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
+            #[cfg(feature = "mutants")]
+            setup_mutation: SetupMutation::None,
+        }
+    }
+
+    /// The defaults with a stop lead `g` = 1 tick: ttl 12, interval 4 (so
+    /// the bound ttl − drift − 1 − 2·interval is 2 ticks), liveness
+    /// ttl + 2·interval, no orphan row, the rest as [`Bounds::default_for`].
+    /// (A shorter interval would make the request timeout no longer than a
+    /// round trip plus the drift: a node could then time out every
+    /// acquire it wins, and liveness rightly fails.)
+    pub fn with_stop_lead(nodes: usize) -> Self {
+        Bounds {
+            ttl_ticks: 12,
+            interval_ticks: 4,
+            stop_lead_ticks: 1,
+            liveness_ticks: Some(20),
+            orphan: false,
+            ..Bounds::default_for(nodes)
         }
     }
 
@@ -128,6 +197,7 @@ impl Bounds {
             drift_ticks: drift,
             delivery_ticks: delivery,
             liveness_ticks,
+            stop_lead_ticks: stop_lead,
             ..
         } = *self;
         if !(2..=3).contains(&nodes) {
@@ -156,6 +226,10 @@ impl Bounds {
                 return Err(BoundsError::Liveness(l));
             }
         }
+        let bound = ttl.saturating_sub(drift + 1 + 2 * interval);
+        if stop_lead > 0 && stop_lead >= bound {
+            return Err(BoundsError::StopLead { stop_lead, bound });
+        }
         Ok(())
     }
 
@@ -170,6 +244,11 @@ impl Bounds {
         config.drift = ms(self.drift_ticks);
         config.jitter = Duration::ZERO;
         config.seed = 0;
+        config.stop_lead = ms(self.stop_lead_ticks);
+        #[cfg(feature = "mutants")]
+        if self.setup_mutation == SetupMutation::StopLeadIgnored {
+            config.stop_lead = Duration::ZERO;
+        }
         config.validate()?;
         Ok(config)
     }

@@ -74,6 +74,9 @@ mod search;
 mod step;
 mod world;
 
+#[cfg(feature = "mutants")]
+#[doc(hidden)]
+pub use bounds::SetupMutation;
 pub use bounds::{Bounds, BoundsError, MAX_DEPTH, TICK};
 pub use replay::{replay, Replay, ReplayStep, TraceParseError, TraceProblem};
 pub use step::{Step, UnknownStep};
@@ -98,6 +101,9 @@ pub enum Property {
     Progress,
     /// No leader for longer than the bound.
     Liveness,
+    /// Work still running at or past `deadline − stop_lead`, or with less
+    /// than the stop lead left on its row.
+    StopLead,
     /// The model could not be set up (a holder id or configuration the
     /// core refused); never expected.
     Setup,
@@ -113,6 +119,7 @@ impl Property {
             Property::Gating => "gating",
             Property::Progress => "progress",
             Property::Liveness => "liveness",
+            Property::StopLead => "stop lead",
             Property::Setup => "setup",
         }
     }

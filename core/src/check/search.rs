@@ -66,6 +66,8 @@ pub(super) fn run(
         f.fingerprint(w, bounds.ttl_ticks, bounds.interval_ticks)
     };
     let mut seen = Seen::default();
+    // Millions of states are the rule: skip the first rounds of growth.
+    seen.reserve(1 << 20);
     seen.insert(fp(&mut fingerprints, &initial));
     let mut tree = Tree {
         parents: vec![(0, Step::TickDb)],

@@ -12,6 +12,7 @@
 //! | `n0:recv` | the head of the database's messages to node 0 (a reply or a release notice) reaches it | |
 //! | `db:stray` | the stray statement runs | |
 //! | `n0:resume` | node 0 thaws (and runs its timer) | |
+//! | `db:orphan` | first step only (`Bounds::orphan`): the row starts held by a process that died just before, lapsing a ttl later | |
 //! | `lose:db:n0`, `lose:n0` | the head message towards the database / node 0 is lost | yes |
 //! | `late:db:n0`, `late:n0` | that head message is delayed past the delivery bound, without limit | yes |
 //! | `stray:n0` | the head statement from node 0 strays on the server: its cancel will lose the race, and it runs whenever `db:stray` says, out of order | yes |
@@ -37,6 +38,9 @@ pub enum Step {
     StrayAtDb,
     /// A paused node thaws.
     Resume(usize),
+    /// The first step only: the row is held by a process that died just
+    /// before the start (`Bounds::orphan`).
+    Orphan,
     /// Fault: the head message towards the database is lost.
     LoseToDb(usize),
     /// Fault: the head message towards the node is lost.
@@ -69,13 +73,14 @@ impl Step {
                 | Step::Recv(_)
                 | Step::StrayAtDb
                 | Step::Resume(_)
+                | Step::Orphan
         )
     }
 
     /// The node the step concerns, if any.
     pub fn node(self) -> Option<usize> {
         match self {
-            Step::TickDb | Step::StrayAtDb => None,
+            Step::TickDb | Step::StrayAtDb | Step::Orphan => None,
             Step::Tick(n)
             | Step::Timer(n)
             | Step::AtDb(n)
@@ -103,6 +108,7 @@ impl fmt::Display for Step {
             Step::AtDb(n) => write!(f, "db:n{n}"),
             Step::Recv(n) => write!(f, "n{n}:recv"),
             Step::StrayAtDb => write!(f, "db:stray"),
+            Step::Orphan => write!(f, "db:orphan"),
             Step::Resume(n) => write!(f, "n{n}:resume"),
             Step::LoseToDb(n) => write!(f, "lose:db:n{n}"),
             Step::LoseToNode(n) => write!(f, "lose:n{n}"),
@@ -119,7 +125,7 @@ impl fmt::Display for Step {
 
 /// A step's text that is not one of the forms above.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart or nN:shutdown")]
+#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart or nN:shutdown")]
 pub struct UnknownStep(pub String);
 
 fn node(text: &str) -> Option<usize> {
@@ -139,6 +145,7 @@ impl FromStr for Step {
         let step = match parts.as_slice() {
             ["tick", "db"] => Step::TickDb,
             ["db", "stray"] => Step::StrayAtDb,
+            ["db", "orphan"] => Step::Orphan,
             ["tick", n] => Step::Tick(node(n).ok_or_else(unknown)?),
             ["db", n] => Step::AtDb(node(n).ok_or_else(unknown)?),
             ["lose", "db", n] => Step::LoseToDb(node(n).ok_or_else(unknown)?),

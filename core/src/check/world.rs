@@ -190,6 +190,10 @@ pub(crate) struct World {
     pub(super) leaderless: u32,
     /// The epoch of the latest leadership.
     pub(super) last_epoch: Option<Epoch>,
+    /// No step taken yet (`db:orphan` is enabled). Left out of the
+    /// fingerprint: a later state that looks the same is the initial one
+    /// shifted in time, and the initial one is explored first.
+    pub(super) fresh: bool,
 }
 
 /// What a step did, as text lines, when the caller wants them (replay).
@@ -213,12 +217,34 @@ impl Log {
     }
 }
 
-fn holder_id(node: usize, incarnation: u32) -> Result<HolderId, ConfigError> {
+/// The holder of the orphan row (`Bounds::orphan`): no contender's.
+const ORPHAN: &str = "n9.0";
+
+/// The node name twins share (`Bounds::twins`).
+const TWIN: &str = "twin";
+
+/// Node `node`'s holder id in its `incarnation`: `n0.1`, or for twins
+/// [`HolderId::incarnation`] of their shared name with a nonce that tells
+/// the processes apart (`twin#001001`).
+fn holder_id(setup: &Setup, node: usize, incarnation: u32) -> Result<HolderId, ConfigError> {
+    if setup.bounds.twins && node < 2 {
+        #[allow(unused_mut)]
+        let mut nonce = ((node as u64) << 12) | u64::from(incarnation);
+        #[cfg(feature = "mutants")]
+        if setup.bounds.setup_mutation == super::bounds::SetupMutation::TwinsShareHolderId {
+            nonce = u64::from(incarnation);
+        }
+        return HolderId::incarnation(TWIN, nonce);
+    }
     HolderId::new(&format!("n{node}.{incarnation}"))
 }
 
 /// `(node, incarnation)` of a holder id the checker made.
 pub(super) fn parse_holder(holder: &str) -> Option<(usize, u32)> {
+    if let Some(nonce) = holder.strip_prefix(TWIN).and_then(|h| h.strip_prefix('#')) {
+        let nonce = u32::from_str_radix(nonce, 16).ok()?;
+        return Some(((nonce >> 12) as usize, nonce & 0xfff));
+    }
     let (node, inc) = holder.strip_prefix('n')?.split_once('.')?;
     Some((node.parse().ok()?, inc.parse().ok()?))
 }
@@ -237,7 +263,7 @@ impl World {
     pub(crate) fn new(setup: &Setup) -> Result<Self, ConfigError> {
         let mut nodes = Vec::with_capacity(setup.bounds.nodes);
         for n in 0..setup.bounds.nodes {
-            let holder = holder_id(n, 1)?;
+            let holder = holder_id(setup, n, 1)?;
             let lease = new_lease(setup, holder.clone(), Instant::ZERO)?;
             nodes.push(Node {
                 lease: Some(lease),
@@ -267,6 +293,7 @@ impl World {
             faults: 0,
             leaderless: 0,
             last_epoch: None,
+            fresh: true,
         })
     }
 
@@ -277,6 +304,9 @@ impl World {
     /// Every step enabled here, in a fixed order.
     pub(crate) fn steps(&self, setup: &Setup, out: &mut Vec<Step>) {
         out.clear();
+        if self.fresh && setup.bounds.orphan {
+            out.push(Step::Orphan);
+        }
         if self.can_tick_db(setup) {
             out.push(Step::TickDb);
         }
@@ -365,11 +395,21 @@ impl World {
     /// Applies an enabled step and checks the invariants; `Some` on the
     /// first one violated.
     pub(crate) fn apply(&mut self, setup: &Setup, step: Step, log: &mut Log) -> Option<Violation> {
+        self.fresh = false;
         if step.is_fault() {
             self.faults += 1;
             self.leaderless = 0;
         }
         let found = match step {
+            Step::Orphan => {
+                // Lapsing one interval from now: when the contenders
+                // that found it held poll again.
+                let left = i64::from(setup.bounds.interval_ticks);
+                let now_ms = DB_EPOCH_MS + self.db_clock as i64;
+                self.db.acquire(LEASE, ORPHAN, left, now_ms);
+                log.note(|| format!("the row starts held by {ORPHAN}, a process gone"));
+                None
+            }
             Step::TickDb => self.tick_db(setup, log),
             Step::Tick(i) => {
                 let n = &mut self.nodes[i];
@@ -507,7 +547,7 @@ impl World {
         let db_clock = self.db_clock;
         let n = &mut self.nodes[i];
         n.incarnation += 1;
-        let holder = match holder_id(i, n.incarnation) {
+        let holder = match holder_id(setup, i, n.incarnation) {
             Ok(h) => h,
             Err(e) => return Some(violation(Property::Setup, e.to_string())),
         };
@@ -733,7 +773,7 @@ impl World {
     }
 
     /// Mutual exclusion and validity, on the state reached.
-    fn check_state(&self, _setup: &Setup) -> Option<Violation> {
+    fn check_state(&self, setup: &Setup) -> Option<Violation> {
         let leaders: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].leading())
             .collect();
@@ -778,6 +818,50 @@ impl World {
                     None => detail.push_str("absent"),
                 }
                 return Some(violation(Property::Validity, detail));
+            }
+        }
+        self.check_stop_lead(setup)
+    }
+
+    /// The stop lead `g` (`Config::stop_lead`): a node's work is stopped
+    /// no later than its local `deadline − g` (at that very tick only
+    /// while its timer, due then, has yet to run), and while the work runs
+    /// the row is the node's with more than `g` database ticks left. A
+    /// paused process's work is frozen with it; its timer runs first on
+    /// resuming. With `g = 0` this is the deadline itself and validity.
+    fn check_stop_lead(&self, setup: &Setup) -> Option<Violation> {
+        let g = u64::from(setup.bounds.stop_lead_ticks);
+        let now_ms = DB_EPOCH_MS + self.db_clock as i64;
+        for (i, n) in self.nodes.iter().enumerate() {
+            let (Some(epoch), true) = (n.work, n.running()) else {
+                continue;
+            };
+            let deadline = n.lease.as_ref().and_then(LeaseState::leader_deadline);
+            if let Some(deadline) = deadline {
+                let stop = (deadline.as_nanos() / TICK.as_nanos() as u64).saturating_sub(g);
+                if n.clock > stop || (n.clock == stop && !n.due()) {
+                    return Some(violation(
+                        Property::StopLead,
+                        format!(
+                            "n{i} runs the work of epoch {epoch} at local tick {}, its deadline − stop lead being {stop}",
+                            n.clock
+                        ),
+                    ));
+                }
+            }
+            let row = self.db.row(LEASE);
+            let left = row
+                .filter(|r| r.holder.as_deref() == Some(n.holder.as_str()))
+                .map(|r| r.expires_at - now_ms);
+            if left.is_none_or(|left| left <= g as i64) {
+                return Some(violation(
+                    Property::StopLead,
+                    format!(
+                        "n{i} runs the work of epoch {epoch} at db tick {} with {} left on its row (stop lead {g})",
+                        self.db_clock,
+                        left.map_or("nothing".to_string(), |l| format!("{l} ticks"))
+                    ),
+                ));
             }
         }
         None
