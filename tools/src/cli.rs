@@ -153,7 +153,7 @@ pub enum Command {
     Bench {
         /// Clean handovers and crash takeovers to time (each crash waits
         /// out a 400 ms ttl).
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(u16).range(1..=1000))]
         rounds: u16,
         /// One JSON object on stdout, in milliseconds: {"rtt_p50_ms",
         /// "renew_p50_ms", "renew_p99_ms", "clean_handover_p50_ms",

@@ -1,0 +1,161 @@
+//! `picolease bench` from outside: the exact JSON keys on both databases,
+//! figures that hang together, the scratch table gone afterwards, and bad
+//! input as one line with exit 2 (a bad value) or 1 (an unreachable
+//! database). The figures themselves are not judged here: they are
+//! measurements, printed by the command for a human to read.
+
+use std::process::{Command, Output};
+
+const KEYS: [&str; 9] = [
+    "rtt_p50_ms",
+    "renew_p50_ms",
+    "renew_p99_ms",
+    "clean_handover_p50_ms",
+    "clean_handover_max_ms",
+    "crash_lag_p50_ms",
+    "crash_lag_max_ms",
+    "recommended_ttl_ms",
+    "recommended_interval_ms",
+];
+
+const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn picolease(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args(args)
+        .env_remove("PICOLEASE_DB")
+        .output()
+        .expect("the binary runs")
+}
+
+/// Runs `bench --json` and checks the object: exactly the nine keys, all
+/// numbers, non-negative, p50 ≤ p99/max, and a recommendation the run
+/// command accepts (interval below ttl / 2).
+fn bench_json(db: &str) -> serde_json::Map<String, serde_json::Value> {
+    let out = picolease(&["--db", db, "bench", "--rounds", "2", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let object: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let object = object.as_object().expect("an object").clone();
+    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    keys.sort();
+    let mut expected = KEYS.to_vec();
+    expected.sort();
+    assert_eq!(keys, expected, "{stdout}");
+    let get = |k: &str| {
+        object[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} is a number: {stdout}"))
+    };
+    for key in KEYS {
+        assert!(get(key) >= 0.0, "{key}: {stdout}");
+    }
+    assert!(get("renew_p50_ms") <= get("renew_p99_ms"), "{stdout}");
+    assert!(
+        get("clean_handover_p50_ms") <= get("clean_handover_max_ms"),
+        "{stdout}"
+    );
+    assert!(
+        get("crash_lag_p50_ms") <= get("crash_lag_max_ms"),
+        "{stdout}"
+    );
+    assert!(
+        get("renew_p50_ms") > 0.0 && get("clean_handover_p50_ms") > 0.0,
+        "{stdout}"
+    );
+    assert!(get("recommended_interval_ms") >= 100.0, "{stdout}");
+    assert!(
+        get("recommended_interval_ms") * 2.0 < get("recommended_ttl_ms"),
+        "{stdout}"
+    );
+    object
+}
+
+#[test]
+fn sqlite_bench_prints_the_nine_figures_and_leaves_no_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("bench.db").display());
+    bench_json(&db);
+    let status = picolease(&["--db", &db, "status", "--json"]);
+    assert_eq!(status.status.code(), Some(0));
+    let conn = rusqlite::Connection::open(dir.path().join("bench.db")).unwrap();
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'picolease_bench_%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "the scratch table is dropped");
+}
+
+#[test]
+fn postgres_bench_prints_the_nine_figures() {
+    bench_json(PG);
+}
+
+#[test]
+fn the_plain_output_is_a_table_with_the_recommendation_and_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let out = picolease(&["--db", &db, "bench", "--rounds", "1"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "round trip",
+        "renew through the driver",
+        "clean handover",
+        "crash takeover",
+        "recommended: --ttl ",
+        "picolease bench --db URL",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} in {stdout}");
+    }
+    // Progress goes to stderr, one line per stage when not on a terminal.
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("bench: clean handover"), "{stderr}");
+}
+
+fn assert_one_line_error(out: &Output, code: i32, names: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    assert!(
+        stderr.starts_with("error: ") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    for name in names {
+        assert!(stderr.contains(name), "{name:?} in {stderr:?}");
+    }
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+}
+
+#[test]
+fn bad_values_exit_2_and_unreachable_databases_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("bench.db").display());
+    for rounds in ["0", "-3", "many", "1001"] {
+        let out = picolease(&["--db", &db, "bench", "--rounds", rounds]);
+        assert_one_line_error(&out, 2, &["--rounds", rounds]);
+    }
+    assert!(!dir.path().join("bench.db").exists(), "nothing created");
+    let missing = format!("sqlite://{}/no/such/dir/bench.db", dir.path().display());
+    assert_one_line_error(
+        &picolease(&["--db", &missing, "bench"]),
+        1,
+        &["no/such/dir"],
+    );
+    let closed = "postgres://postgres@127.0.0.1:1/test?connect_timeout=2";
+    assert_one_line_error(
+        &picolease(&["--db", closed, "bench", "--json"]),
+        1,
+        &["127.0.0.1"],
+    );
+    assert_one_line_error(
+        &picolease(&["--db", "sqlite::memory:", "bench"]),
+        2,
+        &["sqlite://PATH"],
+    );
+}
