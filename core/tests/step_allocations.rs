@@ -1,4 +1,4 @@
-//! A steady-state step allocates nothing (DESIGN §8: a `LeaseState` per
+//! A steady-state step allocates nothing (DESIGN §9: a `LeaseState` per
 //! lease must stay cheap). Counting allocations is deterministic, unlike
 //! timing, so this is a plain test; `benches/step.rs` reports the same
 //! count beside the timings.

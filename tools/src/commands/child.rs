@@ -77,12 +77,23 @@ const FORWARD: Duration = Duration::from_millis(100);
 
 /// `-- CMD`, as gated work of either backend: [`Gated::run_term`] runs it
 /// for one term.
-#[derive(Debug)]
 pub struct Gated {
     command: Vec<String>,
     grace: Duration,
     node: String,
-    events: mpsc::Sender<ChildEvent>,
+    /// Where events go: straight into `run`'s one queue, so a child's end
+    /// is queued before the driver (which waits for it) can report its own.
+    events: Box<dyn Fn(ChildEvent) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Gated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gated")
+            .field("command", &self.command)
+            .field("grace", &self.grace)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What one term's supervision needs from the driver's context.
@@ -102,22 +113,20 @@ impl Gated {
         command: Vec<String>,
         grace: Duration,
         node: String,
-        events: mpsc::Sender<ChildEvent>,
+        events: impl Fn(ChildEvent) + Send + Sync + 'static,
     ) -> Self {
         Gated {
             command,
             grace,
             node,
-            events,
+            events: Box::new(events),
         }
     }
 
     /// Runs CMD for one term until it exits by itself or the term ends,
     /// then has the guard stop it; returns once CMD is gone.
     pub fn run_term(&self, view: &impl TermView) {
-        let send = |event| {
-            let _ = self.events.send(event);
-        };
+        let send = |event| (self.events)(event);
         let Some(deadline) = view.deadline() else {
             return; // The term was over before its work started.
         };

@@ -89,13 +89,14 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     let gated = if args.command.is_empty() {
         None
     } else {
-        let (child_tx, child_rx) = mpsc::channel();
-        forward(child_rx, tx.clone(), Event::Child);
+        let child_tx = tx.clone();
         Some(Arc::new(Gated::new(
             args.command.clone(),
             grace,
             node.clone(),
-            child_tx,
+            move |event| {
+                let _ = child_tx.send(Event::Child(event));
+            },
         )))
     };
     let printer = Printer {
@@ -235,21 +236,6 @@ fn forward_transitions(transitions: Subscription, events: mpsc::Sender<Event>) {
             }
         }
         let _ = events.send(Event::DriverEnded);
-    });
-}
-
-/// Feeds another channel to the loop.
-fn forward<T: Send + 'static>(
-    from: mpsc::Receiver<T>,
-    to: mpsc::Sender<Event>,
-    wrap: fn(T) -> Event,
-) {
-    std::thread::spawn(move || {
-        for item in from {
-            if to.send(wrap(item)).is_err() {
-                return;
-            }
-        }
     });
 }
 
