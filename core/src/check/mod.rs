@@ -39,11 +39,25 @@
 //!   (timer first, as in the simulator), crash (the row stays), restart
 //!   with a new holder id, and shut down. Each fault counts against
 //!   `Bounds::faults`.
+//! - **Twins** (`Bounds::twins`, on by default): nodes 0 and 1 are two
+//!   processes given the same node name, their holder ids
+//!   [`HolderId::incarnation`](crate::HolderId::incarnation) of it with
+//!   different nonces.
+//! - **Orphan row** (`Bounds::orphan`, on by default for 2 nodes): a path
+//!   may begin (`db:orphan`) with the row held by a process that died just
+//!   before, lapsing one interval later, so the contenders race for a
+//!   lapsed row each on its own schedule. Not a fault: it is how a cluster
+//!   finds the lease after its leader died. It is what lets a single fault
+//!   (a stray acquire of the race's winner) expose a database that renews
+//!   without the epoch condition.
+//! - **Stop lead** (`Bounds::stop_lead_ticks`, see
+//!   [`Bounds::with_stop_lead`]): every machine runs with
+//!   `Config::stop_lead` = g.
 //!
 //! # The properties
 //!
 //! - **Mutual exclusion**: no state has two nodes that believe they lead
-//!   (published leader) and can act (not paused). Real time is the
+//!   (published leader) and can act (not paused), twins included. Real time is the
 //!   database clock; a paused leader's interval is cut at the pause, as in
 //!   the simulator's trace.
 //! - **Fencing**: each leadership's epoch exceeds the previous one's.
@@ -57,6 +71,11 @@
 //! - **Gating**: work starts only on a leader publication at its epoch,
 //!   stops before any follower publication, never overlaps, and is stopped
 //!   before a machine finishes.
+//! - **Stop lead**: a running node's work is stopped no later than its
+//!   local `deadline − g` (at that tick only while its timer, due then, has
+//!   yet to run), and while it runs the row is the node's with more than
+//!   `g` database ticks left. A paused process's work is frozen with it.
+//!   With `g = 0` this is the deadline itself (and validity).
 //! - **Progress**: a timer never asks to be woken again at once.
 //! - **Liveness** (bounded): with a node able to lead (running, not
 //!   shutting down, its connection not late), no leaderless stretch longer
