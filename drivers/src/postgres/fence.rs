@@ -135,8 +135,8 @@ impl Fence {
 impl Fence {
     /// Opens a fenced transaction on `client` that must end by `deadline`
     /// (the leader's deadline: `Instant::now()` plus the time left in the
-    /// term, [`LeaderContext::time_left`]; [`LeaderContext::fenced_transaction`]
-    /// and [`PgLease::fenced_transaction`] do this for you).
+    /// term, [`LeaderContext::time_left`](super::LeaderContext::time_left); [`LeaderContext::fenced_transaction`](super::LeaderContext::fenced_transaction)
+    /// and [`PgLease::fenced_transaction`](super::PgLease::fenced_transaction) do this for you).
     ///
     /// It begins a transaction, sets `statement_timeout` and
     /// `idle_in_transaction_session_timeout` (`SET LOCAL`) to the time left
