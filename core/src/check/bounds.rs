@@ -145,7 +145,7 @@ impl Bounds {
     /// with an orphan row (`orphan`), which is what lets one fault expose a
     /// database that renews without the epoch condition. 3 nodes: depth 60
     /// and no orphan row (the whole 3-node space is beyond 30 million
-    /// states; 60 steps, about 11 million, keep the check within 10
+    /// states; 60 steps, about 9 million, keep the check within 10
     /// minutes).
     pub fn default_for(nodes: usize) -> Self {
         let (faults, depth) = if nodes <= 2 { (1, 200) } else { (1, 60) };
