@@ -16,6 +16,9 @@ struct InFlight {
     id: RequestId,
     operation: Operation,
     sent_at: Instant,
+    /// When it is abandoned: `sent_at` plus the request timeout, or for
+    /// the release of a shutdown, no earlier than the ended term's deadline.
+    give_up: Instant,
 }
 
 /// Where this node stands in the election.
@@ -92,6 +95,11 @@ pub struct LeaseState {
     /// A release was announced while a request was in flight: poll as soon
     /// as it completes.
     notice_pending: bool,
+    /// While shutting down from leadership: the ended term's deadline. The
+    /// release may wait that long for it, because the driver sends it only
+    /// once the gated work has stopped, and work that stops within the
+    /// lease must not cost the successor a whole ttl (DESIGN §4b).
+    release_by: Option<Instant>,
     phase: Phase,
     published: Leadership,
     commands: VecDeque<Command>,
@@ -118,6 +126,7 @@ impl LeaseState {
             standing: Standing::Follower,
             next_attempt: now,
             notice_pending: false,
+            release_by: None,
             phase: Phase::Running,
             published: Leadership::unknown(),
             commands: VecDeque::with_capacity(COMMAND_CAPACITY),
@@ -182,7 +191,7 @@ impl LeaseState {
             Standing::Follower => None,
         };
         let request = match self.in_flight {
-            Some(req) => Some(req.sent_at + self.config.request_timeout),
+            Some(req) => Some(req.give_up),
             // While shutting down something is always in flight (the
             // release, or the request it waits for) until `Finished`.
             None => Some(self.next_attempt),
@@ -201,7 +210,7 @@ impl LeaseState {
         }
         self.check_deadline(now);
         if let Some(req) = self.in_flight {
-            if now >= req.sent_at + self.config.request_timeout {
+            if now >= req.give_up {
                 self.in_flight = None;
                 self.commands.push_back(Command::Cancel { request: req.id });
                 self.after_failure(now, req);
@@ -341,7 +350,10 @@ impl LeaseState {
         }
         self.check_deadline(now);
         let release = match self.standing {
-            Standing::Leader { epoch, .. } => {
+            Standing::Leader {
+                epoch, deadline, ..
+            } => {
+                self.release_by = Some(deadline);
                 self.demote(Demotion::Released);
                 Some(epoch)
             }
@@ -527,10 +539,15 @@ impl LeaseState {
     fn send(&mut self, now: Instant, operation: Operation) {
         self.next_request += 1;
         let id = RequestId(self.next_request);
+        let mut give_up = now + self.config.request_timeout;
+        if let (Operation::Release { .. }, Some(by)) = (operation, self.release_by) {
+            give_up = give_up.max(by);
+        }
         self.in_flight = Some(InFlight {
             id,
             operation,
             sent_at: now,
+            give_up,
         });
         self.commands.push_back(Command::Execute {
             request: id,
@@ -590,6 +607,8 @@ pub(crate) struct Snapshot {
     pub(crate) leading: Option<(Epoch, Instant)>,
     pub(crate) next_attempt: Instant,
     pub(crate) notice_pending: bool,
+    /// While shutting down from leadership: how long the release may take.
+    pub(crate) release_by: Option<Instant>,
     /// `None` while running; `Some(release)` while shutting down.
     pub(crate) shutting_down: Option<Option<Epoch>>,
     pub(crate) finished: bool,
@@ -611,6 +630,7 @@ impl LeaseState {
             },
             next_attempt: self.next_attempt,
             notice_pending: self.notice_pending,
+            release_by: self.release_by,
             shutting_down: match self.phase {
                 Phase::ShuttingDown { release } => Some(release),
                 _ => None,

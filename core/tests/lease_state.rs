@@ -418,6 +418,44 @@ fn shutdown_stops_the_work_then_releases_then_finishes() {
 }
 
 #[test]
+fn the_release_of_a_shutdown_may_wait_for_stopping_work_until_the_deadline() {
+    // The driver sends the release only once the gated work has stopped;
+    // work that stops within the term must not make the core abandon the
+    // release after a mere request timeout (the successor would then wait
+    // out the ttl).
+    let mut s = leading();
+    let deadline = s.leader_deadline().expect("leading");
+    let timeout = s.config().request_timeout;
+    assert!(deadline > ms(1_000) + timeout, "the test needs a long term");
+    s.handle_shutdown(ms(1_000));
+    drain(&mut s);
+    assert_eq!(s.poll_timeout(), Some(deadline));
+    s.handle_timeout(ms(1_000) + timeout);
+    assert_eq!(
+        drain(&mut s),
+        vec![],
+        "not abandoned at the request timeout"
+    );
+    s.handle_reply(ms(1_000) + timeout * 2, RequestId(2), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![Command::Finished]);
+    // Past the deadline it is abandoned: the row lapses by itself anyway.
+    let mut s = leading();
+    let deadline = s.leader_deadline().unwrap();
+    s.handle_shutdown(ms(1_000));
+    drain(&mut s);
+    s.handle_timeout(deadline);
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            Command::Cancel {
+                request: RequestId(2)
+            },
+            Command::Finished
+        ]
+    );
+}
+
+#[test]
 fn shutdown_waits_for_an_acquire_in_flight_and_gives_back_what_it_won() {
     let mut s = LeaseState::new(config(), ms(0)).unwrap();
     s.handle_timeout(ms(0));

@@ -152,3 +152,52 @@ async fn notifications_work_on_a_schema_qualified_table() {
         .await
         .unwrap();
 }
+
+/// Work that takes longer than the request timeout to stop (but stops
+/// within the lease) still ends in a release: waiting for it is not part of
+/// the release's timeout, so the successor, told by NOTIFY, leads as soon
+/// as the work has stopped, long before the old row would have lapsed.
+#[tokio::test]
+async fn a_release_after_slow_stopping_work_still_hands_over_at_once() {
+    const SLOW_TTL: Duration = Duration::from_secs(4); // interval and timeout 1 s
+    const STOPPING: Duration = Duration::from_millis(1_500);
+    let table = unique_table("slow_stop");
+    let leader = contender(&table, "l", "slow-a", SLOW_TTL)
+        .while_leader(|ctx| async move {
+            ctx.cancelled().await;
+            // Cleaning up after the term: longer than a request timeout.
+            tokio::time::sleep(STOPPING).await;
+        })
+        .start()
+        .unwrap();
+    wait_for(&mut leader.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let successor = contender(&table, "l", "slow-b", SLOW_TTL).start().unwrap();
+    let mut rx = successor.watch();
+    wait_for(&mut rx, PATIENCE, "b sees a", |l| l.holder.is_some()).await;
+    assert!(leader.config().request_timeout < STOPPING);
+    let left = leader.time_left().expect("a leads");
+    let stopped = Instant::now();
+    let mut changes = successor.subscribe();
+    let led = tokio::spawn(async move {
+        loop {
+            let t = changes.recv().await.expect("b runs");
+            if t.leadership.is_leader() {
+                return t.instant;
+            }
+        }
+    });
+    leader.shutdown().await.expect("a shuts down cleanly");
+    let took = led.await.unwrap().saturating_duration_since(stopped);
+    eprintln!(
+        "figure: successor led {took:?} after the shutdown, whose work took {STOPPING:?} to stop (old term had {left:?} left)"
+    );
+    assert!(
+        took >= STOPPING,
+        "the release waited for the work: {took:?}"
+    );
+    assert!(
+        took < left.min(STOPPING + Duration::from_millis(700)),
+        "released, not lapsed: {took:?} (term had {left:?} left)"
+    );
+    successor.shutdown().await.unwrap();
+}

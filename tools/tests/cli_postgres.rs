@@ -333,3 +333,67 @@ fn five_processes_kill_term_and_pause_leaders_one_after_another() {
         Duration::from_secs(2),
     );
 }
+
+/// A read-only server (what an address still pointing at a demoted primary
+/// looks like), seen from outside: `run` on its own database loses the lease
+/// by its deadline (`follower`, reason `expired`), keeps running and
+/// competing, and leads again at a higher epoch within a few intervals once
+/// the database is writable, because every read-only session was retired.
+#[test]
+fn a_read_only_server_demotes_run_and_it_leads_again_once_writable() {
+    let db = format!("picolease_cli_ro_{}", std::process::id());
+    let terminate = |db: &str| {
+        sql(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+        ))
+        .len()
+    };
+    terminate(&db);
+    sql(&format!("DROP DATABASE IF EXISTS {db}"));
+    sql(&format!("CREATE DATABASE {db}"));
+    let url = format!("postgres://postgres@127.0.0.1:5432/{db}?connect_timeout=2");
+    let log: Log = Arc::default();
+    let mut node = support::spawn(&url, &[], "ro", "1s", 0, &log, &[]);
+    let first = wait_event(&log, 0, |e| e.kind() == "leader");
+
+    sql(&format!(
+        "ALTER DATABASE {db} SET default_transaction_read_only = on"
+    ));
+    assert!(terminate(&db) >= 1, "no backend of {db} to terminate");
+    let from = len(&log);
+    let lost = wait_event(&log, from, |e| e.kind() == "follower");
+    assert_eq!(lost.json["reason"], "expired", "{:?}", lost.json);
+    // Still running, still competing: a read-only database is not fatal.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        alive(node.child.id() as i32),
+        "run gave up on a read-only server"
+    );
+    assert!(
+        log.lock().unwrap()[from..]
+            .iter()
+            .all(|e| e.kind() != "leader"),
+        "led on a read-only server"
+    );
+
+    sql(&format!(
+        "ALTER DATABASE {db} RESET default_transaction_read_only"
+    ));
+    let writable = Instant::now();
+    let from = len(&log);
+    let again = wait_event(&log, from, |e| e.kind() == "leader");
+    let took = writable.elapsed();
+    eprintln!("figure: `run` led again {took:?} after the database became writable (ttl 1s, interval 250ms)");
+    assert!(again.epoch() > first.epoch(), "{:?}", again.json);
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+
+    signal(&node, Signal::SIGTERM);
+    let status = node.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    if let Some(reader) = node.reader.take() {
+        reader.join().unwrap();
+    }
+    terminate(&db);
+    sql(&format!("DROP DATABASE IF EXISTS {db}"));
+}

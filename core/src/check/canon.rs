@@ -318,6 +318,10 @@ impl Ctx<'_> {
             }
             None => out.push(-9),
         }
+        match s.release_by {
+            Some(by) => out.push(self.local(n, by)),
+            None => out.push(-9),
+        }
         out.push(self.local(n, s.next_attempt));
         out.push(i64::from(s.notice_pending));
         match s.shutting_down {

@@ -213,10 +213,17 @@ impl Driver {
                     };
                     let link = self.link.clone();
                     // Stopped work finishes before the next statement: on
-                    // shutdown, that puts the release after the work.
+                    // shutdown, that puts the release after the work. The
+                    // statement's own time starts once it can be sent (the
+                    // core allows a shutdown's release to wait for the work
+                    // until the ended term's deadline).
                     let stopped = self.gate.stopped();
                     let future = async move {
                         stopped.await;
+                        let call = Call {
+                            deadline: tokio::time::Instant::now() + call.timeout,
+                            ..call
+                        };
                         link.execute(call).await
                     };
                     *in_flight = Some(InFlight {
