@@ -98,16 +98,22 @@ pub enum Demotion {
     Released,
     /// An error that makes renewing impossible.
     Error,
+    /// The database clock stepped (SQLite: the host's wall clock, by more
+    /// than ρ·ttl): every expiry in the table moved at once, so the local
+    /// deadline no longer matches the row.
+    Clock,
 }
 
 impl Demotion {
-    /// The reason as the CLI prints it: `lost`, `expired`, `released`, `error`.
+    /// The reason as the CLI prints it: `lost`, `expired`, `released`,
+    /// `error`, `clock`.
     pub fn as_str(self) -> &'static str {
         match self {
             Demotion::Lost => "lost",
             Demotion::Expired => "expired",
             Demotion::Released => "released",
             Demotion::Error => "error",
+            Demotion::Clock => "clock",
         }
     }
 }

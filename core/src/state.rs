@@ -100,6 +100,10 @@ pub struct LeaseState {
     /// once the gated work has stopped, and work that stops within the
     /// lease must not cost the successor a whole ttl (DESIGN §4b).
     release_by: Option<Instant>,
+    /// The last reading of the database clock: (sent, replied, database
+    /// milliseconds). Only drivers whose database clock is the host's wall
+    /// clock (SQLite) feed it; the model checker never does.
+    db_clock: Option<(Instant, Instant, i64)>,
     phase: Phase,
     published: Leadership,
     commands: VecDeque<Command>,
@@ -127,6 +131,7 @@ impl LeaseState {
             next_attempt: now,
             notice_pending: false,
             release_by: None,
+            db_clock: None,
             phase: Phase::Running,
             published: Leadership::unknown(),
             commands: VecDeque::with_capacity(COMMAND_CAPACITY),
@@ -339,6 +344,45 @@ impl LeaseState {
             self.next_attempt = now;
         }
         self.advance(now);
+    }
+
+    /// A reading of the database clock, `db_millis`, taken by a statement
+    /// sent at `sent_at` whose reply came at `now` (SQLite, where the
+    /// database clock is the host's wall clock, shared with every process
+    /// on the host). Between two readings the database clock must advance
+    /// by what the local clock allows: at least from the earlier reply to
+    /// the later send, at most from the earlier send to the later reply,
+    /// widened by its 1 ms resolution and by ρ·ttl. A statement that waited
+    /// in a busy handler only widens that window, so it never looks like a
+    /// step. Outside it, the wall clock stepped: every expiry in the table
+    /// moved, so a leader demotes with [`Demotion::Clock`] and tries again
+    /// at once (a new term, measured afresh). Returns whether it stepped,
+    /// for the driver to log.
+    pub fn handle_db_clock(&mut self, now: Instant, sent_at: Instant, db_millis: i64) -> bool {
+        if self.phase == Phase::Finished {
+            return false;
+        }
+        let previous = self.db_clock.replace((sent_at, now, db_millis));
+        let Some((prev_sent, prev_reply, prev_db)) = previous else {
+            return false;
+        };
+        let millis = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let slack = millis(self.config.drift) + 1;
+        let least = millis(sent_at.saturating_duration_since(prev_reply)).saturating_sub(slack);
+        let most = millis(now.saturating_duration_since(prev_sent))
+            .saturating_add(1)
+            .saturating_add(slack);
+        let advance = db_millis.saturating_sub(prev_db);
+        if (least..=most).contains(&advance) {
+            return false;
+        }
+        self.check_deadline(now);
+        if matches!(self.standing, Standing::Leader { .. }) {
+            self.demote(Demotion::Clock);
+            self.next_attempt = now;
+            self.advance(now);
+        }
+        true
     }
 
     /// Stop: the gated work first, then release the lease if held, then

@@ -714,3 +714,50 @@ fn a_stop_lead_beyond_the_bound_is_refused_naming_g_and_the_bound() {
         "{text}"
     );
 }
+
+/// DESIGN §4b: on SQLite the database clock is the host's wall clock. A
+/// step larger than ρ·ttl (100 ms here) demotes the leader with `clock`
+/// before anything else, and it tries again at once; readings the local
+/// clock can explain, a long busy wait included, change nothing.
+#[test]
+fn a_stepped_database_clock_demotes_the_leader_with_clock() {
+    const DB: i64 = 1_800_000_000_000;
+    let stepped = |step_ms: i64| {
+        let mut s = leading();
+        assert!(!s.handle_db_clock(ms(2), ms(1), DB));
+        // 2.5 s later locally; the database clock says 2.5 s + step.
+        let moved = s.handle_db_clock(ms(2_502), ms(2_501), DB + 2_500 + step_ms);
+        (moved, drain(&mut s))
+    };
+    let demoted = vec![
+        Command::StopWork {
+            epoch: Epoch::new(1),
+            reason: Demotion::Clock,
+        },
+        Command::Publish(Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(1)),
+            holder: None,
+            reason: Some(Demotion::Clock),
+        }),
+        execute(2, Operation::Acquire),
+    ];
+    for step in [10_000, 150, -150, -60_000] {
+        assert_eq!(stepped(step), (true, demoted.clone()), "step {step} ms");
+    }
+    // Within ρ·ttl and the resolution: not a step.
+    for step in [0, 90, -90] {
+        assert_eq!(stepped(step), (false, vec![]), "step {step} ms");
+    }
+    // A statement that waited 800 ms in a busy handler read the clock late:
+    // the window runs from the earlier reply to the later reply.
+    let mut s = leading();
+    s.handle_db_clock(ms(2), ms(1), DB);
+    assert!(!s.handle_db_clock(ms(3_302), ms(2_501), DB + 3_300));
+    assert_eq!(drain(&mut s), vec![]);
+    // A follower only reports it.
+    let mut s = LeaseState::new(config(), ms(0)).unwrap();
+    s.handle_db_clock(ms(2), ms(1), DB);
+    assert!(s.handle_db_clock(ms(502), ms(501), DB - 5_000));
+    assert_eq!(drain(&mut s), vec![]);
+}

@@ -104,11 +104,12 @@ impl Outcome {
 
 /// The demotion reasons, as `reason` labels of `to="follower"`.
 #[cfg(feature = "metrics")]
-const DEMOTIONS: [picolease_core::Demotion; 4] = [
+const DEMOTIONS: [picolease_core::Demotion; 5] = [
     picolease_core::Demotion::Lost,
     picolease_core::Demotion::Expired,
     picolease_core::Demotion::Released,
     picolease_core::Demotion::Error,
+    picolease_core::Demotion::Clock,
 ];
 
 /// One lease's metric handles, taken once from the recorder.
@@ -118,7 +119,7 @@ pub(crate) struct Metrics {
     epoch: metrics::Gauge,
     remaining: metrics::Gauge,
     to_leader: metrics::Counter,
-    to_follower: [metrics::Counter; 4],
+    to_follower: [metrics::Counter; 5],
     durations: [metrics::Histogram; 3],
     failures: [[metrics::Counter; 3]; 3],
 }

@@ -63,7 +63,7 @@ pub enum Command {
     ///
     /// --json events, one object per line, each with "event", "name",
     /// "node" and "unix_ms": "leader" (+ "holder", "epoch"); "follower" (+
-    /// "holder", "epoch", "reason": lost|expired|released|error);
+    /// "holder", "epoch", "reason": lost|expired|released|error|clock);
     /// "observed" (+ "holder": another holder or null, "epoch"); "child" (+
     /// "pid": CMD's pid and process group, "epoch"); "child_exit" (+ "pid",
     /// "epoch", and "code" or "signal", e.g. "SIGKILL").

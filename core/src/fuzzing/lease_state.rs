@@ -510,6 +510,7 @@ impl Mirror {
                             )
                         }
                         Demotion::Expired => {}
+                        other => panic!("no input here demotes with {other:?}"),
                     }
                 }
                 Command::Publish(leadership) => {

@@ -170,6 +170,9 @@ impl Worker {
                         self.gate.join_stopped();
                         let started = std::time::Instant::now();
                         let outcome = self.execute(operation);
+                        // Before the reply counts: a stepped wall clock
+                        // demotes first (DESIGN §4b).
+                        self.read_db_clock();
                         reply = Some((request, operation, outcome, started));
                     }
                     // A synchronous statement has already returned.
@@ -198,6 +201,33 @@ impl Worker {
             if accepted_renew {
                 self.publisher.record_renewal(started.elapsed());
             }
+        }
+    }
+
+    /// Reads the database clock (the host's wall clock, as the lease
+    /// statements see it) and lets the core compare its advance with the
+    /// local clock's. A few microseconds; a failed read is skipped.
+    fn read_db_clock(&mut self) {
+        let sent = self.now();
+        let sql = format!(
+            "SELECT {}",
+            picolease_core::sql::db_now_millis(picolease_core::sql::Dialect::Sqlite)
+        );
+        let read = self
+            .table
+            .connection()
+            .prepare_cached(&sql)
+            .and_then(|mut select| select.query_row([], |row| row.get::<_, i64>(0)));
+        let Ok(db_millis) = read else {
+            return;
+        };
+        let now = self.now();
+        if self.state.handle_db_clock(now, sent, db_millis) {
+            tracing::warn!(
+                lease = %self.lease,
+                holder = %self.holder,
+                "the database clock (this host's wall clock) stepped by more than the drift allowance; a leader demotes (reason clock) and competes again"
+            );
         }
     }
 
