@@ -92,24 +92,47 @@ impl Session {
         }
     }
 
-    /// The operation's prepared statement, prepared on first use on this
-    /// connection.
+    /// The operation's prepared statement. On first use of this
+    /// connection all three lease statements are prepared at once (the
+    /// requests are pipelined: about one round trip), so no later
+    /// statement, above all the release at shutdown, pays a Parse round
+    /// trip of its own.
     async fn prepared(
         &self,
         operation: Operation,
-        statement: &Statement,
+        statements: &Statements,
     ) -> Result<&tokio_postgres::Statement, tokio_postgres::Error> {
         let cell = match operation {
             Operation::Acquire => &self.acquire,
             Operation::Renew { .. } => &self.renew,
             Operation::Release { .. } => &self.release,
         };
-        cell.get_or_try_init(|| {
+        if cell.get().is_none() {
+            futures::try_join!(
+                prepare_into(&self.client, &self.acquire, statements.acquire()),
+                prepare_into(&self.client, &self.renew, statements.renew()),
+                prepare_into(&self.client, &self.release, statements.release()),
+            )?;
+        }
+        cell.get_or_try_init(|| async {
+            let statement = statements.for_operation(operation);
             let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
-            async move { self.client.prepare_typed(statement.sql(), &types).await }
+            self.client.prepare_typed(statement.sql(), &types).await
         })
         .await
     }
+}
+
+/// Prepares `statement` into `cell` unless it already holds one.
+async fn prepare_into(
+    client: &Client,
+    cell: &OnceCell<tokio_postgres::Statement>,
+    statement: &Statement,
+) -> Result<(), tokio_postgres::Error> {
+    let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
+    cell.get_or_try_init(|| client.prepare_typed(statement.sql(), &types))
+        .await
+        .map(drop)
 }
 
 struct LinkState {
@@ -192,7 +215,7 @@ impl Link {
         let values: Vec<_> = statement.bind(&bindings, call.operation.epoch()).collect();
         let params: Vec<_> = values.iter().map(to_sql).collect();
         let result = async {
-            let prepared = session.prepared(call.operation, statement).await?;
+            let prepared = session.prepared(call.operation, &self.statements).await?;
             let rows = session.client.query(prepared, &params).await?;
             rows_to_cells(&rows)
         }
