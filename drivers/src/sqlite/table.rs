@@ -212,12 +212,7 @@ impl LeaseTable {
         if released.is_none() {
             // No such lease, or a malformed row the statement refused to
             // touch: reading it tells which.
-            let statement = self.statements.lease_row();
-            let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))
-                .map_err(|e| self.error(e))?;
-            self.statements
-                .decode_status(&rows)
-                .map_err(|source| self.row_error(source.for_lease(lease.as_str())))?;
+            self.lease_row(lease)?;
         }
         Ok(released)
     }

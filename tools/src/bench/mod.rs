@@ -43,6 +43,18 @@ pub trait Probe {
     fn drop_table(&mut self) -> Result<(), CliError>;
 }
 
+/// The scratch rows' ttl: long enough never to lapse during a bench.
+const SCRATCH_TTL_MS: i64 = 60_000;
+
+/// The bindings of a scratch row of the probes.
+fn bindings<'a>(lease: &'a str, holder: &'a str) -> picolease::sql::Bindings<'a> {
+    picolease::sql::Bindings {
+        lease,
+        holder,
+        ttl_millis: SCRATCH_TTL_MS,
+    }
+}
+
 /// What `bench` was asked for.
 pub struct Options {
     pub rounds: usize,

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
-use super::Probe;
+use super::{bindings, Probe};
 use crate::backend::postgres::{connect, runtime, Target};
 use crate::failure::CliError;
 
@@ -32,16 +32,6 @@ pub struct PgProbe {
     renew_epoch: Epoch,
     /// Who holds the handover row now (`true`: `a`), at which epoch.
     handover: (bool, Epoch),
-}
-
-const TTL_MS: i64 = 60_000;
-
-fn bindings<'a>(lease: &'a str, holder: &'a str) -> Bindings<'a> {
-    Bindings {
-        lease,
-        holder,
-        ttl_millis: TTL_MS,
-    }
 }
 
 fn failed(what: &str, e: impl std::fmt::Display) -> CliError {

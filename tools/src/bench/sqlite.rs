@@ -2,12 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use picolease::sql::Bindings;
 use picolease::sqlite::{Database, LeaseTable, Location};
 use picolease::{Epoch, HolderId, LeaseName, TableName};
 use picolease_core::{Operation, Reply};
 
-use super::Probe;
+use super::{bindings, Probe};
 use crate::failure::CliError;
 
 /// Two connections (`a`, `b`) to the user's file, with the scratch table.
@@ -19,16 +18,6 @@ pub struct SqliteProbe {
     renew_epoch: Epoch,
     /// Who holds the handover row now (`true`: `a`), at which epoch.
     handover: (bool, Epoch),
-}
-
-const TTL_MS: i64 = 60_000;
-
-fn bindings<'a>(lease: &'a str, holder: &'a str) -> Bindings<'a> {
-    Bindings {
-        lease,
-        holder,
-        ttl_millis: TTL_MS,
-    }
 }
 
 /// Runs one lease statement; anything but the expected kind of reply is a
