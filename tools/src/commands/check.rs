@@ -118,6 +118,22 @@ fn print_report(report: &Report, bounds: &Bounds) {
             None => ", safety only".to_string(),
         }
     ));
+    let mut worlds = Vec::new();
+    if bounds.twins {
+        worlds.push("nodes 0 and 1 are twins (one node name, two incarnations)".to_string());
+    }
+    if bounds.orphan {
+        worlds.push("a path may start from a row left by a dead holder".to_string());
+    }
+    if bounds.notify {
+        worlds.push("release notices".to_string());
+    }
+    if bounds.stop_lead_ticks > 0 {
+        worlds.push(format!("stop lead {} ticks", bounds.stop_lead_ticks));
+    }
+    if !worlds.is_empty() {
+        line(&format!("worlds: {}", worlds.join("; ")));
+    }
     if report.frontier_left > 0 {
         line(&format!(
             "{} states at the depth bound were not expanded: deeper paths are not covered",
@@ -125,7 +141,7 @@ fn print_report(report: &Report, bounds: &Bounds) {
         ));
     }
     if report.violations.is_empty() {
-        line("no violation of mutual exclusion, fencing, validity, gating, progress or liveness");
+        line("no violation of mutual exclusion, fencing, validity, gating, stop lead, progress or liveness");
         return;
     }
     for violation in &report.violations {
