@@ -2,16 +2,12 @@
 //! stderr naming the problem, exit 2 (usage/configuration) or 1 (run time),
 //! no panic, and nothing in the database changed.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod support;
 
-fn picolease(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .args(args)
-        .env_remove("PICOLEASE_DB")
-        .output()
-        .expect("the binary runs")
-}
+use std::path::Path;
+use std::process::Output;
+
+use support::picolease;
 
 /// Asserts a clean failure: exit `code`, one line on stderr that starts with
 /// `error:` and contains every word of `names`, no panic.

@@ -4,7 +4,11 @@
 //! database). The figures themselves are not judged here: they are
 //! measurements, printed by the command for a human to read.
 
-use std::process::{Command, Output};
+mod support;
+
+use std::process::Output;
+
+use support::picolease;
 
 const KEYS: [&str; 9] = [
     "rtt_p50_ms",
@@ -19,14 +23,6 @@ const KEYS: [&str; 9] = [
 ];
 
 const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-fn picolease(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .args(args)
-        .env_remove("PICOLEASE_DB")
-        .output()
-        .expect("the binary runs")
-}
 
 /// Runs `bench --json` and checks the object: exactly the nine keys, all
 /// numbers, non-negative, p50 ≤ p99/max, and a recommendation the run

@@ -2,16 +2,10 @@
 //! (nodes × virtual time / interval, at most 2 million) before starting
 //! them: exit 2, one line naming the flags. Runs within it still work.
 
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+mod support;
 
-fn picolease(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .args(args)
-        .env_remove("PICOLEASE_DB")
-        .output()
-        .expect("the binary runs")
-}
+use std::time::{Duration, Instant};
+use support::picolease;
 
 #[test]
 fn a_run_beyond_the_event_budget_is_refused_at_once_naming_the_flags() {

@@ -6,20 +6,16 @@
 //! executed as printed on SQLite (rusqlite) and on the PostgreSQL server,
 //! binding parameters in the printed order.
 
+mod support;
+
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use support::picolease;
 
 use picolease::sql::{Dialect, Param, Statements};
 use picolease::TableName;
 use serde_json::Value;
-
-fn picolease(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .args(args)
-        .env_remove("PICOLEASE_DB")
-        .output()
-        .expect("the binary runs")
-}
 
 /// Runs `picolease ARGS` (with `--json`), expects success and exactly one
 /// JSON object on one line of stdout, and returns it.

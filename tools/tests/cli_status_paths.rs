@@ -2,15 +2,9 @@
 //! directory reads as no leases (exit 0, nothing created); a path whose
 //! directory does not exist is a mistake, reported in one line (exit 2).
 
-use std::process::{Command, Output};
+mod support;
 
-fn picolease(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .args(args)
-        .env_remove("PICOLEASE_DB")
-        .output()
-        .expect("the binary runs")
-}
+use support::picolease;
 
 #[test]
 fn a_missing_file_in_an_existing_directory_reads_as_no_leases_and_creates_nothing() {

@@ -25,6 +25,8 @@ pub struct PgProbe {
     runtime: Runtime,
     a: Conn,
     b: Conn,
+    /// The listening connection's client: it keeps the connection open.
+    _listener: Client,
     /// Release notifications of the scratch table, as the listener sees them.
     notices: mpsc::UnboundedReceiver<String>,
     statements: Statements,
@@ -109,7 +111,7 @@ impl PgProbe {
         let connector: PgConnector = target.connector()?;
         let runtime = runtime()?;
         let statements = Statements::new(Dialect::Postgres, table);
-        let (a, b, notices, renew_epoch, handover_epoch) = runtime.block_on(async {
+        let (a, b, listener, notices, renew_epoch, handover_epoch) = runtime.block_on(async {
             let mut a = Conn::new(connect(&connector, target).await?);
             let b = Conn::new(connect(&connector, target).await?);
             picolease::postgres::init(&a.client, table).await?;
@@ -134,8 +136,6 @@ impl PgProbe {
                 .batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))
                 .await
                 .map_err(|e| failed("LISTEN", e))?;
-            // Kept alive by the spawned connection task's client handle.
-            std::mem::forget(listener);
             let renew = acquired(
                 &run(
                     &mut a,
@@ -156,12 +156,13 @@ impl PgProbe {
                 .await?,
                 "pa",
             )?;
-            Ok::<_, CliError>((a, b, notices, renew, handover))
+            Ok::<_, CliError>((a, b, listener, notices, renew, handover))
         })?;
         Ok(PgProbe {
             runtime,
             a,
             b,
+            _listener: listener,
             notices,
             statements,
             table: table.clone(),

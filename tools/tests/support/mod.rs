@@ -8,7 +8,7 @@ pub mod http;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -90,6 +90,16 @@ pub fn spawn(
         child,
         reader: Some(reader),
     }
+}
+
+/// Runs `picolease ARGS…` to completion (without `PICOLEASE_DB` from the
+/// environment) and returns what it printed and its status.
+pub fn picolease(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args(args)
+        .env_remove("PICOLEASE_DB")
+        .output()
+        .expect("the binary runs")
 }
 
 pub fn signal(node: &Node, signal: Signal) {
