@@ -58,6 +58,9 @@ fn values(
                 Param::Holder => Box::new(holder.to_string()),
                 Param::Epoch => Box::new(epoch),
                 Param::TtlMillis => Box::new(ttl_ms),
+                // The fence binds no batch parameter.
+                Param::Batch => Box::new("[]".to_string()),
+                Param::StaleMillis => Box::new(0i64),
             }
         })
         .collect()
@@ -768,6 +771,9 @@ fn sqlite_orders_a_fenced_transaction_before_a_takeover_and_refuses_a_late_write
                 Param::Holder => rusqlite::types::Value::Text(holder.into()),
                 Param::Epoch => rusqlite::types::Value::Integer(epoch),
                 Param::TtlMillis => rusqlite::types::Value::Integer(ttl),
+                // The fence binds no batch parameter.
+                Param::Batch => rusqlite::types::Value::Text("[]".into()),
+                Param::StaleMillis => rusqlite::types::Value::Integer(0),
             })
             .collect::<Vec<_>>()
     };

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::names::Epoch;
-use crate::sql::Cell;
+use crate::sql::{Cell, MEMBER_PREFIX};
 
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,6 +158,82 @@ impl ModelDb {
         })
     }
 
+    /// The batch acquire: [`ModelDb::acquire`] for each name in turn
+    /// (the names are distinct), each answer prefixed by its name: `name,
+    /// holder, epoch, expires_in` per name, as the real statement returns
+    /// (in the batch's order; the real statement's order is unspecified).
+    pub fn acquire_batch(
+        &mut self,
+        names: &[&str],
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
+        names
+            .iter()
+            .flat_map(|name| {
+                self.acquire(name, holder, ttl_ms, now_ms)
+                    .into_iter()
+                    .map(|row| named(name, row))
+            })
+            .collect()
+    }
+
+    /// The batch renew: [`ModelDb::renew`] for each `(name, epoch)` pair;
+    /// `name, epoch` of each renewed row.
+    pub fn renew_batch(
+        &mut self,
+        pairs: &[(&str, Epoch)],
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
+        pairs
+            .iter()
+            .flat_map(|&(name, epoch)| {
+                self.renew(name, holder, epoch, ttl_ms, now_ms)
+                    .into_iter()
+                    .map(move |row| named(name, row))
+            })
+            .collect()
+    }
+
+    /// The batch release: [`ModelDb::release`] for each `(name, epoch)`
+    /// pair; `name, epoch` of each freed row.
+    pub fn release_batch(
+        &mut self,
+        pairs: &[(&str, Epoch)],
+        holder: &str,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
+        pairs
+            .iter()
+            .flat_map(|&(name, epoch)| {
+                self.release(name, holder, epoch, now_ms)
+                    .into_iter()
+                    .map(move |row| named(name, row))
+            })
+            .collect()
+    }
+
+    /// The survey: `name, holder, epoch, expires_in` by name, of every
+    /// live membership row (named [`MEMBER_PREFIX`]…, held, unexpired) and
+    /// every other row that is free or expires in less than `stale_ms`.
+    pub fn survey(&self, stale_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
+        self.status(now_ms)
+            .into_iter()
+            .zip(self.rows.iter())
+            .filter(|(_, (name, row))| {
+                if name.starts_with(MEMBER_PREFIX) {
+                    row.holder.is_some() && row.expires_at > now_ms
+                } else {
+                    row.holder.is_none() || row.expires_at - now_ms < stale_ms
+                }
+            })
+            .map(|(cells, _)| cells)
+            .collect()
+    }
+
     /// The status read: `name, holder, epoch, expires_in` by name.
     pub fn status(&self, now_ms: i64) -> Vec<Vec<Cell>> {
         self.rows
@@ -172,4 +248,13 @@ impl ModelDb {
             })
             .collect()
     }
+}
+
+/// A single statement's answer row with the lease name in front, as the
+/// batch statements return it.
+fn named(name: &str, row: Vec<Cell>) -> Vec<Cell> {
+    let mut cells = Vec::with_capacity(row.len() + 1);
+    cells.push(Cell::Text(name.to_string()));
+    cells.extend(row);
+    cells
 }

@@ -15,15 +15,19 @@ use sea_query::{
 use super::{Dialect, Param, Statement, Statements};
 use crate::names::TableName;
 
-const LEASE: &str = "\u{1}picolease:lease";
-const HOLDER: &str = "\u{1}picolease:holder";
-const EPOCH: i64 = i64::MIN + 17;
-const TTL: i64 = i64::MIN + 29;
+pub(super) const LEASE: &str = "\u{1}picolease:lease";
+pub(super) const HOLDER: &str = "\u{1}picolease:holder";
+pub(super) const EPOCH: i64 = i64::MIN + 17;
+pub(super) const TTL: i64 = i64::MIN + 29;
+/// The JSON array of a batch statement ([`Param::Batch`]).
+pub(super) const BATCH: &str = "\u{1}picolease:batch";
+/// The staleness threshold of the survey ([`Param::StaleMillis`]).
+pub(super) const STALE: i64 = i64::MIN + 41;
 
-const NAME: &str = "name";
-const HOLDER_COL: &str = "holder";
-const EPOCH_COL: &str = "epoch";
-const EXPIRES_AT: &str = "expires_at";
+pub(super) const NAME: &str = "name";
+pub(super) const HOLDER_COL: &str = "holder";
+pub(super) const EPOCH_COL: &str = "epoch";
+pub(super) const EXPIRES_AT: &str = "expires_at";
 
 /// What the fence index's name adds to the table's: at most 54 + 6 = 60
 /// bytes, within PostgreSQL's 63-byte identifier limit.
@@ -39,17 +43,17 @@ pub(super) fn db_now_millis(dialect: Dialect) -> &'static str {
     }
 }
 
-fn db_now(dialect: Dialect) -> Expr {
+pub(super) fn db_now(dialect: Dialect) -> Expr {
     Expr::cust(db_now_millis(dialect))
 }
 
-struct Builder<'a> {
-    dialect: Dialect,
-    table: &'a TableName,
+pub(super) struct Builder<'a> {
+    pub(super) dialect: Dialect,
+    pub(super) table: &'a TableName,
 }
 
 impl Builder<'_> {
-    fn table_ref(&self) -> TableRef {
+    pub(super) fn table_ref(&self) -> TableRef {
         match self.table.schema() {
             Some(schema) => (Alias::new(schema), Alias::new(self.table.table())).into(),
             None => Alias::new(self.table.table()).into(),
@@ -59,11 +63,11 @@ impl Builder<'_> {
     /// A column qualified by the table's name: inside `ON CONFLICT DO UPDATE`
     /// PostgreSQL needs the qualification to tell the existing row from
     /// `excluded`.
-    fn col(&self, column: &'static str) -> Expr {
+    pub(super) fn col(&self, column: &'static str) -> Expr {
         Expr::col((Alias::new(self.table.table()), Alias::new(column)))
     }
 
-    fn quoted(&self, column: &'static str) -> String {
+    pub(super) fn quoted(&self, column: &'static str) -> String {
         format!("\"{}\".\"{column}\"", self.table.table())
     }
 
@@ -75,7 +79,7 @@ impl Builder<'_> {
     /// this (NULL or negative epoch, on SQLite a value of another type) is
     /// never taken over, so decoding can report it without anything having
     /// been written.
-    fn row_is_sound(&self) -> Expr {
+    pub(super) fn row_is_sound(&self) -> Expr {
         let epoch = self.col(EPOCH_COL);
         let expires = self.col(EXPIRES_AT);
         match self.dialect {
@@ -174,6 +178,36 @@ impl Builder<'_> {
 
     fn acquire(&self) -> Statement {
         let now = || db_now(self.dialect);
+        let query = Query::insert()
+            .into_table(self.table_ref())
+            .columns([
+                Alias::new(NAME),
+                Alias::new(HOLDER_COL),
+                Alias::new(EPOCH_COL),
+                Alias::new(EXPIRES_AT),
+            ])
+            .values_panic([
+                Expr::val(LEASE),
+                Expr::val(HOLDER),
+                Expr::val(1i64),
+                now().add(Expr::val(TTL)),
+            ])
+            .on_conflict(self.take_on_conflict())
+            .returning(Query::returning().exprs([
+                self.col(HOLDER_COL),
+                self.col(EPOCH_COL),
+                self.col(EXPIRES_AT).sub(now()),
+            ]))
+            .to_owned();
+        self.render(&query)
+    }
+
+    /// The acquire's `ON CONFLICT (name) DO UPDATE`: take the existing row
+    /// (the `excluded` holder and expiry, the epoch bumped) when it is sound
+    /// and free, lapsed or already the `excluded` holder's; else keep it.
+    /// The batch acquire uses the very same clause.
+    pub(super) fn take_on_conflict(&self) -> OnConflict {
+        let now = || db_now(self.dialect);
         // Free, lapsed, or ours (a lost acquire reply), and sound.
         let takeable = || {
             self.row_is_sound().and(
@@ -189,51 +223,28 @@ impl Builder<'_> {
                 .finally(kept)
                 .into()
         };
-        let query = Query::insert()
-            .into_table(self.table_ref())
-            .columns([
-                Alias::new(NAME),
+        // Every SET expression reads the row as it was before the
+        // statement, so the three CASEs decide on the same state.
+        OnConflict::column(Alias::new(NAME))
+            .value(
                 Alias::new(HOLDER_COL),
-                Alias::new(EPOCH_COL),
-                Alias::new(EXPIRES_AT),
-            ])
-            .values_panic([
-                Expr::val(LEASE),
-                Expr::val(HOLDER),
-                Expr::val(1i64),
-                now().add(Expr::val(TTL)),
-            ])
-            // Every SET expression reads the row as it was before the
-            // statement, so the three CASEs decide on the same state.
-            .on_conflict(
-                OnConflict::column(Alias::new(NAME))
-                    .value(
-                        Alias::new(HOLDER_COL),
-                        pick(self.excluded(HOLDER_COL), self.col(HOLDER_COL)),
-                    )
-                    .value(
-                        Alias::new(EPOCH_COL),
-                        pick(self.col(EPOCH_COL).add(1i64), self.col(EPOCH_COL)),
-                    )
-                    .value(
-                        Alias::new(EXPIRES_AT),
-                        pick(self.excluded(EXPIRES_AT), self.col(EXPIRES_AT)),
-                    )
-                    .to_owned(),
+                pick(self.excluded(HOLDER_COL), self.col(HOLDER_COL)),
             )
-            .returning(Query::returning().exprs([
-                self.col(HOLDER_COL),
-                self.col(EPOCH_COL),
-                self.col(EXPIRES_AT).sub(now()),
-            ]))
-            .to_owned();
-        self.render(&query)
+            .value(
+                Alias::new(EPOCH_COL),
+                pick(self.col(EPOCH_COL).add(1i64), self.col(EPOCH_COL)),
+            )
+            .value(
+                Alias::new(EXPIRES_AT),
+                pick(self.excluded(EXPIRES_AT), self.col(EXPIRES_AT)),
+            )
+            .to_owned()
     }
 
     /// Renders `query` and maps its values back to parameters. The one
     /// values that are not sentinels, small integer literals (the epoch `1`
     /// of a fresh row, `epoch + 1`, `SELECT 1`), are written inline.
-    fn render(&self, query: &impl QueryStatementWriter) -> Statement {
+    pub(super) fn render(&self, query: &impl QueryStatementWriter) -> Statement {
         let (sql, values) = match self.dialect {
             Dialect::Sqlite => query.build(SqliteQueryBuilder),
             Dialect::Postgres => query.build(PostgresQueryBuilder),
@@ -247,7 +258,7 @@ impl Builder<'_> {
         for piece in placeholders {
             let value = values.next().expect("one value per placeholder");
             match value {
-                sea_query::Value::BigInt(Some(n)) if n != EPOCH && n != TTL => {
+                sea_query::Value::BigInt(Some(n)) if n != EPOCH && n != TTL && n != STALE => {
                     out.push_str(&n.to_string())
                 }
                 sea_query::Value::Int(Some(n)) => out.push_str(&n.to_string()),
@@ -265,6 +276,14 @@ impl Builder<'_> {
                 }
                 sea_query::Value::BigInt(Some(TTL)) => {
                     params.push(Param::TtlMillis);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                sea_query::Value::String(Some(ref s)) if s == BATCH => {
+                    params.push(Param::Batch);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                sea_query::Value::BigInt(Some(STALE)) => {
+                    params.push(Param::StaleMillis);
                     push_placeholder(&mut out, self.dialect, &mut next);
                 }
                 other => panic!("statement built with a non-sentinel value {other:?}"),
@@ -351,7 +370,7 @@ impl Builder<'_> {
 
     /// `name, holder, epoch, expires_in_ms` of the lease rows: the shape
     /// `decode_status` reads.
-    fn rows(&self) -> sea_query::SelectStatement {
+    pub(super) fn rows(&self) -> sea_query::SelectStatement {
         Query::select()
             .exprs([
                 self.col(NAME),
@@ -482,5 +501,9 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         status: b.status(),
         lease_row: b.lease_row(),
         fence: b.fence(),
+        acquire_batch: b.acquire_batch(),
+        renew_batch: b.renew_batch(),
+        release_batch: b.release_batch(),
+        survey: b.survey(),
     }
 }

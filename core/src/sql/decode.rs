@@ -46,7 +46,11 @@ pub struct LeaseRow {
     pub expires_in_ms: Option<i64>,
 }
 
-fn expect_columns(statement: &'static str, row: &[Cell], expected: usize) -> Result<(), RowError> {
+pub(super) fn expect_columns(
+    statement: &'static str,
+    row: &[Cell],
+    expected: usize,
+) -> Result<(), RowError> {
     if row.len() == expected {
         Ok(())
     } else {
@@ -58,7 +62,7 @@ fn expect_columns(statement: &'static str, row: &[Cell], expected: usize) -> Res
     }
 }
 
-fn epoch(lease: &str, cell: &Cell) -> Result<Epoch, RowError> {
+pub(super) fn epoch(lease: &str, cell: &Cell) -> Result<Epoch, RowError> {
     match cell {
         Cell::Int(e) if *e >= 0 => Ok(Epoch::new(*e as u64)),
         Cell::Int(e) => Err(RowError::NegativeEpoch {
@@ -120,31 +124,7 @@ pub(super) fn reply(
                 });
             };
             expect_columns("acquire", row, 3)?;
-            let holder = opt_text("", "holder", &row[0])?;
-            let epoch = epoch("", &row[1])?;
-            let expires_in = int("", "expires_at", &row[2])?;
-            match holder {
-                Some(holder) if holder == me.as_str() => Ok(Reply::Acquired { epoch }),
-                Some(holder) => {
-                    let holder = HolderId::new(&holder).map_err(|_| RowError::WrongType {
-                        lease: String::new(),
-                        column: "holder",
-                        expected: "a holder id (1 to 255 bytes, no control characters)",
-                        found: format!("{:?}", holder.chars().take(40).collect::<String>()),
-                    })?;
-                    Ok(Reply::Held {
-                        holder,
-                        epoch,
-                        expires_in: millis(expires_in),
-                    })
-                }
-                // Only an unsound row (never taken over) can come back
-                // without a holder after an acquire.
-                None => Err(RowError::Null {
-                    lease: String::new(),
-                    column: "holder",
-                }),
-            }
+            acquire_row(me, row)
         }
         Operation::Renew { .. } | Operation::Release { .. } => {
             let statement = if matches!(operation, Operation::Renew { .. }) {
@@ -169,18 +149,52 @@ pub(super) fn reply(
     }
 }
 
-pub(super) fn status_row(row: &[Cell]) -> Result<LeaseRow, RowError> {
-    expect_columns("status", row, 4)?;
-    let name = match &row[0] {
-        Cell::Text(name) => name.clone(),
-        Cell::Null => {
-            return Err(RowError::Null {
+/// The acquire's `holder, epoch, expires_in_ms` (three cells, already
+/// counted): ours is `Acquired`, another's `Held`. Shared by the single and
+/// the batch acquire.
+pub(super) fn acquire_row(me: &HolderId, row: &[Cell]) -> Result<Reply, RowError> {
+    let holder = opt_text("", "holder", &row[0])?;
+    let epoch = epoch("", &row[1])?;
+    let expires_in = int("", "expires_at", &row[2])?;
+    match holder {
+        Some(holder) if holder == me.as_str() => Ok(Reply::Acquired { epoch }),
+        Some(holder) => {
+            let holder = HolderId::new(&holder).map_err(|_| RowError::WrongType {
                 lease: String::new(),
-                column: "name",
+                column: "holder",
+                expected: "a holder id (1 to 255 bytes, no control characters)",
+                found: format!("{:?}", holder.chars().take(40).collect::<String>()),
+            })?;
+            Ok(Reply::Held {
+                holder,
+                epoch,
+                expires_in: millis(expires_in),
             })
         }
-        other => return Err(wrong_type("", "name", "text", other)),
-    };
+        // Only an unsound row (never taken over) can come back
+        // without a holder after an acquire.
+        None => Err(RowError::Null {
+            lease: String::new(),
+            column: "holder",
+        }),
+    }
+}
+
+/// A `name` column: non-NULL text.
+pub(super) fn name(cell: &Cell) -> Result<String, RowError> {
+    match cell {
+        Cell::Text(name) => Ok(name.clone()),
+        Cell::Null => Err(RowError::Null {
+            lease: String::new(),
+            column: "name",
+        }),
+        other => Err(wrong_type("", "name", "text", other)),
+    }
+}
+
+pub(super) fn status_row(row: &[Cell]) -> Result<LeaseRow, RowError> {
+    expect_columns("status", row, 4)?;
+    let name = name(&row[0])?;
     let holder = opt_text(&name, "holder", &row[1])?;
     let epoch = epoch(&name, &row[2])?;
     let expires_in = int(&name, "expires_at", &row[3])?;

@@ -10,14 +10,22 @@
 //! clock, as integer milliseconds since the Unix epoch: no node ever compares
 //! its clock with another's.
 
+mod batch;
 mod build;
 mod decode;
 
+pub use batch::{batch_names, batch_pairs};
 pub use decode::{Cell, LeaseRow};
 
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId, LeaseName, TableName};
 use crate::protocol::{Operation, Reply};
+
+/// The reserved name prefix of membership rows: a node's membership is the
+/// lease named `picolease.member:<holder id>`, acquired, renewed and
+/// released like any lease (by the same batch statements), and reported
+/// by [`Statements::survey`] while live.
+pub const MEMBER_PREFIX: &str = "picolease.member:";
 
 /// The SQL dialects the statements are rendered for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +48,12 @@ pub enum Param {
     Epoch,
     /// The ttl in milliseconds (`i64`).
     TtlMillis,
+    /// The batch of a batch statement: a JSON array, bound as text
+    /// ([`batch_names`], [`batch_pairs`]).
+    Batch,
+    /// The survey's staleness threshold in milliseconds (`i64`): a lease
+    /// expiring sooner than that is reported as about to be free.
+    StaleMillis,
 }
 
 /// A value bound to a placeholder: text or a 64-bit integer.
@@ -60,6 +74,21 @@ pub struct Bindings<'a> {
     pub holder: &'a str,
     /// The ttl in milliseconds.
     pub ttl_millis: i64,
+}
+
+/// The values a lease-set node binds to a batch statement.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchBindings<'a> {
+    /// The holder id.
+    pub holder: &'a str,
+    /// The ttl in milliseconds.
+    pub ttl_millis: i64,
+    /// The batch, a JSON array: [`batch_names`] for
+    /// [`Statements::acquire_batch`], [`batch_pairs`] for
+    /// [`Statements::renew_batch`] and [`Statements::release_batch`].
+    pub batch: &'a str,
+    /// The survey's staleness threshold in milliseconds.
+    pub stale_millis: i64,
 }
 
 /// One rendered statement: SQL text with placeholders (`?` on SQLite, `$n`
@@ -101,6 +130,26 @@ impl Statement {
             Param::Holder => Value::Text(bindings.holder),
             Param::Epoch => Value::Int(epoch.map_or(-1, Epoch::to_i64)),
             Param::TtlMillis => Value::Int(bindings.ttl_millis),
+            // No single-lease statement has these; bound harmlessly.
+            Param::Batch => Value::Text("[]"),
+            Param::StaleMillis => Value::Int(0),
+        })
+    }
+
+    /// The values to bind to a batch statement, in placeholder order. The
+    /// batch statements have no lease or epoch placeholder; should one
+    /// appear it binds `""` and `-1`, which match no row.
+    pub fn bind_batch<'a>(
+        &'a self,
+        bindings: &'a BatchBindings<'a>,
+    ) -> impl Iterator<Item = Value<'a>> + 'a {
+        self.params.iter().map(move |param| match param {
+            Param::Lease => Value::Text(""),
+            Param::Holder => Value::Text(bindings.holder),
+            Param::Epoch => Value::Int(-1),
+            Param::TtlMillis => Value::Int(bindings.ttl_millis),
+            Param::Batch => Value::Text(bindings.batch),
+            Param::StaleMillis => Value::Int(bindings.stale_millis),
         })
     }
 }
@@ -119,6 +168,10 @@ pub struct Statements {
     status: Statement,
     lease_row: Statement,
     fence: Statement,
+    acquire_batch: Statement,
+    renew_batch: Statement,
+    release_batch: Statement,
+    survey: Statement,
 }
 
 impl Statements {
@@ -241,6 +294,52 @@ impl Statements {
         build::renumber(&self.fence, first)
     }
 
+    /// The batch acquire: [`Statements::acquire`]'s upsert, with exactly its
+    /// rule (take the row when sound and free, lapsed or already ours,
+    /// bumping the epoch; else keep it), for every name of the batch
+    /// ([`batch_names`]; distinct names). Returns `name, holder, epoch,
+    /// expires_in_ms` for every name, taken or not, in no particular
+    /// order; decode with [`Statements::decode_acquire_batch`].
+    /// Params: holder, ttl, batch.
+    ///
+    /// On PostgreSQL the upsert locks the rows one by one in the batch's
+    /// order, held ones included: list the names in one order on every
+    /// node (sorted, say), so that two batch acquires never wait on each
+    /// other in a cycle. Should statements still deadlock, PostgreSQL
+    /// aborts one of them (SQLSTATE 40P01) and changes nothing it did:
+    /// a failed round trip, never a wrong answer.
+    pub fn acquire_batch(&self) -> &Statement {
+        &self.acquire_batch
+    }
+
+    /// The batch renew: extends every `(name, epoch)` of the batch
+    /// ([`batch_pairs`]) that we hold at that epoch, as
+    /// [`Statements::renew`] does for one. Returns `name, epoch` of each
+    /// renewed row; decode with [`Statements::decode_batch_names`]. A pair
+    /// missing from the result was not renewed. Params: ttl, holder, batch.
+    pub fn renew_batch(&self) -> &Statement {
+        &self.renew_batch
+    }
+
+    /// The batch release: frees every `(name, epoch)` of the batch
+    /// ([`batch_pairs`]) that we hold at that epoch, keeping the epoch, as
+    /// [`Statements::release`] does for one. Returns `name, epoch` of each
+    /// freed row; decode with [`Statements::decode_batch_names`]. On
+    /// PostgreSQL it also notifies [`TableName::release_channel`] with each
+    /// freed name, in the same statement. Params: holder, batch.
+    pub fn release_batch(&self) -> &Statement {
+        &self.release_batch
+    }
+
+    /// The survey of a lease-set node: `name, holder, epoch,
+    /// expires_in_ms`, by name, of every live membership row (named
+    /// [`MEMBER_PREFIX`]…, held and unexpired) and of every other row that
+    /// is free or expires within the stale threshold (lapsed rows
+    /// included). Decode with [`Statements::decode_survey`]. Params: stale.
+    pub fn survey(&self) -> &Statement {
+        &self.survey
+    }
+
     /// The operation's statement.
     pub fn for_operation(&self, operation: Operation) -> &Statement {
         match operation {
@@ -265,6 +364,30 @@ impl Statements {
     /// Interprets the rows of [`Statements::status`].
     pub fn decode_status(&self, rows: &[Vec<Cell>]) -> Result<Vec<LeaseRow>, RowError> {
         rows.iter().map(|row| decode::status_row(row)).collect()
+    }
+
+    /// Interprets the rows of [`Statements::acquire_batch`]: per name,
+    /// `Acquired` when we hold it, else `Held` by whom, as
+    /// [`Statements::decode_reply`] reads a single acquire. A malformed row
+    /// is a [`RowError`] naming the lease when the name is readable.
+    pub fn decode_acquire_batch(
+        &self,
+        me: &HolderId,
+        rows: &[Vec<Cell>],
+    ) -> Result<Vec<(String, Reply)>, RowError> {
+        batch::acquire_batch(me, rows)
+    }
+
+    /// Interprets the rows of [`Statements::renew_batch`] and
+    /// [`Statements::release_batch`]: the names (and epochs) the statement
+    /// renewed or freed.
+    pub fn decode_batch_names(&self, rows: &[Vec<Cell>]) -> Result<Vec<(String, Epoch)>, RowError> {
+        batch::names_and_epochs(rows)
+    }
+
+    /// Interprets the rows of [`Statements::survey`].
+    pub fn decode_survey(&self, rows: &[Vec<Cell>]) -> Result<Vec<LeaseRow>, RowError> {
+        batch::survey(rows)
     }
 
     /// Interprets the rows of [`Statements::force_release`]: the new epoch,

@@ -127,6 +127,9 @@ impl Fence {
                 // The fence binds no ttl; should a future fence need one,
                 // -1 makes it match nothing rather than something.
                 Param::TtlMillis => &-1i64,
+                // Only the batch statements bind these; never the fence.
+                Param::Batch => &"[]",
+                Param::StaleMillis => &0i64,
             })
             .collect()
     }

@@ -13,6 +13,8 @@
 //! `expires_in` is at most the model's and less than a step below it.
 #![allow(dead_code)] // each test binary uses part of this module
 
+pub mod batch;
+
 use picolease_core::sim::ModelDb;
 use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements, Value};
 use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, RowError};

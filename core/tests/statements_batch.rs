@@ -1,0 +1,379 @@
+//! The batched statements of a lease set: one placeholder per parameter,
+//! the rule of the single statements in each, the batch encoded as JSON
+//! that survives any name, and decoders that name what is wrong with a row.
+
+use picolease_core::sql::{
+    batch_names, batch_pairs, BatchBindings, Cell, Dialect, LeaseRow, Param, Statements, Value,
+    MEMBER_PREFIX,
+};
+use picolease_core::{Epoch, HolderId, Reply, RowError, TableName};
+
+fn placeholders(sql: &str, dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => sql.matches('?').count(),
+        _ => (1..20)
+            .filter(|n| {
+                let p = format!("${n}");
+                sql.match_indices(&p)
+                    .any(|(at, _)| !sql[at + p.len()..].starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .count(),
+    }
+}
+
+fn both() -> [Statements; 2] {
+    let table = TableName::new("app.leases").unwrap();
+    [
+        Statements::new(Dialect::Sqlite, &table),
+        Statements::new(Dialect::Postgres, &table),
+    ]
+}
+
+#[test]
+fn every_batch_statement_has_one_placeholder_per_parameter() {
+    for s in both() {
+        let dialect = s.dialect();
+        for st in [
+            s.acquire_batch(),
+            s.renew_batch(),
+            s.release_batch(),
+            s.survey(),
+        ] {
+            assert_eq!(
+                placeholders(st.sql(), dialect),
+                st.params().len(),
+                "{dialect:?}: {}",
+                st.sql()
+            );
+            assert!(st.sql().contains("\"app\".\"leases\""), "{}", st.sql());
+        }
+        assert_eq!(
+            s.acquire_batch().params(),
+            &[Param::Holder, Param::TtlMillis, Param::Batch]
+        );
+        assert_eq!(
+            s.renew_batch().params(),
+            &[Param::TtlMillis, Param::Holder, Param::Batch]
+        );
+        assert_eq!(s.release_batch().params(), &[Param::Holder, Param::Batch]);
+        assert_eq!(s.survey().params(), &[Param::StaleMillis]);
+    }
+}
+
+#[test]
+fn the_batch_acquire_is_the_single_acquire_per_name() {
+    for s in both() {
+        let sql = s.acquire_batch().sql();
+        // The same ON CONFLICT clause, word for word.
+        let single = s.acquire().sql();
+        let clause =
+            &single[single.find(" ON CONFLICT").unwrap()..single.find(" RETURNING").unwrap()];
+        assert!(sql.contains(clause), "{sql}\n lacks {clause}");
+        assert!(
+            sql.contains(
+                "RETURNING \"leases\".\"name\", \"leases\".\"holder\", \"leases\".\"epoch\""
+            ),
+            "{sql}"
+        );
+        match s.dialect() {
+            Dialect::Sqlite => {
+                assert!(
+                    sql.contains("FROM json_each(?) AS \"j\" WHERE true ON CONFLICT"),
+                    "{sql}"
+                );
+            }
+            _ => {
+                assert!(
+                    sql.contains("json_array_elements_text(CAST(CAST($3 AS text) AS json))"),
+                    "{sql}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn batch_renew_and_release_are_conditioned_on_holder_and_each_pairs_epoch() {
+    for s in both() {
+        for st in [s.renew_batch(), s.release_batch()] {
+            let sql = st.sql();
+            assert!(sql.contains("\"leases\".\"holder\" = "), "{sql}");
+            assert!(
+                sql.contains("(\"leases\".\"name\", \"leases\".\"epoch\") IN (SELECT"),
+                "{sql}"
+            );
+        }
+        assert!(s.release_batch().sql().contains("\"holder\" = NULL"));
+    }
+    let pg = Statements::new(Dialect::Postgres, &TableName::default());
+    let release = pg.release_batch().sql();
+    assert!(
+        release.contains("pg_notify('picolease_leases_released', released.name)"),
+        "{release}"
+    );
+    assert!(release.contains("SELECT released.name, released.epoch FROM released"));
+}
+
+#[test]
+fn the_survey_reads_the_member_range_and_the_stale_threshold() {
+    for s in both() {
+        let sql = s.survey().sql();
+        assert!(sql.contains("'picolease.member:'"), "{sql}");
+        assert!(sql.contains("'picolease.member;'"), "{sql}");
+        assert!(sql.contains("ORDER BY \"leases\".\"name\" ASC"), "{sql}");
+        if s.dialect() == Dialect::Postgres {
+            assert!(sql.contains("COLLATE \"C\""), "{sql}");
+        }
+    }
+    assert_eq!(MEMBER_PREFIX, "picolease.member:");
+}
+
+#[test]
+fn bind_batch_binds_each_param_by_kind() {
+    for s in both() {
+        let b = BatchBindings {
+            holder: "node-a",
+            ttl_millis: 5_000,
+            batch: "[\"x\"]",
+            stale_millis: 700,
+        };
+        let values: Vec<Value> = s.acquire_batch().bind_batch(&b).collect();
+        assert_eq!(
+            values,
+            [
+                Value::Text("node-a"),
+                Value::Int(5_000),
+                Value::Text("[\"x\"]")
+            ]
+        );
+        let values: Vec<Value> = s.survey().bind_batch(&b).collect();
+        assert_eq!(values, [Value::Int(700)]);
+        // The single bindings bind the batch parameters harmlessly.
+        let single = picolease_core::sql::Bindings {
+            lease: "l",
+            holder: "h",
+            ttl_millis: 1,
+        };
+        let values: Vec<Value> = s.survey().bind(&single, None).collect();
+        assert_eq!(values, [Value::Int(0)]);
+        let values: Vec<Value> = s.release_batch().bind(&single, None).collect();
+        assert_eq!(values, [Value::Text("h"), Value::Text("[]")]);
+    }
+}
+
+#[test]
+fn batches_are_json_arrays_with_every_name_escaped() {
+    assert_eq!(batch_names([]), "[]");
+    assert_eq!(batch_names(["a", "b"]), r#"["a","b"]"#);
+    assert_eq!(
+        batch_pairs([("a", Epoch::new(3)), ("b", Epoch::new(5))]),
+        r#"[["a",3],["b",5]]"#
+    );
+    assert_eq!(batch_pairs([]), "[]");
+    assert_eq!(batch_names([r#"q"uo\te"#]), r#"["q\"uo\\te"]"#);
+    assert_eq!(
+        batch_names(["\u{0}\u{1}\n\t\r\u{1f}\u{7f}"]),
+        "[\"\\u0000\\u0001\\u000a\\u0009\\u000d\\u001f\u{7f}\"]"
+    );
+    assert_eq!(batch_names(["jöbs ✓ 𝄞"]), "[\"jöbs ✓ 𝄞\"]");
+    assert_eq!(
+        batch_pairs([("x", Epoch::new(u64::MAX))]),
+        format!("[[\"x\",{}]]", i64::MAX)
+    );
+}
+
+fn text(s: &str) -> Cell {
+    Cell::Text(s.into())
+}
+
+#[test]
+fn the_batch_acquire_decodes_each_name_as_the_single_acquire_does() {
+    let s = Statements::new(Dialect::Sqlite, &TableName::default());
+    let me = HolderId::new("me").unwrap();
+    let rows = vec![
+        vec![text("a"), text("me"), Cell::Int(4), Cell::Int(900)],
+        vec![text("b"), text("other"), Cell::Int(2), Cell::Int(-5)],
+    ];
+    assert_eq!(
+        s.decode_acquire_batch(&me, &rows).unwrap(),
+        vec![
+            (
+                "a".to_string(),
+                Reply::Acquired {
+                    epoch: Epoch::new(4)
+                }
+            ),
+            (
+                "b".to_string(),
+                Reply::Held {
+                    holder: HolderId::new("other").unwrap(),
+                    epoch: Epoch::new(2),
+                    expires_in: std::time::Duration::ZERO,
+                }
+            ),
+        ]
+    );
+    assert_eq!(s.decode_acquire_batch(&me, &[]).unwrap(), vec![]);
+}
+
+#[test]
+fn malformed_batch_acquire_rows_are_errors_naming_the_value() {
+    let s = Statements::new(Dialect::Postgres, &TableName::default());
+    let me = HolderId::new("me").unwrap();
+    let decode = |row: Vec<Cell>| s.decode_acquire_batch(&me, &[row]).unwrap_err();
+    assert_eq!(
+        decode(vec![text("a"), text("me"), Cell::Int(1)]),
+        RowError::ColumnCount {
+            statement: "acquire batch",
+            expected: 4,
+            found: 3
+        }
+    );
+    assert_eq!(
+        decode(vec![Cell::Null, text("me"), Cell::Int(1), Cell::Int(1)]),
+        RowError::Null {
+            lease: String::new(),
+            column: "name"
+        }
+    );
+    assert_eq!(
+        decode(vec![Cell::Int(7), text("me"), Cell::Int(1), Cell::Int(1)]),
+        RowError::WrongType {
+            lease: String::new(),
+            column: "name",
+            expected: "text",
+            found: "integer".into()
+        }
+    );
+    assert_eq!(
+        decode(vec![text("a"), Cell::Null, Cell::Int(1), Cell::Int(1)]),
+        RowError::Null {
+            lease: "a".into(),
+            column: "holder"
+        }
+    );
+    assert_eq!(
+        decode(vec![text("a"), text("me"), Cell::Int(-3), Cell::Int(1)]),
+        RowError::NegativeEpoch {
+            lease: "a".into(),
+            epoch: -3
+        }
+    );
+    assert_eq!(
+        decode(vec![
+            text("a"),
+            text("me"),
+            Cell::Other("real".into()),
+            Cell::Int(1)
+        ]),
+        RowError::WrongType {
+            lease: "a".into(),
+            column: "epoch",
+            expected: "integer",
+            found: "real".into()
+        }
+    );
+    assert!(matches!(
+        decode(vec![text("a"), text("bad\nid"), Cell::Int(1), Cell::Int(1)]),
+        RowError::WrongType { lease, column: "holder", .. } if lease == "a"
+    ));
+    assert!(matches!(
+        decode(vec![text("a"), text("me"), Cell::Int(1), Cell::Null]),
+        RowError::Null { lease, column: "expires_at" } if lease == "a"
+    ));
+}
+
+#[test]
+fn renew_and_release_batches_decode_to_names_and_epochs() {
+    let s = Statements::new(Dialect::Sqlite, &TableName::default());
+    let rows = vec![vec![text("a"), Cell::Int(3)], vec![text("b"), Cell::Int(0)]];
+    assert_eq!(
+        s.decode_batch_names(&rows).unwrap(),
+        vec![("a".into(), Epoch::new(3)), ("b".into(), Epoch::new(0))]
+    );
+    assert_eq!(s.decode_batch_names(&[]).unwrap(), vec![]);
+    assert_eq!(
+        s.decode_batch_names(&[vec![Cell::Int(3)]]).unwrap_err(),
+        RowError::ColumnCount {
+            statement: "renew or release batch",
+            expected: 2,
+            found: 1
+        }
+    );
+    assert_eq!(
+        s.decode_batch_names(&[vec![text("a"), Cell::Int(-1)]])
+            .unwrap_err(),
+        RowError::NegativeEpoch {
+            lease: "a".into(),
+            epoch: -1
+        }
+    );
+    assert_eq!(
+        s.decode_batch_names(&[vec![text("a"), Cell::Null]])
+            .unwrap_err(),
+        RowError::Null {
+            lease: "a".into(),
+            column: "epoch"
+        }
+    );
+    assert_eq!(
+        s.decode_batch_names(&[vec![Cell::Other("blob".into()), Cell::Int(1)]])
+            .unwrap_err(),
+        RowError::WrongType {
+            lease: String::new(),
+            column: "name",
+            expected: "text",
+            found: "blob".into()
+        }
+    );
+}
+
+#[test]
+fn the_survey_decodes_like_the_status() {
+    let s = Statements::new(Dialect::Postgres, &TableName::default());
+    let rows = vec![
+        vec![text("jobs"), Cell::Null, Cell::Int(2), Cell::Int(-10)],
+        vec![
+            text("picolease.member:node-a"),
+            text("node-a"),
+            Cell::Int(1),
+            Cell::Int(300),
+        ],
+    ];
+    assert_eq!(
+        s.decode_survey(&rows).unwrap(),
+        vec![
+            LeaseRow {
+                name: "jobs".into(),
+                holder: None,
+                epoch: Epoch::new(2),
+                expires_in_ms: None
+            },
+            LeaseRow {
+                name: "picolease.member:node-a".into(),
+                holder: Some("node-a".into()),
+                epoch: Epoch::new(1),
+                expires_in_ms: Some(300)
+            },
+        ]
+    );
+    assert!(s
+        .decode_survey(&[vec![text("jobs"), Cell::Int(1), Cell::Int(2), Cell::Int(3)]])
+        .is_err());
+    assert!(s.decode_survey(&[vec![text("jobs")]]).is_err());
+}
+
+#[test]
+#[ignore = "prints the SQL; run with --ignored --nocapture"]
+fn print_the_batch_sql() {
+    for s in both() {
+        for st in [
+            s.acquire_batch(),
+            s.renew_batch(),
+            s.release_batch(),
+            s.survey(),
+        ] {
+            eprintln!("{:?} {:?}\n{}\n", s.dialect(), st.params(), st.sql());
+        }
+    }
+}

@@ -1,0 +1,423 @@
+//! The batch statements of a lease set against the model: random
+//! sequences of batch acquires, renews, releases, surveys and time steps
+//! by three holders over four leases (one of them a membership row) run on
+//! [`ModelDb`]'s batch methods and on the real database executing
+//! [`Statements::acquire_batch`] and friends; both sides' rows go through
+//! the same decoders and the outcomes, sorted by name, must agree. After
+//! every step the whole table (the status) must agree too.
+//!
+//! Time follows the scheme of the parent module: everything the model can
+//! see is a multiple of [`STEP_MS`], except the survey's stale threshold,
+//! which is half a step past one so that "expires within the threshold?"
+//! has the same answer for a real `expires_in` a little below the model's.
+
+use std::time::{Duration, Instant};
+
+use picolease_core::sql::{batch_names, batch_pairs, BatchBindings, Statement, MEMBER_PREFIX};
+
+use super::*;
+
+/// The leases of the batch sequences: three plain leases and one
+/// membership row.
+pub const BATCH_LEASES: [&str; 4] = [
+    "alpha",
+    "beta",
+    "gamma",
+    // MEMBER_PREFIX followed by a holder id.
+    "picolease.member:node-a",
+];
+
+/// One step of a batch sequence. Each list names distinct leases (indices
+/// into [`BATCH_LEASES`]), in the order the batch lists them.
+#[derive(Clone, Debug)]
+pub enum BatchOp {
+    /// `who` acquires every listed lease in one statement.
+    Acquire { who: usize, leases: Vec<usize> },
+    /// `who` renews every listed lease at the picked epoch.
+    Renew {
+        who: usize,
+        items: Vec<(usize, EpochPick)>,
+    },
+    /// `who` releases every listed lease at the picked epoch.
+    Release {
+        who: usize,
+        items: Vec<(usize, EpochPick)>,
+    },
+    /// The survey with a stale threshold of `stale_steps` steps and a half.
+    Survey { stale_steps: u8 },
+    /// Advance time by `steps · STEP_MS`.
+    Advance { steps: u8 },
+}
+
+/// Distinct lease indices in random order, possibly none.
+fn leases() -> impl Strategy<Value = Vec<usize>> {
+    prop::sample::subsequence((0..BATCH_LEASES.len()).collect::<Vec<_>>(), 0..=4).prop_shuffle()
+}
+
+fn items() -> impl Strategy<Value = Vec<(usize, EpochPick)>> {
+    (
+        leases(),
+        prop::collection::vec(epoch_pick(), BATCH_LEASES.len()),
+    )
+        .prop_map(|(leases, picks)| leases.into_iter().zip(picks).collect())
+}
+
+/// A random batch operation: mostly acquires, renews and time steps.
+pub fn batch_op() -> impl Strategy<Value = BatchOp> {
+    let who = 0..HOLDERS.len();
+    prop_oneof![
+        4 => (who.clone(), leases()).prop_map(|(who, leases)| BatchOp::Acquire { who, leases }),
+        4 => (who.clone(), items()).prop_map(|(who, items)| BatchOp::Renew { who, items }),
+        2 => (who, items()).prop_map(|(who, items)| BatchOp::Release { who, items }),
+        2 => (0u8..=12).prop_map(|stale_steps| BatchOp::Survey { stale_steps }),
+        // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
+        4 => (0u8..=12).prop_map(|steps| BatchOp::Advance { steps }),
+    ]
+}
+
+/// A random sequence of up to `max` batch operations.
+pub fn batch_ops(max: usize) -> impl Strategy<Value = Vec<BatchOp>> {
+    prop::collection::vec(batch_op(), 1..=max)
+}
+
+/// A decoded outcome of one batch operation, on one side, sorted by name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BatchOutcome {
+    Acquired(Result<Vec<(String, Reply)>, RowError>),
+    /// Renewed or released: the names and epochs the statement matched.
+    Matched(Result<Vec<(String, Epoch)>, RowError>),
+    Surveyed(Result<Vec<LeaseRow>, RowError>),
+    Advanced,
+}
+
+impl BatchOutcome {
+    fn sorted(mut self) -> Self {
+        match &mut self {
+            BatchOutcome::Acquired(Ok(v)) => v.sort_by(|a, b| a.0.cmp(&b.0)),
+            BatchOutcome::Matched(Ok(v)) => v.sort(),
+            BatchOutcome::Surveyed(Ok(v)) => v.sort_by(|a, b| a.name.cmp(&b.name)),
+            _ => {}
+        }
+        self
+    }
+}
+
+/// Whether two batch outcomes agree: exactly, except that time left may be
+/// smaller on the real side by less than a step (as [`agree`] allows).
+pub fn batch_agree(model: &BatchOutcome, real: &BatchOutcome) -> bool {
+    match (model, real) {
+        (BatchOutcome::Acquired(Ok(m)), BatchOutcome::Acquired(Ok(r))) => {
+            m.len() == r.len()
+                && m.iter().zip(r).all(|((n1, r1), (n2, r2))| {
+                    n1 == n2
+                        && agree(
+                            &Outcome::Reply(Ok(r1.clone())),
+                            &Outcome::Reply(Ok(r2.clone())),
+                        )
+                })
+        }
+        (BatchOutcome::Surveyed(Ok(m)), BatchOutcome::Surveyed(Ok(r))) => status_agree(m, r),
+        _ => model == real,
+    }
+}
+
+/// The values of a batch statement, as [`Statement::bind_batch`] gives them.
+pub fn bind_batch(
+    statement: &Statement,
+    holder: &str,
+    ttl_ms: i64,
+    batch: &str,
+    stale_ms: i64,
+) -> Vec<Bound> {
+    let b = BatchBindings {
+        holder,
+        ttl_millis: ttl_ms,
+        batch,
+        stale_millis: stale_ms,
+    };
+    statement.bind_batch(&b).map(Bound::from).collect()
+}
+
+/// The SQL text of the batch statements a comparison runs: the real
+/// statements', unless mutated (a mutant keeps every placeholder, so the
+/// real statements' parameters still bind).
+#[derive(Clone, Debug)]
+pub struct BatchSql {
+    pub acquire: String,
+    pub renew: String,
+    pub release: String,
+    pub survey: String,
+}
+
+impl BatchSql {
+    pub fn new(s: &Statements) -> Self {
+        BatchSql {
+            acquire: s.acquire_batch().sql().to_string(),
+            renew: s.renew_batch().sql().to_string(),
+            release: s.release_batch().sql().to_string(),
+            survey: s.survey().sql().to_string(),
+        }
+    }
+}
+
+/// Replaces every occurrence of `from` (at least one) in `sql` by `to`.
+fn replace_all(sql: &mut String, from: &str, to: &str) {
+    assert!(sql.contains(from), "{from:?} must occur in {sql}");
+    *sql = sql.replace(from, to);
+}
+
+/// A deliberately broken copy of the batch statements, given the table.
+pub type BatchMutant = fn(&mut BatchSql, &str);
+
+/// The batch SQL mutants the comparison must catch, by name.
+pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
+    ("batch renew without the holder condition", |sql, t| {
+        replace_all(
+            &mut sql.renew,
+            &format!("\"{t}\".\"holder\" = "),
+            &format!("\"{t}\".\"holder\" IS NOT NULL AND '' <> "),
+        )
+    }),
+    ("batch release without the holder condition", |sql, t| {
+        replace_all(
+            &mut sql.release,
+            &format!("\"{t}\".\"holder\" = "),
+            &format!("\"{t}\".\"holder\" IS NOT NULL AND '' <> "),
+        )
+    }),
+    ("batch renew without the epoch condition", |sql, t| {
+        // Each pair's epoch replaced by the row's own: every epoch matches.
+        let row_epoch = format!("\"{t}\".\"epoch\"");
+        for epoch in [
+            "json_extract(\"j\".\"value\", '$[1]')",
+            "CAST(\"j\".\"value\" ->> 1 AS bigint)",
+        ] {
+            sql.renew = sql.renew.replace(epoch, &row_epoch);
+        }
+        assert!(!sql.renew.contains("'$[1]'") && !sql.renew.contains("->> 1"));
+    }),
+    ("batch acquire without the expiry condition", |sql, t| {
+        replace_all(
+            &mut sql.acquire,
+            &format!("\"{t}\".\"expires_at\" <= ("),
+            &format!("\"{t}\".\"expires_at\" - 1000000000 <= ("),
+        )
+    }),
+    ("survey reporting lapsed members", |sql, t| {
+        replace_all(
+            &mut sql.survey,
+            &format!("\"{t}\".\"expires_at\" > ("),
+            &format!("\"{t}\".\"expires_at\" + 1000000000 > ("),
+        )
+    }),
+];
+
+impl<R: RealDb> Comparison<'_, R> {
+    /// Runs one batch operation on both sides, the real side with the
+    /// real statements; returns both outcomes, sorted by name.
+    pub fn batch_step(&mut self, op: &BatchOp) -> (BatchOutcome, BatchOutcome) {
+        let sql = BatchSql::new(&self.sql.statements);
+        self.batch_step_with(op, &sql)
+    }
+
+    /// Runs one batch operation on both sides, the real side with `sql`.
+    pub fn batch_step_with(
+        &mut self,
+        op: &BatchOp,
+        sql: &BatchSql,
+    ) -> (BatchOutcome, BatchOutcome) {
+        let s = self.sql.statements.clone();
+        let now = self.model_now;
+        let ttl_ms = TTL_MS;
+        let (model, real) = match op {
+            BatchOp::Acquire { who, leases } => {
+                let holder = HOLDERS[*who];
+                let me = HolderId::new(holder).unwrap();
+                let names: Vec<&str> = leases.iter().map(|&i| BATCH_LEASES[i]).collect();
+                let model = self.model.acquire_batch(&names, holder, ttl_ms, now);
+                let json = batch_names(names.iter().copied());
+                let values = bind_batch(s.acquire_batch(), holder, ttl_ms, &json, 0);
+                let real = self.real.query(&sql.acquire, &values);
+                (
+                    BatchOutcome::Acquired(s.decode_acquire_batch(&me, &model)),
+                    BatchOutcome::Acquired(s.decode_acquire_batch(&me, &real)),
+                )
+            }
+            BatchOp::Renew { who, items } | BatchOp::Release { who, items } => {
+                let holder = HOLDERS[*who];
+                let pairs: Vec<(&str, Epoch)> = items
+                    .iter()
+                    .map(|&(i, pick)| (BATCH_LEASES[i], self.epoch(BATCH_LEASES[i], pick)))
+                    .collect();
+                let json = batch_pairs(pairs.iter().copied());
+                let (model, statement, text) = if matches!(op, BatchOp::Renew { .. }) {
+                    (
+                        self.model.renew_batch(&pairs, holder, ttl_ms, now),
+                        s.renew_batch(),
+                        &sql.renew,
+                    )
+                } else {
+                    (
+                        self.model.release_batch(&pairs, holder, now),
+                        s.release_batch(),
+                        &sql.release,
+                    )
+                };
+                let values = bind_batch(statement, holder, ttl_ms, &json, 0);
+                let real = self.real.query(text, &values);
+                (
+                    BatchOutcome::Matched(s.decode_batch_names(&model)),
+                    BatchOutcome::Matched(s.decode_batch_names(&real)),
+                )
+            }
+            BatchOp::Survey { stale_steps } => {
+                let stale_ms = i64::from(*stale_steps) * STEP_MS + STEP_MS / 2;
+                let model = self.model.survey(stale_ms, now);
+                let values = bind_batch(s.survey(), "", 0, "[]", stale_ms);
+                let real = self.real.query(&sql.survey, &values);
+                (
+                    BatchOutcome::Surveyed(s.decode_survey(&model)),
+                    BatchOutcome::Surveyed(s.decode_survey(&real)),
+                )
+            }
+            BatchOp::Advance { steps } => {
+                self.step(Op::Advance { steps: *steps }, ttl_ms);
+                self.log.pop();
+                (BatchOutcome::Advanced, BatchOutcome::Advanced)
+            }
+        };
+        let (model, real) = (model.sorted(), real.sorted());
+        self.log.push(format!(
+            "{op:?}\n      model {model:?}\n      real  {real:?}"
+        ));
+        (model, real)
+    }
+
+    /// Runs a whole batch sequence; `Err` describes the first disagreement
+    /// (of an outcome, or of the table afterwards) with the operations that
+    /// led to it.
+    pub fn run_batch(&mut self, ops: &[BatchOp]) -> Result<(), String> {
+        let sql = BatchSql::new(&self.sql.statements);
+        self.run_batch_with(ops, &sql)
+    }
+
+    /// [`Comparison::run_batch`] with the real side running `sql`.
+    pub fn run_batch_with(&mut self, ops: &[BatchOp], sql: &BatchSql) -> Result<(), String> {
+        for op in ops {
+            let (model, real) = self.batch_step_with(op, sql);
+            if !batch_agree(&model, &real) {
+                return Err(self.disagreement("batch outcomes differ"));
+            }
+            let (model, real) = self.status();
+            let same = match (&model, &real) {
+                (Ok(m), Ok(r)) => status_agree(m, r),
+                (m, r) => m == r,
+            };
+            if !same {
+                self.log.push(format!(
+                    "status\n      model {model:?}\n      real  {real:?}"
+                ));
+                return Err(self.disagreement("status differs"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `holder` acquires `n` fresh leases in one batch, then renews all `n` in
+/// one batch; both statements must cover every lease. Returns how long the
+/// renew took.
+pub fn renew_many<R: RealDb>(c: &mut Comparison<'_, R>, n: usize) -> Duration {
+    let s = c.sql.statements.clone();
+    let holder = HOLDERS[0];
+    let me = HolderId::new(holder).unwrap();
+    let names: Vec<String> = (0..n).map(|i| format!("lease-{i:05}")).collect();
+    let member = format!("{MEMBER_PREFIX}{holder}");
+    let all: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .chain([member.as_str()])
+        .collect();
+    let json = batch_names(all.iter().copied());
+    let values = bind_batch(s.acquire_batch(), holder, 60_000, &json, 0);
+    let rows = c.real.query(s.acquire_batch().sql(), &values);
+    let acquired = s.decode_acquire_batch(&me, &rows).unwrap();
+    assert_eq!(acquired.len(), n + 1);
+    assert!(acquired.iter().all(|(_, r)| *r
+        == Reply::Acquired {
+            epoch: Epoch::new(1)
+        }));
+
+    let pairs: Vec<(&str, Epoch)> = all.iter().map(|&name| (name, Epoch::new(1))).collect();
+    let json = batch_pairs(pairs.iter().copied());
+    let values = bind_batch(s.renew_batch(), holder, 60_000, &json, 0);
+    let started = Instant::now();
+    let rows = c.real.query(s.renew_batch().sql(), &values);
+    let took = started.elapsed();
+    let renewed = s.decode_batch_names(&rows).unwrap();
+    assert_eq!(renewed.len(), n + 1, "every lease renewed");
+
+    // The survey: the live member, none of the freshly renewed leases.
+    let values = bind_batch(s.survey(), "", 0, "[]", 1_000);
+    let rows = c.real.query(s.survey().sql(), &values);
+    let survey = s.decode_survey(&rows).unwrap();
+    assert_eq!(
+        survey.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        [member.as_str()]
+    );
+
+    // Another holder's renew of the same pairs matches nothing.
+    let values = bind_batch(s.renew_batch(), HOLDERS[1], 60_000, &json, 0);
+    let rows = c.real.query(s.renew_batch().sql(), &values);
+    assert!(s.decode_batch_names(&rows).unwrap().is_empty());
+
+    // Released in one batch: every lease free, all reported by the survey.
+    let values = bind_batch(s.release_batch(), holder, 0, &json, 0);
+    let rows = c.real.query(s.release_batch().sql(), &values);
+    assert_eq!(s.decode_batch_names(&rows).unwrap().len(), n + 1);
+    let values = bind_batch(s.survey(), "", 0, "[]", 1_000);
+    let rows = c.real.query(s.survey().sql(), &values);
+    assert_eq!(s.decode_survey(&rows).unwrap().len(), n, "members leave");
+    took
+}
+
+/// Names JSON must escape reach the database intact: each is acquired
+/// under its exact name, and the row reads back with it.
+pub fn check_awkward_names<R: RealDb>(c: &mut Comparison<'_, R>) {
+    let s = c.sql.statements.clone();
+    let holder = HOLDERS[2];
+    let me = HolderId::new(holder).unwrap();
+    let names = [
+        "quote\"d",
+        "back\\slash",
+        "tab\tnew\nline\u{1}",
+        "jöbs ✓ 𝄞",
+        "picolease.member",
+        "picolease.member:",
+        "picolease.member;x",
+    ];
+    let json = batch_names(names);
+    let values = bind_batch(s.acquire_batch(), holder, 60_000, &json, 0);
+    let rows = c.real.query(s.acquire_batch().sql(), &values);
+    let mut got: Vec<String> = s
+        .decode_acquire_batch(&me, &rows)
+        .unwrap()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    want.sort();
+    assert_eq!(got, want);
+    // Held and fresh: the survey reports only the live member row (the
+    // empty id after the prefix is still in the member range).
+    let values = bind_batch(s.survey(), "", 0, "[]", 1_000);
+    let rows = c.real.query(s.survey().sql(), &values);
+    let names: Vec<String> = s
+        .decode_survey(&rows)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(names, ["picolease.member:"]);
+}
