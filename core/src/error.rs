@@ -81,6 +81,26 @@ pub enum ConfigError {
         /// What is wrong with it.
         problem: &'static str,
     },
+    /// A lease set with no lease, or more than it may hold.
+    #[error("a lease set needs 1 to {max} leases, not {count}")]
+    SetSize {
+        /// The number of leases given.
+        count: usize,
+        /// The most a set may hold.
+        max: usize,
+    },
+    /// A lease named twice in one set.
+    #[error("lease {name:?} is named twice in the set")]
+    DuplicateLease {
+        /// The repeated name (cut at 80 characters).
+        name: String,
+    },
+    /// A lease name in the namespace of the membership rows.
+    #[error("lease name {name:?} is reserved: names starting with \"picolease.member:\" are the lease sets' membership rows")]
+    ReservedLease {
+        /// The name given (cut at 80 characters).
+        name: String,
+    },
     /// A table name that is not a plain (optionally schema-qualified) identifier.
     #[error("table name {value:?} {problem}")]
     BadTableName {

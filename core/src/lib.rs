@@ -35,6 +35,7 @@ mod error;
 pub mod fuzzing;
 mod names;
 mod protocol;
+pub mod set;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod sql;
@@ -47,6 +48,7 @@ pub use names::{
     Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN,
 };
 pub use protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
+pub use set::{Batch, BatchKind, BatchReply, LeaseSet, SetCommand};
 pub use state::LeaseState;
 #[cfg(feature = "mutants")]
 #[doc(hidden)]

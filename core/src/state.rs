@@ -104,6 +104,11 @@ pub struct LeaseState {
     /// milliseconds). Only drivers whose database clock is the host's wall
     /// clock (SQLite) feed it; the model checker never does.
     db_clock: Option<(Instant, Instant, i64)>,
+    /// Whether a follower sends acquires. Always true for a lone lease; a
+    /// lease set (`LeaseSet`) turns it off for the leases outside its fair
+    /// share, so the rules of a term stay these, whoever decides to
+    /// compete.
+    contending: bool,
     phase: Phase,
     published: Leadership,
     commands: VecDeque<Command>,
@@ -132,6 +137,7 @@ impl LeaseState {
             notice_pending: false,
             release_by: None,
             db_clock: None,
+            contending: true,
             phase: Phase::Running,
             published: Leadership::unknown(),
             commands: VecDeque::with_capacity(COMMAND_CAPACITY),
@@ -197,6 +203,8 @@ impl LeaseState {
         };
         let request = match self.in_flight {
             Some(req) => Some(req.give_up),
+            // A follower left out of a set's share sends nothing.
+            None if self.idle() => None,
             // While shutting down something is always in flight (the
             // release, or the request it waits for) until `Finished`.
             None => Some(self.next_attempt),
@@ -258,15 +266,7 @@ impl LeaseState {
             ) => {
                 self.observe(holder, epoch);
                 let poll = req.sent_at + self.poll_delay();
-                // Try right at the known expiry when that comes sooner. The
-                // statement read its clock between `sent_at` and `now`, and
-                // the next attempt reaches the database about as long after
-                // it is sent as this one did: sent at `sent_at +
-                // expires_in`, it arrives at the expiry, where `now +
-                // expires_in` would add this reply's commit and return
-                // trip. Arriving a little early only costs one more
-                // attempt (answered with the few milliseconds left).
-                self.next_attempt = poll.min(req.sent_at + expires_in);
+                self.next_attempt = poll.min(Self::expiry_seen(req.sent_at, expires_in));
             }
             // A renew is only sent while leading at its epoch, and with one
             // request in flight the standing can only have changed since by
@@ -324,6 +324,77 @@ impl LeaseState {
         let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
         if free || lapsed || mine {
             self.handle_release_notice(now);
+        }
+    }
+
+    /// A follower read the lease's row with a statement sent at `sent_at`
+    /// (a lease set's survey): a free, lapsed or own row counts as a
+    /// release notice, as in [`LeaseState::handle_row_observed`]; a row
+    /// held by another holder with time left schedules the next attempt at
+    /// its expiry, the same rule as an acquire answered "held".
+    pub fn handle_row_seen(&mut self, now: Instant, sent_at: Instant, row: &LeaseRow) {
+        if row.name != self.config.lease.as_str() || self.phase != Phase::Running {
+            return;
+        }
+        let free = row.holder.is_none();
+        let left = row.expires_in_ms.unwrap_or(0);
+        let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
+        if free || left <= 0 || mine {
+            self.handle_release_notice(now);
+            return;
+        }
+        self.check_deadline(now);
+        if self.standing != Standing::Follower {
+            return;
+        }
+        if let Some(Ok(holder)) = row.holder.as_deref().map(crate::names::HolderId::new) {
+            self.observe(holder, row.epoch);
+        }
+        let expiry = Self::expiry_seen(sent_at, Duration::from_millis(left.unsigned_abs()));
+        if self.in_flight.is_none() {
+            self.next_attempt = self.next_attempt.min(expiry);
+        }
+        self.advance(now);
+    }
+
+    /// Turns a follower's acquires on or off (a lease set's fair share). A
+    /// leader is not affected: a set gives a lease up through
+    /// [`LeaseState::handle_shutdown`], the normal stop → release path.
+    /// Turned on, the follower tries when its next attempt is due (at once
+    /// if that passed while it was off).
+    pub fn set_contending(&mut self, now: Instant, contending: bool) {
+        if self.contending == contending {
+            return;
+        }
+        self.contending = contending;
+        if self.phase == Phase::Running {
+            self.check_deadline(now);
+            self.advance(now);
+        }
+    }
+
+    /// Whether a follower sends acquires (see [`LeaseState::set_contending`]).
+    pub fn is_contending(&self) -> bool {
+        self.contending
+    }
+
+    /// True while a statement of this machine is in flight.
+    pub fn is_busy(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Sends now the acquire or renew that is due within `within`, so a
+    /// lease set can carry many leases in one batch. Renewing or polling
+    /// early is always safe: a term's deadline counts from the send of the
+    /// statement that renewed it.
+    pub fn hasten(&mut self, now: Instant, within: Duration) {
+        if self.phase != Phase::Running || self.in_flight.is_some() || self.idle() {
+            return;
+        }
+        if self.next_attempt <= now + within {
+            self.next_attempt = self.next_attempt.min(now);
+            self.check_deadline(now);
+            self.advance(now);
         }
     }
 
@@ -538,6 +609,7 @@ impl LeaseState {
                 self.send(now, Operation::Release { epoch });
             }
             Phase::ShuttingDown { release: None } => self.finish(),
+            Phase::Running if self.idle() => {}
             Phase::Running if now >= self.next_attempt => {
                 let operation = match self.standing {
                     Standing::Leader { epoch, .. } => Operation::Renew { epoch },
@@ -547,6 +619,23 @@ impl LeaseState {
             }
             Phase::Running => {}
         }
+    }
+
+    /// A running follower left out of its set's share: nothing to send.
+    fn idle(&self) -> bool {
+        !self.contending && self.phase == Phase::Running && self.standing == Standing::Follower
+    }
+
+    /// When a row seen by a statement sent at `sent_at` with `expires_in`
+    /// left may be tried. The statement read its clock between its send
+    /// and its reply, and the next attempt reaches the database about as
+    /// long after it is sent as this one did: sent at `sent_at +
+    /// expires_in`, it arrives at the expiry, where `reply + expires_in`
+    /// would add the reply's commit and return trip. Arriving a little
+    /// early only costs one more attempt (answered with the few
+    /// milliseconds left).
+    fn expiry_seen(sent_at: Instant, expires_in: Duration) -> Instant {
+        sent_at + expires_in
     }
 
     /// The local deadline of a term won or renewed by `req`: its send time

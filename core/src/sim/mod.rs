@@ -26,6 +26,7 @@ mod clock;
 mod fault;
 mod model;
 mod rng;
+pub mod set;
 mod trace;
 
 pub use clock::DriftingClock;

@@ -63,6 +63,8 @@ fn param_name(param: Param) -> &'static str {
         Param::Holder => "holder",
         Param::Epoch => "epoch",
         Param::TtlMillis => "ttl_ms",
+        Param::Batch => "batch",
+        Param::StaleMillis => "stale_ms",
     }
 }
 

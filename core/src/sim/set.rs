@@ -1,0 +1,592 @@
+//! Simulation of lease sets (DESIGN §9): several nodes, each a
+//! [`LeaseSet`] over the same leases, on virtual time against the model
+//! database, with network delay, late joins, crashes, shutdowns and
+//! release notifications.
+//!
+//! After every event the simulator checks safety on the database's truth:
+//! a node whose work runs for a lease holds that lease's row at the work's
+//! epoch, unexpired, so no lease is ever worked by two nodes. It samples
+//! the share once per interval for the property tests (every lease held,
+//! shares within one, no lease moving without cause).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::Duration;
+
+use super::{ModelDb, SimRng, DB_EPOCH_MS};
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::names::TableName;
+use crate::names::{Epoch, HolderId, LeaseName};
+use crate::protocol::{Failure, RequestId};
+use crate::set::{Batch, BatchKind, BatchReply, LeaseSet, SetCommand};
+use crate::sql::{Dialect, Statements};
+use crate::time::Instant;
+
+/// One lease-set simulation's parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetSimConfig {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Number of leases (`s0` … `s{N-1}`), all contended by every node.
+    pub leases: usize,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Lease ttl.
+    pub ttl: Duration,
+    /// Renew and survey interval.
+    pub interval: Duration,
+    /// One-way network delay, uniform in this range.
+    pub delay: (Duration, Duration),
+    /// When each node starts (default: all within the first interval).
+    pub starts: Vec<Duration>,
+    /// Crashes: (when, node). A crashed node vanishes without releasing.
+    pub crashes: Vec<(Duration, usize)>,
+    /// Clean shutdowns: (when, node).
+    pub shutdowns: Vec<(Duration, usize)>,
+    /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
+    pub notify: bool,
+    /// How long gated work takes to stop after `StopWork`.
+    pub work_stop: Duration,
+    /// How long to run.
+    pub duration: Duration,
+}
+
+impl SetSimConfig {
+    /// `nodes` nodes over `leases` leases, ttl 2 s, interval 500 ms, delay
+    /// 0.2–2 ms, starts spread over the first interval, notifications on,
+    /// 20 s of run.
+    pub fn new(nodes: usize, leases: usize, seed: u64) -> Self {
+        let mut rng = SimRng::new(seed ^ 0x5e7);
+        let interval = Duration::from_millis(500);
+        SetSimConfig {
+            nodes,
+            leases,
+            seed,
+            ttl: Duration::from_secs(2),
+            interval,
+            delay: (Duration::from_micros(200), Duration::from_millis(2)),
+            starts: (0..nodes)
+                .map(|_| Duration::from_nanos(rng.range(0, interval.as_nanos() as u64)))
+                .collect(),
+            crashes: Vec::new(),
+            shutdowns: Vec::new(),
+            notify: true,
+            work_stop: Duration::from_millis(1),
+            duration: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The share at one instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShareSample {
+    /// Virtual time.
+    pub at: Duration,
+    /// Per node: the number of leases whose work runs there, `None` when
+    /// the node is not running.
+    pub held: Vec<Option<usize>>,
+    /// Leases whose work runs nowhere.
+    pub unheld: usize,
+}
+
+/// What a run produced.
+#[derive(Clone, Debug, Default)]
+pub struct SetReport {
+    /// Safety violations (empty on a correct run), with the time.
+    pub violations: Vec<String>,
+    /// One sample per interval.
+    pub samples: Vec<ShareSample>,
+    /// Every start of work: (time, lease index, node).
+    pub starts: Vec<(Duration, usize, usize)>,
+    /// Statements sent per node.
+    pub statements: Vec<u64>,
+}
+
+impl SetReport {
+    /// The first sample from which every later sample has every lease held
+    /// and the shares of running nodes within one of each other.
+    pub fn settled_at(&self) -> Option<Duration> {
+        self.settled_after(Duration::ZERO)
+    }
+
+    /// Like [`SetReport::settled_at`], counting only samples from `from`
+    /// on (the last disturbance).
+    pub fn settled_after(&self, from: Duration) -> Option<Duration> {
+        let mut settled = None;
+        for sample in self.samples.iter().filter(|s| s.at >= from) {
+            let counts: Vec<usize> = sample.held.iter().flatten().copied().collect();
+            let balanced = match (counts.iter().min(), counts.iter().max()) {
+                (Some(min), Some(max)) => max - min <= 1,
+                _ => false,
+            };
+            if sample.unheld == 0 && balanced {
+                settled.get_or_insert(sample.at);
+            } else {
+                settled = None;
+            }
+        }
+        settled
+    }
+
+    /// Work starts at or after `from`: each one is a lease moving (or
+    /// starting) somewhere.
+    pub fn moves_since(&self, from: Duration) -> usize {
+        self.starts.iter().filter(|(at, _, _)| *at >= from).count()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Start(usize),
+    Crash(usize),
+    Shutdown(usize),
+    /// The batch reaches the database.
+    Execute {
+        node: usize,
+        life: u32,
+        request: u64,
+        batch_index: usize,
+    },
+    Reply {
+        node: usize,
+        life: u32,
+        request: u64,
+        reply_index: usize,
+    },
+    WorkStopped {
+        node: usize,
+        life: u32,
+        lease: usize,
+    },
+    Notice {
+        node: usize,
+        life: u32,
+        notice: usize,
+    },
+    Sample,
+}
+
+struct Node {
+    set: Option<LeaseSet>,
+    holder: HolderId,
+    life: u32,
+    /// Per lease: the epoch of the work running here.
+    working: Vec<Option<Epoch>>,
+}
+
+/// A lease-set simulation.
+pub struct SetSimulation {
+    config: SetSimConfig,
+    rng: SimRng,
+    now: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    nodes: Vec<Node>,
+    names: Vec<LeaseName>,
+    db: ModelDb,
+    statements: Statements,
+    batches: Vec<Batch>,
+    replies: Vec<BatchReply>,
+    /// Names released, for notices in flight.
+    notices: Vec<String>,
+    report: SetReport,
+}
+
+impl SetSimulation {
+    /// Builds the simulation; rejects unusable timings.
+    pub fn new(config: SetSimConfig) -> Result<Self, ConfigError> {
+        let names = (0..config.leases)
+            .map(|i| LeaseName::new(&format!("s{i}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut sim = SetSimulation {
+            rng: SimRng::new(config.seed),
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            nodes: (0..config.nodes)
+                .map(|i| {
+                    Ok(Node {
+                        set: None,
+                        holder: HolderId::new(&format!("n{i}#0"))?,
+                        life: 0,
+                        working: vec![None; config.leases],
+                    })
+                })
+                .collect::<Result<_, ConfigError>>()?,
+            names,
+            db: ModelDb::new(),
+            statements: Statements::new(Dialect::Postgres, &TableName::new("leases")?),
+            batches: Vec::new(),
+            replies: Vec::new(),
+            notices: Vec::new(),
+            report: SetReport {
+                statements: vec![0; config.nodes],
+                ..SetReport::default()
+            },
+            config,
+        };
+        for node in 0..sim.config.nodes {
+            let at = sim.config.starts.get(node).copied().unwrap_or_default();
+            sim.schedule(at.as_nanos() as u64, Event::Start(node));
+        }
+        for &(at, node) in &sim.config.crashes.clone() {
+            sim.schedule(at.as_nanos() as u64, Event::Crash(node));
+        }
+        for &(at, node) in &sim.config.shutdowns.clone() {
+            sim.schedule(at.as_nanos() as u64, Event::Shutdown(node));
+        }
+        sim.schedule(sim.config.interval.as_nanos() as u64, Event::Sample);
+        // Check the template once, so a bad configuration fails here.
+        sim.template(0)?.validate()?;
+        Ok(sim)
+    }
+
+    fn template(&self, node: usize) -> Result<Config, ConfigError> {
+        let mut config = Config::with_ttl(
+            self.names.first().cloned().unwrap_or(LeaseName::new("s0")?),
+            self.nodes[node].holder.clone(),
+            self.config.ttl,
+        )
+        .interval(self.config.interval);
+        config.seed = self.config.seed ^ node as u64;
+        Ok(config)
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, event)));
+    }
+
+    fn delay(&mut self) -> u64 {
+        let (lo, hi) = (
+            self.config.delay.0.as_nanos() as u64,
+            self.config.delay.1.as_nanos() as u64,
+        );
+        self.rng.range(lo, hi)
+    }
+
+    fn db_ms(&self) -> i64 {
+        DB_EPOCH_MS + (self.now / 1_000_000) as i64
+    }
+
+    /// Runs to the end and reports.
+    pub fn run(mut self) -> SetReport {
+        let end = self.config.duration.as_nanos() as u64;
+        loop {
+            let wake = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| {
+                    n.set
+                        .as_ref()
+                        .and_then(|s| s.poll_timeout())
+                        .map(|t| (t.as_nanos(), i))
+                })
+                .min();
+            let event = self.events.peek().map(|Reverse((t, _, _))| *t);
+            match (wake, event) {
+                (Some((t, node)), e) if e.is_none_or(|e| t < e) => {
+                    if t > end {
+                        break;
+                    }
+                    self.now = self.now.max(t);
+                    let now = Instant::from_nanos(self.now);
+                    if let Some(set) = self.nodes[node].set.as_mut() {
+                        set.handle_timeout(now);
+                    }
+                    self.carry_out(node);
+                }
+                (_, Some(t)) => {
+                    if t > end {
+                        break;
+                    }
+                    let Reverse((t, _, event)) = self.events.pop().expect("peeked");
+                    self.now = self.now.max(t);
+                    self.handle(event);
+                }
+                (_, None) => break,
+            }
+            self.check();
+        }
+        self.report
+    }
+
+    fn handle(&mut self, event: Event) {
+        let now = Instant::from_nanos(self.now);
+        match event {
+            Event::Start(node) => {
+                let template = self.template(node).expect("validated in new");
+                self.nodes[node].life += 1;
+                self.nodes[node].holder =
+                    HolderId::new(&format!("n{node}#{}", self.nodes[node].life))
+                        .expect("a short id");
+                let mut template = template;
+                template.holder = self.nodes[node].holder.clone();
+                let set = LeaseSet::new(template, self.names.clone(), now).expect("valid set");
+                self.nodes[node].set = Some(set);
+                if let Some(set) = self.nodes[node].set.as_mut() {
+                    set.handle_timeout(now);
+                }
+                self.carry_out(node);
+            }
+            Event::Crash(node) => {
+                let n = &mut self.nodes[node];
+                n.set = None;
+                n.life += 1;
+                n.working.iter_mut().for_each(|w| *w = None);
+            }
+            Event::Shutdown(node) => {
+                if let Some(set) = self.nodes[node].set.as_mut() {
+                    set.handle_shutdown(now);
+                }
+                self.carry_out(node);
+            }
+            Event::Execute {
+                node,
+                life,
+                request,
+                batch_index,
+            } => {
+                let batch = std::mem::replace(
+                    &mut self.batches[batch_index],
+                    Batch {
+                        kind: BatchKind::Survey,
+                        items: Vec::new(),
+                    },
+                );
+                let reply = self.execute(node, &batch);
+                if let (BatchKind::Release, true, BatchReply::Matched(names)) =
+                    (batch.kind, self.config.notify, &reply)
+                {
+                    for name in names.clone() {
+                        for other in 0..self.nodes.len() {
+                            if other != node && self.nodes[other].set.is_some() {
+                                let at = self.now + self.delay();
+                                let life = self.nodes[other].life;
+                                self.notices.push(name.clone());
+                                let notice = self.notices.len() - 1;
+                                self.schedule(
+                                    at,
+                                    Event::Notice {
+                                        node: other,
+                                        life,
+                                        notice,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+                self.replies.push(reply);
+                let reply_index = self.replies.len() - 1;
+                let at = self.now + self.delay();
+                self.schedule(
+                    at,
+                    Event::Reply {
+                        node,
+                        life,
+                        request,
+                        reply_index,
+                    },
+                );
+            }
+            Event::Reply {
+                node,
+                life,
+                request,
+                reply_index,
+            } => {
+                let reply = std::mem::replace(
+                    &mut self.replies[reply_index],
+                    BatchReply::Failed(Failure::Transient),
+                );
+                if self.nodes[node].life == life {
+                    if let Some(set) = self.nodes[node].set.as_mut() {
+                        set.handle_reply(now, RequestId(request), reply);
+                    }
+                    self.carry_out(node);
+                }
+            }
+            Event::WorkStopped { node, life, lease } => {
+                if self.nodes[node].life == life {
+                    let name = self.names[lease].clone();
+                    if let Some(set) = self.nodes[node].set.as_mut() {
+                        set.handle_work_stopped(now, name.as_str());
+                    }
+                    self.carry_out(node);
+                }
+            }
+            Event::Notice { node, life, notice } => {
+                if self.nodes[node].life == life {
+                    let name = self.notices[notice].clone();
+                    if let Some(set) = self.nodes[node].set.as_mut() {
+                        set.handle_release_notice(now, &name);
+                    }
+                    self.carry_out(node);
+                }
+            }
+            Event::Sample => {
+                let mut unheld = 0;
+                for lease in 0..self.names.len() {
+                    if self.nodes.iter().all(|n| n.working[lease].is_none()) {
+                        unheld += 1;
+                    }
+                }
+                let held = self
+                    .nodes
+                    .iter()
+                    .map(|n| {
+                        n.set
+                            .as_ref()
+                            .filter(|s| !s.is_finished())
+                            .map(|_| n.working.iter().flatten().count())
+                    })
+                    .collect();
+                self.report.samples.push(ShareSample {
+                    at: Duration::from_nanos(self.now),
+                    held,
+                    unheld,
+                });
+                let next = self.now + self.config.interval.as_nanos() as u64;
+                self.schedule(next, Event::Sample);
+            }
+        }
+    }
+
+    /// Runs a batch on the model database, through the real decoders.
+    fn execute(&mut self, node: usize, batch: &Batch) -> BatchReply {
+        let holder = self.nodes[node].holder.clone();
+        let now_ms = self.db_ms();
+        let ttl_ms = self.config.ttl.as_millis() as i64;
+        let names: Vec<&str> = batch.items.iter().map(|(n, _)| n.as_str()).collect();
+        let pairs: Vec<(&str, Epoch)> = batch
+            .items
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.unwrap_or(Epoch::new(0))))
+            .collect();
+        let decoded = match batch.kind {
+            BatchKind::Acquire => {
+                let rows = self
+                    .db
+                    .acquire_batch(&names, holder.as_str(), ttl_ms, now_ms);
+                self.statements
+                    .decode_acquire_batch(&holder, &rows)
+                    .map(BatchReply::Acquired)
+            }
+            BatchKind::Renew => {
+                let rows = self.db.renew_batch(&pairs, holder.as_str(), ttl_ms, now_ms);
+                self.statements
+                    .decode_batch_names(&rows)
+                    .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
+            }
+            BatchKind::Release => {
+                let rows = self.db.release_batch(&pairs, holder.as_str(), now_ms);
+                self.statements
+                    .decode_batch_names(&rows)
+                    .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
+            }
+            BatchKind::Survey => {
+                let stale = self.nodes[node]
+                    .set
+                    .as_ref()
+                    .map_or(0, LeaseSet::stale_millis);
+                let rows = self.db.survey(stale, now_ms);
+                self.statements.decode_survey(&rows).map(BatchReply::Survey)
+            }
+        };
+        decoded.unwrap_or(BatchReply::Failed(Failure::Fatal))
+    }
+
+    /// Carries out a node's commands.
+    fn carry_out(&mut self, node: usize) {
+        while let Some(command) = self.nodes[node]
+            .set
+            .as_mut()
+            .and_then(LeaseSet::poll_command)
+        {
+            let life = self.nodes[node].life;
+            match command {
+                SetCommand::Execute { request, batch } => {
+                    self.report.statements[node] += 1;
+                    self.batches.push(batch);
+                    let batch_index = self.batches.len() - 1;
+                    let at = self.now + self.delay();
+                    self.schedule(
+                        at,
+                        Event::Execute {
+                            node,
+                            life,
+                            request: request.0,
+                            batch_index,
+                        },
+                    );
+                }
+                SetCommand::Cancel { .. } | SetCommand::Publish { .. } => {}
+                SetCommand::StartWork { lease, epoch } => {
+                    let i = self.lease_index(&lease);
+                    self.nodes[node].working[i] = Some(epoch);
+                    self.report
+                        .starts
+                        .push((Duration::from_nanos(self.now), i, node));
+                }
+                SetCommand::StopWork { lease, .. } => {
+                    let i = self.lease_index(&lease);
+                    self.nodes[node].working[i] = None;
+                    let at = self.now + self.config.work_stop.as_nanos() as u64;
+                    self.schedule(
+                        at,
+                        Event::WorkStopped {
+                            node,
+                            life,
+                            lease: i,
+                        },
+                    );
+                }
+                SetCommand::Finished => {
+                    self.nodes[node].set = None;
+                    break;
+                }
+            }
+        }
+    }
+
+    fn lease_index(&self, lease: &LeaseName) -> usize {
+        lease.as_str()[1..]
+            .parse()
+            .expect("the simulator's own names")
+    }
+
+    /// Safety on the database's truth: running work holds its row.
+    fn check(&mut self) {
+        let now_ms = self.db_ms();
+        let mut by_lease: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (node, n) in self.nodes.iter().enumerate() {
+            for (lease, epoch) in n.working.iter().enumerate() {
+                let Some(epoch) = epoch else { continue };
+                by_lease.entry(lease).or_default().push(node);
+                let row = self.db.row(self.names[lease].as_str());
+                let holds = row.is_some_and(|r| {
+                    r.holder.as_deref() == Some(n.holder.as_str())
+                        && r.epoch == epoch.to_i64()
+                        && r.expires_at > now_ms
+                });
+                if !holds {
+                    self.report.violations.push(format!(
+                        "at {:?}: node {node} works lease s{lease} at epoch {epoch} but the row is {row:?}",
+                        Duration::from_nanos(self.now)
+                    ));
+                }
+            }
+        }
+        for (lease, nodes) in by_lease {
+            if nodes.len() > 1 {
+                self.report.violations.push(format!(
+                    "at {:?}: lease s{lease} worked by nodes {nodes:?}",
+                    Duration::from_nanos(self.now)
+                ));
+            }
+        }
+    }
+}
