@@ -35,9 +35,13 @@ pub use picolease_core::{
     TableName, DEFAULT_TABLE,
 };
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod cancellation;
 mod clock;
 mod metrics;
 mod publish;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod set;
 mod subscription;
 mod view;
 

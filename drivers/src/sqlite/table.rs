@@ -301,6 +301,36 @@ impl LeaseTable {
         }
     }
 
+    /// Runs one batch of a lease set and decodes its result. The error, if
+    /// any, is returned beside the reply so the caller can report it.
+    pub(crate) fn execute_batch(
+        &self,
+        batch: &picolease_core::Batch,
+        me: &HolderId,
+        ttl_millis: i64,
+        stale_millis: i64,
+    ) -> (picolease_core::BatchReply, Option<Error>) {
+        use picolease_core::BatchReply;
+        let statement = crate::set::statement_for(&self.statements, batch.kind);
+        let json = batch.json();
+        let bindings = picolease_core::sql::BatchBindings {
+            holder: me.as_str(),
+            ttl_millis,
+            batch: &json,
+            stale_millis,
+        };
+        match run(&self.conn, statement.sql(), statement.bind_batch(&bindings)) {
+            Ok(rows) => match crate::set::decode(&self.statements, batch.kind, me, &rows) {
+                Ok(reply) => (reply, None),
+                Err(source) => (
+                    BatchReply::Failed(Failure::Fatal),
+                    Some(self.row_error(source)),
+                ),
+            },
+            Err(e) => (BatchReply::Failed(failure_of(&e)), Some(self.error(e))),
+        }
+    }
+
     /// Evaluates `statement` (a fence or any boolean expression) as
     /// `SELECT <statement>` with the given values.
     pub fn holds(&self, fence: &Fence) -> Result<bool, Error> {

@@ -1,0 +1,300 @@
+//! Lease sets in the drivers (DESIGN §9): the part both databases share.
+//!
+//! A driver of a set owns one [`LeaseSet`] and one statement connection.
+//! [`SetRunner`] carries the set's commands out (starting and stopping the
+//! work of each lease on its own threads, publishing each lease's
+//! transitions) and hands the driver the one batch to run; the driver runs
+//! it on its connection (SQLite: on its thread; PostgreSQL: in its task)
+//! and feeds the result back. Nothing here decides anything.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use picolease_core::{
+    Batch, Epoch, HolderId, Instant, Leadership, LeaseName, LeaseSet, RequestId, SetCommand,
+};
+
+pub use crate::cancellation::Cancellation;
+
+/// One lease's change, as a set's driver publishes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetTransition {
+    /// The lease.
+    pub lease: LeaseName,
+    /// Its new state.
+    pub leadership: Leadership,
+    /// Wall-clock time of publication.
+    pub at: SystemTime,
+}
+
+/// What gated work of a set is handed when one of its leases' terms
+/// starts: the lease, the holder, the epoch (the fencing token: check it
+/// in your own writes) and the signal to stop.
+#[derive(Clone, Debug)]
+pub struct SetLeaderContext {
+    /// The lease this work is for.
+    pub lease: LeaseName,
+    /// This node's holder id.
+    pub holder: HolderId,
+    /// The term's epoch.
+    pub epoch: Epoch,
+    /// Set when the term ends (lost, expired, given up, shut down).
+    pub cancellation: Cancellation,
+}
+
+impl SetLeaderContext {
+    /// True once the work must stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
+    }
+
+    /// Sleeps up to `timeout`; true if the work must stop.
+    pub fn sleep(&self, timeout: Duration) -> bool {
+        self.cancellation.wait_timeout(timeout)
+    }
+}
+
+/// Gated work of a set: run on its own thread for each lease this node
+/// leads, until the context is cancelled.
+pub type SetWork = Arc<dyn Fn(SetLeaderContext) + Send + Sync + 'static>;
+
+/// What a set's handle can read at any time.
+#[derive(Clone, Debug, Default)]
+pub struct SetStatus {
+    /// The leases this node leads, with their epochs.
+    pub held: BTreeMap<LeaseName, Epoch>,
+    /// The live members as of the last step (this node included).
+    pub members: Vec<HolderId>,
+    /// This node's fair share, once known.
+    pub target: Option<usize>,
+    /// Statements sent so far.
+    pub statements: u64,
+    /// True once the set has finished.
+    pub finished: bool,
+}
+
+/// The shared state behind a set's handle.
+pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
+
+struct Running {
+    cancellation: Cancellation,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// Carries a [`LeaseSet`]'s commands out for a driver.
+pub(crate) struct SetRunner {
+    pub(crate) set: LeaseSet,
+    origin: std::time::Instant,
+    holder: HolderId,
+    works: Vec<SetWork>,
+    running: HashMap<LeaseName, Running>,
+    /// Work told to stop whose threads have not all returned yet.
+    stopping: Vec<(LeaseName, Vec<JoinHandle<()>>)>,
+    events: mpsc::Sender<SetTransition>,
+    status: SharedStatus,
+}
+
+/// How often a driver looks whether stopping work has returned.
+pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
+
+impl SetRunner {
+    pub(crate) fn new(
+        set: LeaseSet,
+        works: Vec<SetWork>,
+        events: mpsc::Sender<SetTransition>,
+        status: SharedStatus,
+    ) -> Self {
+        SetRunner {
+            holder: set.config().holder.clone(),
+            set,
+            origin: std::time::Instant::now(),
+            works,
+            running: HashMap::new(),
+            stopping: Vec::new(),
+            events,
+            status,
+        }
+    }
+
+    /// Now on the set's clock.
+    pub(crate) fn now(&self) -> Instant {
+        let elapsed = self.origin.elapsed();
+        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// How long the driver may wait for an input: until the set's next
+    /// timeout, or [`REAP_EVERY`] while work is stopping.
+    pub(crate) fn wait(&self) -> Option<Duration> {
+        let now = self.now();
+        let until = self
+            .set
+            .poll_timeout()
+            .map(|t| t.saturating_duration_since(now));
+        match (until, self.stopping.is_empty()) {
+            (Some(d), false) => Some(d.min(REAP_EVERY)),
+            (None, false) => Some(REAP_EVERY),
+            (d, true) => d,
+        }
+    }
+
+    /// Reports the work that has stopped since the last look.
+    pub(crate) fn reap(&mut self) {
+        let now = self.now();
+        let mut stopped = Vec::new();
+        self.stopping.retain_mut(|(lease, threads)| {
+            threads.retain(|t| !t.is_finished());
+            if threads.is_empty() {
+                stopped.push(lease.clone());
+                false
+            } else {
+                true
+            }
+        });
+        for lease in stopped {
+            self.set.handle_work_stopped(now, lease.as_str());
+        }
+    }
+
+    /// Carries out every command up to the next batch, which it returns
+    /// for the driver to run (at most one is ever outstanding).
+    pub(crate) fn carry_out(&mut self) -> Option<(RequestId, Batch)> {
+        let mut batch = None;
+        while let Some(command) = self.set.poll_command() {
+            match command {
+                SetCommand::Execute { request, batch: b } => {
+                    self.status
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .statements += 1;
+                    batch = Some((request, b));
+                }
+                // Statements run to completion (or their timeout) before
+                // the next input: nothing to cancel.
+                SetCommand::Cancel { .. } => {}
+                SetCommand::StartWork { lease, epoch } => self.start_work(lease, epoch),
+                SetCommand::StopWork { lease, .. } => self.stop_work(lease),
+                SetCommand::Publish { lease, leadership } => {
+                    tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
+                    {
+                        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                        match leadership.leader_epoch() {
+                            Some(epoch) => status.held.insert(lease.clone(), epoch),
+                            None => status.held.remove(&lease),
+                        };
+                    }
+                    let _ = self.events.send(SetTransition {
+                        lease,
+                        leadership,
+                        at: SystemTime::now(),
+                    });
+                }
+                SetCommand::Finished => {
+                    self.status
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .finished = true;
+                }
+            }
+        }
+        let now = self.now();
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.members = self.set.members(now);
+        status.target = self.set.target(now);
+        drop(status);
+        batch
+    }
+
+    fn start_work(&mut self, lease: LeaseName, epoch: Epoch) {
+        self.stop_work(lease.clone());
+        let cancellation = Cancellation::default();
+        let context = SetLeaderContext {
+            lease: lease.clone(),
+            holder: self.holder.clone(),
+            epoch,
+            cancellation: cancellation.clone(),
+        };
+        let threads = self
+            .works
+            .iter()
+            .filter_map(|work| {
+                let work = Arc::clone(work);
+                let context = context.clone();
+                std::thread::Builder::new()
+                    .name(format!("picolease-work-{lease}"))
+                    .spawn(move || work(context))
+                    .map_err(|e| tracing::error!(lease = %lease, "could not start the work: {e}"))
+                    .ok()
+            })
+            .collect();
+        self.running.insert(
+            lease,
+            Running {
+                cancellation,
+                threads,
+            },
+        );
+    }
+
+    fn stop_work(&mut self, lease: LeaseName) {
+        match self.running.remove(&lease) {
+            Some(running) => {
+                running.cancellation.cancel();
+                self.stopping.push((lease, running.threads));
+            }
+            None => self.stopping.push((lease, Vec::new())),
+        }
+    }
+
+    /// Stops every lease's work and waits for it (the driver's end).
+    pub(crate) fn stop_all(&mut self) {
+        let leases: Vec<LeaseName> = self.running.keys().cloned().collect();
+        for lease in leases {
+            self.stop_work(lease);
+        }
+        for (_, threads) in self.stopping.drain(..) {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        }
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.held.clear();
+        status.finished = true;
+    }
+}
+
+/// The statement a batch runs.
+pub(crate) fn statement_for(
+    statements: &picolease_core::sql::Statements,
+    kind: picolease_core::BatchKind,
+) -> &picolease_core::sql::Statement {
+    use picolease_core::BatchKind;
+    match kind {
+        BatchKind::Acquire => statements.acquire_batch(),
+        BatchKind::Renew => statements.renew_batch(),
+        BatchKind::Release => statements.release_batch(),
+        BatchKind::Survey => statements.survey(),
+    }
+}
+
+/// Decodes a batch's rows into the set's reply.
+pub(crate) fn decode(
+    statements: &picolease_core::sql::Statements,
+    kind: picolease_core::BatchKind,
+    me: &HolderId,
+    rows: &[Vec<picolease_core::sql::Cell>],
+) -> Result<picolease_core::BatchReply, picolease_core::RowError> {
+    use picolease_core::{BatchKind, BatchReply};
+    Ok(match kind {
+        BatchKind::Acquire => BatchReply::Acquired(statements.decode_acquire_batch(me, rows)?),
+        BatchKind::Renew | BatchKind::Release => BatchReply::Matched(
+            statements
+                .decode_batch_names(rows)?
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect(),
+        ),
+        BatchKind::Survey => BatchReply::Survey(statements.decode_survey(rows)?),
+    })
+}

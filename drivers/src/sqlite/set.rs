@@ -1,0 +1,262 @@
+//! A lease set on SQLite (DESIGN §9): one thread, one connection, one
+//! statement at a time, whatever the number of leases.
+
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use picolease_core::{Config, LeaseName, LeaseSet};
+
+use super::error::Error;
+use super::open::Database;
+use super::table::LeaseTable;
+use crate::set::{SetLeaderContext, SetRunner, SetStatus, SetTransition, SetWork, SharedStatus};
+
+/// How often a node under its share checks the file for another
+/// connection's commit (`PRAGMA data_version`, a few microseconds) and
+/// surveys when it changed; a node at its share does not look.
+pub const SET_CHANGE_CHECK: Duration = Duration::from_millis(25);
+
+enum Control {
+    Shutdown,
+    Abort,
+    GiveUp(LeaseName),
+}
+
+/// Builds a [`SqliteLeaseSet`]: `SqliteLeaseSet::builder(template, leases,
+/// database)`, optional work, then `start()`.
+pub struct SqliteLeaseSetBuilder {
+    template: Config,
+    leases: Vec<LeaseName>,
+    database: Database,
+    works: Vec<SetWork>,
+    change_check: Option<Duration>,
+}
+
+impl SqliteLeaseSetBuilder {
+    /// Work to run, on its own thread, for each lease this node leads.
+    pub fn while_leader(mut self, work: impl Fn(SetLeaderContext) + Send + Sync + 'static) -> Self {
+        self.works.push(Arc::new(work));
+        self
+    }
+
+    /// How often a node under its share looks for another process's
+    /// commit ([`SET_CHANGE_CHECK`] by default); `None` polls at the
+    /// interval only.
+    pub fn change_check(mut self, every: Option<Duration>) -> Self {
+        self.change_check = every;
+        self
+    }
+
+    /// Validates the set, opens the database (creating the file and table
+    /// if allowed) and starts the set's thread.
+    pub fn start(self) -> Result<SqliteLeaseSet, Error> {
+        let SqliteLeaseSetBuilder {
+            template,
+            leases,
+            mut database,
+            works,
+            change_check,
+        } = self;
+        let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
+        database.busy_timeout = database.busy_timeout.min(template.request_timeout * 3 / 4);
+        let table = LeaseTable::open(&database)?;
+        let (control, inbox) = mpsc::channel();
+        let (events, transitions) = mpsc::channel();
+        let status = SharedStatus::default();
+        let runner = SetRunner::new(set, works, events, Arc::clone(&status));
+        let thread = std::thread::Builder::new()
+            .name("picolease-set".into())
+            .spawn(move || run(runner, table, inbox, change_check))
+            .map_err(|e| Error::Spawn(e.to_string()))?;
+        Ok(SqliteLeaseSet {
+            template,
+            control,
+            thread: Some(thread),
+            status,
+            transitions: Mutex::new(Some(transitions)),
+        })
+    }
+}
+
+/// One node contending for a set of leases on SQLite, with a fair share
+/// between the live nodes. Made with [`SqliteLeaseSet::builder`].
+///
+/// Dropping the handle asks for a shutdown and waits for it at most a ttl.
+pub struct SqliteLeaseSet {
+    template: Config,
+    control: mpsc::Sender<Control>,
+    thread: Option<JoinHandle<Result<(), Error>>>,
+    status: SharedStatus,
+    transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
+}
+
+impl SqliteLeaseSet {
+    /// A set of `leases` contended with the timings and holder id of
+    /// `template` (its lease name is not used).
+    pub fn builder(
+        template: Config,
+        leases: Vec<LeaseName>,
+        database: Database,
+    ) -> SqliteLeaseSetBuilder {
+        SqliteLeaseSetBuilder {
+            template,
+            leases,
+            database,
+            works: Vec::new(),
+            change_check: Some(SET_CHANGE_CHECK),
+        }
+    }
+
+    /// Every lease's transitions, in order, from the start (the first call
+    /// takes the receiver; later calls get `None`).
+    pub fn transitions(&self) -> Option<mpsc::Receiver<SetTransition>> {
+        self.transitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// What this node holds, whom it sees, its share.
+    pub fn status(&self) -> SetStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Gives `lease` up (its work stops, then it is released); this node
+    /// keeps contending, and does not take it back for a ttl.
+    pub fn give_up(&self, lease: &LeaseName) {
+        let _ = self.control.send(Control::GiveUp(lease.clone()));
+    }
+
+    /// True once the set's thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops every lease's work, releases every held lease and the
+    /// membership row, and waits for the thread.
+    pub fn shutdown(mut self) -> Result<(), Error> {
+        let _ = self.control.send(Control::Shutdown);
+        self.join()
+    }
+
+    /// Stops at once without releasing anything, as a crash would.
+    pub fn abort(mut self) {
+        let _ = self.control.send(Control::Abort);
+        let _ = self.join();
+    }
+
+    fn join(&mut self) -> Result<(), Error> {
+        match self.thread.take() {
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(Error::Spawn("the lease-set thread panicked".into()))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SqliteLeaseSet {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.control.send(Control::Shutdown);
+            let until = std::time::Instant::now() + self.template.ttl;
+            while !thread.is_finished() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn run(
+    mut runner: SetRunner,
+    table: LeaseTable,
+    inbox: mpsc::Receiver<Control>,
+    change_check: Option<Duration>,
+) -> Result<(), Error> {
+    let me = runner.set.config().holder.clone();
+    let ttl_millis = runner.set.config().ttl_millis();
+    let stale_millis = runner.set.stale_millis();
+    let mut fatal = None;
+    let mut data_version: Option<i64> = None;
+    let mut handle_gone = false;
+    let now = runner.now();
+    runner.set.handle_timeout(now);
+    loop {
+        while let Some((request, batch)) = runner.carry_out() {
+            let (reply, error) = table.execute_batch(&batch, &me, ttl_millis, stale_millis);
+            if let Some(error) = error {
+                match reply {
+                    picolease_core::BatchReply::Failed(picolease_core::Failure::Fatal) => {
+                        tracing::error!(kind = ?batch.kind, "{error}");
+                        fatal = Some(error);
+                    }
+                    _ => tracing::warn!(kind = ?batch.kind, "retrying after: {error}"),
+                }
+            }
+            let now = runner.now();
+            runner.set.handle_reply(now, request, reply);
+        }
+        if runner.set.is_finished() {
+            break;
+        }
+        let now = runner.now();
+        let checking = change_check.filter(|_| runner.set.deficit(now) > 0);
+        let wait = runner
+            .wait()
+            .unwrap_or(crate::clock::LONGEST_WAIT)
+            .min(crate::clock::LONGEST_WAIT);
+        let wait = checking.map_or(wait, |every| wait.min(every));
+        let control = if handle_gone {
+            std::thread::sleep(wait);
+            None
+        } else {
+            match inbox.recv_timeout(wait) {
+                Ok(control) => Some(control),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    handle_gone = true;
+                    Some(Control::Shutdown)
+                }
+            }
+        };
+        let now = runner.now();
+        match control {
+            Some(Control::Shutdown) => runner.set.handle_shutdown(now),
+            Some(Control::GiveUp(lease)) => runner.set.handle_give_up(now, lease.as_str()),
+            Some(Control::Abort) => {
+                tracing::warn!(holder = %me, "aborting without releasing the leases");
+                break;
+            }
+            None => {}
+        }
+        runner.reap();
+        if checking.is_some() {
+            let version = table
+                .connection()
+                .prepare_cached("PRAGMA data_version")
+                .and_then(|mut pragma| pragma.query_row([], |row| row.get::<_, i64>(0)));
+            if let Ok(version) = version {
+                if data_version
+                    .replace(version)
+                    .is_some_and(|seen| seen != version)
+                {
+                    runner.set.handle_change(now);
+                }
+            }
+        }
+        let now = runner.now();
+        runner.set.handle_timeout(now);
+    }
+    runner.stop_all();
+    match fatal {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}

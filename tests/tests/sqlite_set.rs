@@ -1,0 +1,122 @@
+//! Lease sets on a real SQLite file (DESIGN §9): three nodes share 30
+//! leases ten each, a crashed node's leases are taken at their expiry, a
+//! clean shutdown hands its leases over at once, and the work of each
+//! lease runs on exactly one node.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use picolease::sqlite::{Database, SqliteLeaseSet};
+use picolease::{Config, HolderId, LeaseName};
+
+fn leases(n: usize) -> Vec<LeaseName> {
+    (0..n)
+        .map(|i| LeaseName::new(&format!("s{i}")).unwrap())
+        .collect()
+}
+
+fn template(holder: &str) -> Config {
+    Config::with_ttl(
+        LeaseName::new("unused").unwrap(),
+        HolderId::new(holder).unwrap(),
+        Duration::from_millis(1_000),
+    )
+    .interval(Duration::from_millis(200))
+}
+
+/// Which node runs each lease's work, as the work itself records it.
+type Running = Arc<Mutex<BTreeMap<String, Vec<String>>>>;
+
+fn start(path: &std::path::Path, holder: &str, running: &Running) -> SqliteLeaseSet {
+    let running = Arc::clone(running);
+    SqliteLeaseSet::builder(template(holder), leases(30), Database::file(path))
+        .while_leader(move |ctx| {
+            let key = ctx.lease.to_string();
+            running
+                .lock()
+                .unwrap()
+                .entry(key.clone())
+                .or_default()
+                .push(ctx.holder.to_string());
+            let twice = running.lock().unwrap()[&key].len() > 1;
+            assert!(!twice, "lease {key} worked twice");
+            ctx.cancellation.wait();
+            running
+                .lock()
+                .unwrap()
+                .get_mut(&key)
+                .unwrap()
+                .retain(|h| h != ctx.holder.as_str());
+        })
+        .start()
+        .expect("start")
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not after {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    started.elapsed()
+}
+
+#[test]
+fn three_sqlite_nodes_share_thirty_leases_and_take_over_a_crashed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("set.db");
+    let running: Running = Arc::default();
+    let a = start(&path, "node-a", &running);
+    let b = start(&path, "node-b", &running);
+    let c = start(&path, "node-c", &running);
+    let counts = |sets: &[&SqliteLeaseSet]| -> Vec<usize> {
+        sets.iter().map(|s| s.status().held.len()).collect()
+    };
+    let took = wait_until("balanced 10/10/10", Duration::from_secs(10), || {
+        counts(&[&a, &b, &c]) == vec![10, 10, 10]
+    });
+    eprintln!(
+        "balanced after {took:?}; statements {:?}",
+        [&a, &b, &c].map(|s| s.status().statements)
+    );
+    assert_eq!(a.status().members.len(), 3);
+    // Work runs exactly once per held lease.
+    let workers = |running: &Running| {
+        running
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|v| v.len() == 1)
+            .count()
+    };
+    wait_until("30 works", Duration::from_secs(2), || {
+        workers(&running) == 30
+    });
+
+    // A crash: c's leases lapse and a and b take 15 each.
+    let crashed_at = Instant::now();
+    c.abort();
+    let took = wait_until("15/15 after the crash", Duration::from_secs(10), || {
+        counts(&[&a, &b]) == vec![15, 15]
+    });
+    eprintln!("crash taken over and rebalanced after {took:?} (ttl 1 s)");
+    assert!(
+        crashed_at.elapsed() >= Duration::from_millis(700),
+        "taken before the ttl ran out"
+    );
+
+    // A clean shutdown: b releases, a takes all 30 well before a ttl.
+    let stopped_at = Instant::now();
+    b.shutdown().unwrap();
+    let took = wait_until("30 on a after b's shutdown", Duration::from_secs(5), || {
+        counts(&[&a]) == vec![30]
+    });
+    eprintln!(
+        "clean shutdown handed over after {:?}",
+        stopped_at.elapsed()
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    a.shutdown().unwrap();
+    assert_eq!(workers(&running), 0, "work stopped on shutdown");
+}
