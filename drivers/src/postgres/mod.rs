@@ -97,6 +97,7 @@ mod gate;
 mod handle;
 mod link;
 mod notify;
+mod set;
 mod transaction;
 
 pub use admin::{force_release, init, status};
@@ -105,4 +106,5 @@ pub use error::PgError;
 pub use fence::Fence;
 pub use gate::LeaderContext;
 pub use handle::{PgLease, PgLeaseBuilder};
+pub use set::{PgLeaseSet, PgLeaseSetBuilder};
 pub use transaction::FencedTransaction;

@@ -1,0 +1,203 @@
+//! Lease sets on PostgreSQL (DESIGN §9): three nodes share 30 leases ten
+//! each over two connections per node, a crashed node's leases are taken
+//! at their expiry, a clean shutdown hands its leases over at once (by
+//! NOTIFY), and the work of each lease runs on exactly one node. Then two
+//! nodes share 1,000 leases.
+
+mod pg_support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pg_support::*;
+use picolease::postgres::{PgConnector, PgLeaseSet};
+use picolease::{Config, HolderId, LeaseName, TableName};
+
+fn leases(prefix: &str, n: usize) -> Vec<LeaseName> {
+    (0..n)
+        .map(|i| LeaseName::new(&format!("{prefix}{i}")).unwrap())
+        .collect()
+}
+
+fn template(holder: &str) -> Config {
+    Config::with_ttl(
+        LeaseName::new("unused").unwrap(),
+        HolderId::new(holder).unwrap(),
+        Duration::from_millis(1_000),
+    )
+    .interval(Duration::from_millis(200))
+}
+
+/// Which node runs each lease's work, as the work itself records it.
+type Running = Arc<Mutex<BTreeMap<String, Vec<String>>>>;
+
+fn start(table: &TableName, holder: &str, names: Vec<LeaseName>, running: &Running) -> PgLeaseSet {
+    let running = Arc::clone(running);
+    let connector = PgConnector::new(&url_for(PG_ADDR, holder)).unwrap();
+    PgLeaseSet::builder(template(holder), names, connector)
+        .table(table.clone())
+        .while_leader(move |ctx| {
+            let key = ctx.lease.to_string();
+            running
+                .lock()
+                .unwrap()
+                .entry(key.clone())
+                .or_default()
+                .push(ctx.holder.to_string());
+            let twice = running.lock().unwrap()[&key].len() > 1;
+            assert!(!twice, "lease {key} worked twice");
+            ctx.cancellation.wait();
+            running
+                .lock()
+                .unwrap()
+                .get_mut(&key)
+                .unwrap()
+                .retain(|h| h != ctx.holder.as_str());
+        })
+        .start()
+        .expect("start")
+}
+
+async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    started.elapsed()
+}
+
+fn counts(sets: &[&PgLeaseSet]) -> Vec<usize> {
+    sets.iter().map(|s| s.status().held.len()).collect()
+}
+
+/// Backends named `picolease` whose last query names `table` (the
+/// statement connection runs the batches on it, the listening connection
+/// listens on its release channel).
+async fn picolease_backends(admin: &tokio_postgres::Client, table: &TableName) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE application_name = 'picolease' AND position($1 in query) > 0",
+            &[&table.table()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_pg_nodes_share_thirty_leases_over_two_connections_each() {
+    let admin = admin().await;
+    let table = unique_table("set");
+    let running: Running = Arc::default();
+    let a = start(&table, "node-a", leases("s", 30), &running);
+    let b = start(&table, "node-b", leases("s", 30), &running);
+    let c = start(&table, "node-c", leases("s", 30), &running);
+    let took = wait_until("balanced 10/10/10", Duration::from_secs(15), || {
+        counts(&[&a, &b, &c]) == vec![10, 10, 10]
+    })
+    .await;
+    eprintln!(
+        "balanced after {took:?}; statements {:?}",
+        [&a, &b, &c].map(|s| s.status().statements)
+    );
+    assert_eq!(a.status().members.len(), 3);
+    // Work runs exactly once per held lease.
+    let workers = |running: &Running| {
+        running
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|v| v.len() == 1)
+            .count()
+    };
+    wait_until("30 works", Duration::from_secs(2), || {
+        workers(&running) == 30
+    })
+    .await;
+
+    // Two connections per node at most, both named `picolease`.
+    let backends = picolease_backends(&admin, &table).await;
+    eprintln!("pg_stat_activity: {backends} picolease backends for 3 sets of 30 leases");
+    assert!(
+        (3..=6).contains(&backends),
+        "{backends} backends for 3 sets"
+    );
+
+    // A crash: c's leases lapse and a and b take 15 each.
+    let crashed_at = Instant::now();
+    c.abort();
+    let took = wait_until("15/15 after the crash", Duration::from_secs(10), || {
+        counts(&[&a, &b]) == vec![15, 15]
+    })
+    .await;
+    eprintln!("crash taken over and rebalanced after {took:?} (ttl 1 s)");
+    assert!(
+        took >= Duration::from_millis(700),
+        "taken before the ttl ran out: {took:?}"
+    );
+    assert!(crashed_at.elapsed() >= Duration::from_millis(700));
+
+    // A clean shutdown: b releases and notifies, a takes all 30 at once.
+    let stopping_at = Instant::now();
+    b.shutdown().await.unwrap();
+    let shut = stopping_at.elapsed();
+    let took = wait_until("30 on a after b's shutdown", Duration::from_secs(5), || {
+        counts(&[&a]) == vec![30]
+    })
+    .await;
+    eprintln!(
+        "clean shutdown took {shut:?}, handed over {took:?} after it ({:?} in all)",
+        stopping_at.elapsed()
+    );
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let statements = a.status().statements;
+    a.shutdown().await.unwrap();
+    eprintln!("node-a sent {statements} statements");
+    assert_eq!(workers(&running), 0, "work stopped on shutdown");
+    drop_table(&admin, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pg_nodes_share_a_thousand_leases() {
+    let admin = admin().await;
+    let table = unique_table("set1k");
+    let running: Running = Arc::default();
+    let started = Instant::now();
+    let a = start(&table, "node-a", leases("k", 1_000), &running);
+    let b = start(&table, "node-b", leases("k", 1_000), &running);
+    let took = wait_until("balanced 500/500", Duration::from_secs(60), || {
+        counts(&[&a, &b]) == vec![500, 500]
+    })
+    .await;
+    eprintln!(
+        "1,000 leases on 2 nodes balanced after {took:?}; statements {:?}",
+        [&a, &b].map(|s| s.status().statements)
+    );
+    let backends = picolease_backends(&admin, &table).await;
+    eprintln!("pg_stat_activity: {backends} picolease backends for 2 sets of 1,000 leases");
+    assert!(backends <= 4, "{backends} backends for 2 sets");
+    // Settled: a few more seconds add a renew batch per interval, not one
+    // statement per lease.
+    let before = [&a, &b].map(|s| s.status().statements);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = [&a, &b].map(|s| s.status().statements);
+    eprintln!(
+        "statements over 2 s settled: {:?}",
+        [after[0] - before[0], after[1] - before[1]]
+    );
+    assert!(after[0] - before[0] < 100 && after[1] - before[1] < 100);
+    assert_eq!(counts(&[&a, &b]), vec![500, 500]);
+    let stopping = Instant::now();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    eprintln!(
+        "both shut down in {:?} ({:?} since the start)",
+        stopping.elapsed(),
+        started.elapsed()
+    );
+    assert!(running.lock().unwrap().values().all(Vec::is_empty));
+    drop_table(&admin, &table).await;
+}
