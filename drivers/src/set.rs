@@ -17,6 +17,7 @@ use picolease_core::{
 };
 
 pub use crate::cancellation::Cancellation;
+use crate::view::Term;
 
 /// One lease's change, as a set's driver publishes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,9 +30,13 @@ pub struct SetTransition {
     pub at: SystemTime,
 }
 
+/// Each held lease's deadline on the boot-time clock ([`crate::boottime`]),
+/// shared with its work.
+type Deadlines = Arc<Mutex<HashMap<LeaseName, (Epoch, Duration)>>>;
+
 /// What gated work of a set is handed when one of its leases' terms
 /// starts: the lease, the holder, the epoch (the fencing token: check it
-/// in your own writes) and the signal to stop.
+/// in your own writes), the term's deadline and the signal to stop.
 #[derive(Clone, Debug)]
 pub struct SetLeaderContext {
     /// The lease this work is for.
@@ -42,9 +47,27 @@ pub struct SetLeaderContext {
     pub epoch: Epoch,
     /// Set when the term ends (lost, expired, given up, shut down).
     pub cancellation: Cancellation,
+    term: Term,
+    deadlines: Deadlines,
 }
 
 impl SetLeaderContext {
+    /// The term (lease, holder, epoch), as single-lease work sees it.
+    pub fn term(&self) -> &Term {
+        &self.term
+    }
+
+    /// The term's current deadline on the boot-time clock
+    /// ([`crate::boottime`]), moved forward by each renewal; `None` once
+    /// the term is over.
+    pub fn deadline(&self) -> Option<Duration> {
+        let deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
+        deadlines
+            .get(&self.lease)
+            .filter(|(epoch, _)| *epoch == self.epoch)
+            .map(|&(_, at)| at)
+    }
+
     /// True once the work must stop.
     pub fn is_cancelled(&self) -> bool {
         self.cancellation.is_cancelled()
@@ -63,6 +86,8 @@ pub type SetWork = Arc<dyn Fn(SetLeaderContext) + Send + Sync + 'static>;
 /// What a set's handle can read at any time.
 #[derive(Clone, Debug, Default)]
 pub struct SetStatus {
+    /// This node's holder id.
+    pub me: Option<HolderId>,
     /// The leases this node leads, with their epochs.
     pub held: BTreeMap<LeaseName, Epoch>,
     /// The live members as of the last step (this node included).
@@ -78,6 +103,18 @@ pub struct SetStatus {
 /// The shared state behind a set's handle.
 pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
 
+/// A cheap, cloneable reader of a set's [`SetStatus`], for threads that
+/// do not own the handle (an HTTP endpoint, say).
+#[derive(Clone, Debug, Default)]
+pub struct SetStatusView(pub(crate) SharedStatus);
+
+impl SetStatusView {
+    /// The status as of the set's last step.
+    pub fn get(&self) -> SetStatus {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 struct Running {
     cancellation: Cancellation,
     threads: Vec<JoinHandle<()>>,
@@ -86,7 +123,9 @@ struct Running {
 /// Carries a [`LeaseSet`]'s commands out for a driver.
 pub(crate) struct SetRunner {
     pub(crate) set: LeaseSet,
-    origin: std::time::Instant,
+    /// The set's time zero on the boot-time clock, which counts suspend.
+    origin: Duration,
+    deadlines: Deadlines,
     holder: HolderId,
     works: Vec<SetWork>,
     running: HashMap<LeaseName, Running>,
@@ -106,10 +145,12 @@ impl SetRunner {
         events: mpsc::Sender<SetTransition>,
         status: SharedStatus,
     ) -> Self {
+        status.lock().unwrap_or_else(|p| p.into_inner()).me = Some(set.config().holder.clone());
         SetRunner {
             holder: set.config().holder.clone(),
             set,
-            origin: std::time::Instant::now(),
+            origin: crate::clock::boottime(),
+            deadlines: Deadlines::default(),
             works,
             running: HashMap::new(),
             stopping: Vec::new(),
@@ -120,7 +161,7 @@ impl SetRunner {
 
     /// Now on the set's clock.
     pub(crate) fn now(&self) -> Instant {
-        let elapsed = self.origin.elapsed();
+        let elapsed = crate::clock::boottime().saturating_sub(self.origin);
         Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
     }
 
@@ -202,6 +243,15 @@ impl SetRunner {
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.members = self.set.members(now);
         status.target = self.set.target(now);
+        let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
+        deadlines.clear();
+        for (lease, &epoch) in &status.held {
+            if let Some(at) = self.set.deadline(lease.as_str()) {
+                let at = self.origin + Duration::from_nanos(at.as_nanos());
+                deadlines.insert(lease.clone(), (epoch, at));
+            }
+        }
+        drop(deadlines);
         drop(status);
         batch
     }
@@ -210,10 +260,12 @@ impl SetRunner {
         self.stop_work(lease.clone());
         let cancellation = Cancellation::default();
         let context = SetLeaderContext {
+            term: Term::new(lease.clone(), self.holder.clone(), epoch),
             lease: lease.clone(),
             holder: self.holder.clone(),
             epoch,
             cancellation: cancellation.clone(),
+            deadlines: Arc::clone(&self.deadlines),
         };
         let threads = self
             .works

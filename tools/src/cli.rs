@@ -45,6 +45,11 @@ pub enum Command {
         /// start and again when it changes) until SIGINT or SIGTERM.
         #[arg(long)]
         watch: bool,
+        /// List the live members of lease sets (`run` with several
+        /// names) instead of the leases: holder and time left. With
+        /// --json, one array of {"holder", "expires_in_ms"}.
+        #[arg(long, conflicts_with = "watch")]
+        members: bool,
     },
     /// Contend for a lease until stopped; optionally run CMD while leader.
     ///
@@ -180,9 +185,15 @@ pub enum Command {
 /// Options of `picolease run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The lease to contend for.
-    #[arg(long)]
-    pub name: String,
+    /// The lease to contend for. Repeat it, or write a range `{A..B}`
+    /// (quoted: `--name 's{0..199}'` is s0 … s199; `{00..99}` pads to
+    /// A's width), to contend for several leases in one process with a
+    /// fair share between the processes: then every event's "name" says
+    /// which lease, one CMD runs per held lease, a CMD that exits by
+    /// itself gives its lease up (run goes on), and run exits 0 on a
+    /// signal. At most 100,000 names.
+    #[arg(long, required = true)]
+    pub name: Vec<String>,
     /// This node's name (a host or pod name; two processes may share it:
     /// the stored holder id adds a per-process incarnation, NAME#xxxxxx).
     /// Default: host, pid and a random suffix.

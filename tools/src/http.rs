@@ -13,7 +13,10 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use picolease::{Snapshot, Snapshots};
+use std::collections::BTreeSet;
+
+use picolease::set::{SetStatus, SetStatusView};
+use picolease::{HolderId, Snapshot, Snapshots};
 use serde_json::json;
 use tiny_http::{Header, Method, Request, Response, Server};
 
@@ -87,6 +90,143 @@ impl Listener {
             .map_err(|e| CliError::runtime(format!("cannot start the HTTP thread: {e}")))?;
         Ok(())
     }
+}
+
+/// What `/leader` and `/healthz` read for `run` with several names.
+pub struct SetSource {
+    /// The set's status (held leases, members, share).
+    pub status: SetStatusView,
+    /// Every lease of the set.
+    pub names: Arc<BTreeSet<String>>,
+    /// Each lease's last published state.
+    pub last_seen: crate::commands::run_set::LastSeen,
+}
+
+impl Listener {
+    /// Serves a lease set: `/leader` answers 200 while this process holds
+    /// at least one lease, with `{"held": [{"name", "holder", "epoch"}]}`;
+    /// `/leader?name=N` answers for one lease as the single-lease `run`
+    /// does (404 for a name outside the set); `/healthz` is 503 once the
+    /// set's driver has stopped.
+    pub fn serve_set(self, source: SetSource) -> Result<(), CliError> {
+        std::thread::Builder::new()
+            .name("picolease-http".into())
+            .spawn(move || {
+                for request in self.server.incoming_requests() {
+                    respond_set(request, &source, &self.metrics);
+                }
+            })
+            .map_err(|e| CliError::runtime(format!("cannot start the HTTP thread: {e}")))?;
+        Ok(())
+    }
+}
+
+fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle) {
+    if !matches!(request.method(), Method::Get | Method::Head) {
+        let _ = request.respond(text(405, "only GET\n".into()));
+        return;
+    }
+    let mut parts = request.url().splitn(2, '?');
+    let path = parts.next().unwrap_or_default();
+    let name = parts.next().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("name="))
+            .map(percent_decode)
+    });
+    let status = source.status.get();
+    let response = match (path, name) {
+        ("/metrics", _) => with(
+            text(200, metrics.render()),
+            "Content-Type",
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        ("/leader", None) => {
+            let held: Vec<serde_json::Value> = status
+                .held
+                .iter()
+                .map(|(lease, epoch)| {
+                    json!({ "name": lease.as_str(), "holder": status_holder(&status), "epoch": epoch.get() })
+                })
+                .collect();
+            body(
+                if held.is_empty() { 503 } else { 200 },
+                json!({ "held": held }),
+            )
+        }
+        ("/leader", Some(name)) if !source.names.contains(&name) => body(
+            404,
+            json!({ "error": format!("lease {name:?} is not one of this process's leases") }),
+        ),
+        ("/leader", Some(name)) => {
+            let held = status.held.iter().find(|(lease, _)| lease.as_str() == name);
+            match held {
+                Some((_, epoch)) => body(
+                    200,
+                    json!({ "name": name, "holder": status_holder(&status), "epoch": epoch.get() }),
+                ),
+                None => {
+                    let seen = source
+                        .last_seen
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&name)
+                        .cloned();
+                    let holder = seen
+                        .as_ref()
+                        .and_then(|l| l.holder.as_ref().map(|h| h.as_str().to_string()));
+                    let epoch = seen.and_then(|l| l.epoch.map(|e| e.get()));
+                    body(
+                        503,
+                        json!({ "name": name, "holder": holder, "epoch": epoch }),
+                    )
+                }
+            }
+        }
+        ("/healthz", _) => body(
+            if status.finished { 503 } else { 200 },
+            json!({
+                "status": if status.finished { "stopped" } else { "ok" },
+                "held": status.held.len(),
+                "target": status.target,
+                "members": status.members.len(),
+            }),
+        ),
+        _ => text(404, "not found: try /metrics, /leader or /healthz\n".into()),
+    };
+    let _ = request.respond(response);
+}
+
+/// This process's holder id as the set's status knows it (every held
+/// lease is held by it).
+fn status_holder(status: &SetStatus) -> Option<&str> {
+    status.me.as_ref().map(HolderId::as_str)
+}
+
+/// `%XX` escapes and `+` in a query value (a malformed escape is kept as
+/// it is).
+fn percent_decode(value: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i..i + 3) {
+            Some([b'%', hi, lo]) => hex(*hi).zip(hex(*lo)).map(|(h, l)| (h * 16 + l) as u8),
+            _ => None,
+        };
+        match (escaped, bytes[i]) {
+            (Some(byte), _) => {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, byte) => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn respond(request: Request, snapshots: &Snapshots, metrics: &PrometheusHandle) {

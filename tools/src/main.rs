@@ -14,8 +14,6 @@ mod duration;
 mod failure;
 mod guard;
 mod http;
-// Wired into `run` by the lease-set work.
-#[allow(dead_code)]
 mod name_spec;
 mod output;
 mod pdeathsig;

@@ -13,6 +13,7 @@ pub mod sqlite;
 
 use std::sync::Arc;
 
+use picolease::set::{SetLeaderContext, SetStatusView, SetTransition};
 use picolease::sql::LeaseRow;
 use picolease::sqlite::Location;
 use picolease::{redact_url, Config, Epoch, LeaseName, Subscription, TableName};
@@ -34,6 +35,27 @@ pub trait Contender {
 
 /// A started contender and every transition it publishes from its start.
 pub type Started = (Box<dyn Contender>, Subscription);
+
+/// A running lease set of either backend, as `run` sees it.
+pub trait SetContender {
+    /// Gives `lease` up (its CMD ended by itself); the set goes on.
+    fn give_up(&self, lease: &LeaseName);
+
+    /// Stops every CMD, releases every held lease and the membership row,
+    /// and returns the fatal error that had stopped the driver, if any.
+    fn shutdown(self: Box<Self>) -> Result<(), CliError>;
+}
+
+/// A started set: its handle, every lease's transitions from the start,
+/// and a reader of its status.
+pub type StartedSet = (
+    Box<dyn SetContender>,
+    std::sync::mpsc::Receiver<SetTransition>,
+    SetStatusView,
+);
+
+/// Gated work of a set: CMD for one lease's term.
+pub type SetGated = Arc<dyn Fn(SetLeaderContext) + Send + Sync>;
 
 /// The database a URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +140,27 @@ impl Backend {
             Backend::Sqlite(location) => sqlite::force_release(location, table, lease),
             #[cfg(feature = "postgres")]
             Backend::Postgres(target) => postgres::force_release(target, table, lease),
+        }
+    }
+
+    /// `run` with several names: starts one set contending for `leases`
+    /// with the timings and holder of `template`, with `gated` (CMD) as
+    /// each lease's work.
+    pub fn start_set(
+        &self,
+        table: &TableName,
+        template: Config,
+        leases: Vec<LeaseName>,
+        gated: Option<SetGated>,
+    ) -> Result<StartedSet, CliError> {
+        match self {
+            Backend::Sqlite(location) => {
+                sqlite::start_set(location, table, template, leases, gated)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => {
+                postgres::start_set(target, table, template, leases, gated)
+            }
         }
     }
 

@@ -213,3 +213,18 @@ impl Contender for PgContender {
         }
     }
 }
+
+/// Starts a lease set on the async driver (its own runtime thread), with
+/// CMD as each lease's work.
+pub fn start_set(
+    target: &Target,
+    table: &TableName,
+    template: Config,
+    leases: Vec<LeaseName>,
+    gated: Option<super::SetGated>,
+) -> Result<super::StartedSet, CliError> {
+    let _ = (target, table, template, leases, gated);
+    Err(CliError::usage(
+        "several --name values are not supported on PostgreSQL yet",
+    ))
+}

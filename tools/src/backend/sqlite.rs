@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use picolease::sql::LeaseRow;
-use picolease::sqlite::{Database, LeaderContext, LeaseTable, Location, SqliteLease};
+use picolease::sqlite::{
+    Database, LeaderContext, LeaseTable, Location, SqliteLease, SqliteLeaseSet,
+};
 use picolease::{Config, Epoch, LeaseName, TableName, Term};
 
 use super::{Contender, Started};
@@ -92,5 +94,35 @@ impl Contender for SqliteLease {
 
     fn abort(self: Box<Self>) {
         SqliteLease::abort(*self)
+    }
+}
+
+/// Starts a lease set on the blocking driver, with CMD as each lease's work.
+pub fn start_set(
+    location: &Location,
+    table: &TableName,
+    template: Config,
+    leases: Vec<LeaseName>,
+    gated: Option<super::SetGated>,
+) -> Result<super::StartedSet, CliError> {
+    let mut builder = SqliteLeaseSet::builder(template, leases, database(location, table));
+    if let Some(gated) = gated {
+        builder = builder.while_leader(move |ctx| gated(ctx));
+    }
+    let set = builder.start()?;
+    let transitions = set
+        .transitions()
+        .ok_or_else(|| CliError::runtime("the lease set's transitions were already taken"))?;
+    let view = set.status_view();
+    Ok((Box::new(set), transitions, view))
+}
+
+impl super::SetContender for SqliteLeaseSet {
+    fn give_up(&self, lease: &LeaseName) {
+        SqliteLeaseSet::give_up(self, lease);
+    }
+
+    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
+        SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
     }
 }

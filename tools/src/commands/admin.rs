@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picolease::sql::LeaseRow;
+use picolease::sql::{LeaseRow, MEMBER_PREFIX};
 use picolease::sqlite::Location;
 use picolease::{LeaseName, TableName};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -27,12 +27,59 @@ pub fn init(backend: &Backend, table: &TableName) -> Result<ExitCode, CliError> 
 /// `picolease status [--json]`: reads every lease without writing anything
 /// (a missing file or table reads as no leases).
 pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
-    let rows = backend.status(table)?;
+    let rows = leases_only(backend.status(table)?);
     if json {
         let array: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
         line(&serde_json::Value::Array(array).to_string());
     } else {
         print_table(backend, table, &rows);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The lease rows, without the lease sets' membership rows.
+fn leases_only(rows: Vec<LeaseRow>) -> Vec<LeaseRow> {
+    rows.into_iter()
+        .filter(|row| !row.name.starts_with(MEMBER_PREFIX))
+        .collect()
+}
+
+/// `picolease status --members [--json]`: the live members of lease sets
+/// (membership rows held and unexpired), by holder id.
+pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
+    let members: Vec<(String, i64)> = backend
+        .status(table)?
+        .into_iter()
+        .filter_map(|row| {
+            let holder = row.name.strip_prefix(MEMBER_PREFIX)?.to_string();
+            let left = row
+                .expires_in_ms
+                .filter(|&left| left > 0 && row.holder.is_some())?;
+            Some((holder, left))
+        })
+        .collect();
+    if json {
+        let array: Vec<serde_json::Value> = members
+            .iter()
+            .map(|(holder, left)| serde_json::json!({ "holder": holder, "expires_in_ms": left }))
+            .collect();
+        line(&serde_json::Value::Array(array).to_string());
+    } else if members.is_empty() {
+        line(&format!(
+            "no live members in table {table} of {}",
+            backend.place()
+        ));
+    } else {
+        let width = members
+            .iter()
+            .map(|(h, _)| h.len())
+            .max()
+            .unwrap_or(6)
+            .max(6);
+        line(&format!("{:width$}  LEFT", "MEMBER"));
+        for (holder, left) in &members {
+            line(&format!("{holder:width$}  {left}ms"));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -123,7 +170,7 @@ pub fn watch(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCod
         let changed = probe.changed();
         if changed || last_read.is_none_or(|at| at.elapsed() >= probe.reread) {
             last_read = Some(Instant::now());
-            let rows = match backend.status(table) {
+            let rows = match backend.status(table).map(leases_only) {
                 Ok(rows) => rows,
                 Err(e @ CliError::Usage(_)) => return Err(e),
                 Err(e) => {

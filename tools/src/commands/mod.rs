@@ -5,6 +5,7 @@ mod check;
 pub mod child;
 mod events;
 pub mod run;
+pub mod run_set;
 mod simulate;
 mod sql;
 
@@ -61,8 +62,17 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
     let backend = Backend::parse(&cli.db)?;
     match cli.command {
         Command::Init => admin::init(&backend, &table),
-        Command::Status { json, watch: false } => admin::status(&backend, &table, json),
-        Command::Status { json, watch: true } => admin::watch(&backend, &table, json),
+        Command::Status {
+            json,
+            members: true,
+            ..
+        } => admin::members(&backend, &table, json),
+        Command::Status {
+            json, watch: false, ..
+        } => admin::status(&backend, &table, json),
+        Command::Status {
+            json, watch: true, ..
+        } => admin::watch(&backend, &table, json),
         Command::Release { name, force } => admin::release(&backend, &table, &name, force),
         Command::Run(args) => run::run(&backend, &table, args),
         Command::Bench { rounds, json } => crate::bench::run(

@@ -47,7 +47,23 @@ enum Stop {
 /// Runs until SIGTERM, SIGINT or SIGHUP, CMD's own exit, or a fatal driver
 /// error.
 pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCode, CliError> {
-    let lease = LeaseName::new(&args.name).map_err(CliError::usage)?;
+    let names =
+        crate::name_spec::expand_names(&args.name).map_err(|e| CliError::usage(e.to_string()))?;
+    let names = names
+        .iter()
+        .map(|name| LeaseName::new(name).map_err(CliError::usage))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(reserved) = names
+        .iter()
+        .find(|n| n.as_str().starts_with(picolease::sql::MEMBER_PREFIX))
+    {
+        return Err(CliError::usage(format!(
+            "--name {:?}: names starting with {:?} are reserved for the lease sets' membership rows",
+            reserved.as_str(),
+            picolease::sql::MEMBER_PREFIX
+        )));
+    }
+    let lease = names[0].clone();
     // A `--node` is a stable name two processes may share: the stored id
     // adds this process's incarnation (DESIGN §3).
     let (node, holder) = match &args.node {
@@ -83,9 +99,20 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         None => None,
     };
 
+    if names.len() > 1 {
+        let prepared = super::run_set::Prepared {
+            node,
+            holder,
+            template: config,
+            grace,
+            listener,
+        };
+        return super::run_set::run(backend, table, args, names, prepared);
+    }
+
     // Signals first, so a SIGTERM during start-up is not lost.
     let (tx, events) = mpsc::channel();
-    install_signals(tx.clone())?;
+    install_signals_with(tx.clone(), || Event::Signal)?;
     let gated = if args.command.is_empty() {
         None
     } else {
@@ -241,14 +268,17 @@ fn forward_transitions(transitions: Subscription, events: mpsc::Sender<Event>) {
 
 /// SIGTERM, SIGINT and SIGHUP (a closed terminal) stop `run` cleanly: CMD
 /// first, then the release.
-fn install_signals(events: mpsc::Sender<Event>) -> Result<(), CliError> {
+pub(crate) fn install_signals_with<E: Send + 'static>(
+    events: mpsc::Sender<E>,
+    signal: fn() -> E,
+) -> Result<(), CliError> {
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
     std::thread::Builder::new()
         .name("picolease-signals".into())
         .spawn(move || {
             for _ in signals.forever() {
-                if events.send(Event::Signal).is_err() {
+                if events.send(signal()).is_err() {
                     return;
                 }
             }

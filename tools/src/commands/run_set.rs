@@ -1,0 +1,246 @@
+//! `picolease run` with several names: one process contends for a set of
+//! leases with a fair share between the processes (DESIGN §9).
+//!
+//! Same loop as the single-lease `run`: transitions, signals and CMD's
+//! start and end arrive on one channel. Every event names its lease. One
+//! CMD runs per held lease (each under its own guard, with that lease's
+//! PICOLEASE_NAME, PICOLEASE_HOLDER and PICOLEASE_EPOCH); a CMD that exits
+//! by itself gives its lease up and the process goes on contending. Only a
+//! signal ends `run` (exit 0), or a fatal driver error (exit 1).
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::ExitCode;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use picolease::set::{SetLeaderContext, SetTransition};
+use picolease::{Config, HolderId, Leadership, LeaseName, TableName, Term, Transition};
+
+use super::child::{ChildEvent, Gated, TermView};
+use super::events::Printer;
+use crate::backend::{Backend, SetContender, SetGated};
+use crate::cli::RunArgs;
+use crate::failure::CliError;
+
+/// Everything the loop waits for.
+enum Event {
+    Transition(SetTransition),
+    DriverEnded,
+    Signal,
+    Child(LeaseName, ChildEvent),
+}
+
+/// Each lease's last published state, for `/leader?name=N`.
+pub type LastSeen = Arc<Mutex<HashMap<String, Leadership>>>;
+
+/// What the single-lease `run` has already settled: the identity, the
+/// timings, the HTTP listener.
+pub struct Prepared {
+    /// The `--node` value (or the holder id).
+    pub node: String,
+    /// This process's holder id.
+    pub holder: HolderId,
+    /// Timings and holder for every lease (the lease name is unused).
+    pub template: Config,
+    /// CMD's grace.
+    pub grace: Duration,
+    /// `--listen`, bound.
+    pub listener: Option<crate::http::Listener>,
+}
+
+/// Runs the set until a signal (exit 0) or a fatal driver error.
+pub fn run(
+    backend: &Backend,
+    table: &TableName,
+    args: RunArgs,
+    names: Vec<LeaseName>,
+    prepared: Prepared,
+) -> Result<ExitCode, CliError> {
+    let Prepared {
+        node,
+        holder,
+        template,
+        grace,
+        listener,
+    } = prepared;
+    let (tx, events) = mpsc::channel();
+    super::run::install_signals_with(tx.clone(), || Event::Signal)?;
+    let gated: Option<SetGated> = if args.command.is_empty() {
+        None
+    } else {
+        let command = args.command.clone();
+        let node = node.clone();
+        let tx = Mutex::new(tx.clone());
+        let tx = Arc::new(tx);
+        Some(Arc::new(move |ctx: SetLeaderContext| {
+            let lease = ctx.lease.clone();
+            let tx = Arc::clone(&tx);
+            let gated = Gated::new(command.clone(), grace, node.clone(), move |event| {
+                let tx = tx.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = tx.send(Event::Child(lease.clone(), event));
+            });
+            gated.run_term(&SetTerm(ctx));
+        }))
+    };
+    let all: BTreeSet<String> = names.iter().map(|n| n.as_str().to_string()).collect();
+    let count = names.len();
+    let (set, transitions, view) = backend.start_set(table, template, names, gated)?;
+    let last_seen = LastSeen::default();
+    if let Some(listener) = listener {
+        tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
+        listener.serve_set(crate::http::SetSource {
+            status: view,
+            names: Arc::new(all),
+            last_seen: Arc::clone(&last_seen),
+        })?;
+    }
+    let forward = tx;
+    std::thread::spawn(move || {
+        for transition in transitions {
+            if forward.send(Event::Transition(transition)).is_err() {
+                return;
+            }
+        }
+        let _ = forward.send(Event::DriverEnded);
+    });
+    if !args.json {
+        crate::output::line(&format!(
+            "{node} contending for {count} leases as {holder} (fair share between the live members)"
+        ));
+    }
+    let printers = Printers {
+        node,
+        holder,
+        json: args.json,
+        last_seen,
+    };
+    session(&printers, set, &events)
+}
+
+/// A set's term, as the CMD supervisor sees it.
+struct SetTerm(SetLeaderContext);
+
+impl TermView for SetTerm {
+    fn term(&self) -> &Term {
+        self.0.term()
+    }
+
+    fn deadline(&self) -> Option<Duration> {
+        self.0.deadline()
+    }
+
+    fn ended(&self, timeout: Duration) -> bool {
+        self.0.sleep(timeout) || self.0.deadline().is_none()
+    }
+}
+
+struct Printers {
+    node: String,
+    holder: HolderId,
+    json: bool,
+    last_seen: LastSeen,
+}
+
+impl Printers {
+    fn for_lease(&self, lease: &LeaseName) -> Printer {
+        Printer {
+            lease: lease.as_str().to_string(),
+            node: self.node.clone(),
+            holder: self.holder.clone(),
+            json: self.json,
+        }
+    }
+}
+
+enum Stop {
+    Signal,
+    ChildFailed(String),
+    DriverFinished,
+}
+
+fn session(
+    printers: &Printers,
+    set: Box<dyn SetContender>,
+    events: &mpsc::Receiver<Event>,
+) -> Result<ExitCode, CliError> {
+    let stop = loop {
+        let Ok(event) = events.recv() else {
+            break Stop::DriverFinished;
+        };
+        if let Some(stop) = handle(printers, set.as_ref(), event) {
+            break stop;
+        }
+    };
+    let outcome = set.shutdown();
+    if !matches!(stop, Stop::DriverFinished) {
+        while let Ok(event) = events.recv() {
+            if matches!(event, Event::DriverEnded) {
+                break;
+            }
+            handle(printers, &Gone, event);
+        }
+    }
+    outcome?;
+    match stop {
+        Stop::Signal => Ok(ExitCode::SUCCESS),
+        Stop::ChildFailed(message) => Err(CliError::runtime(message)),
+        Stop::DriverFinished => Err(CliError::runtime(
+            "the lease set's driver stopped unexpectedly".to_string(),
+        )),
+    }
+}
+
+/// The set after its shutdown: nothing to give up any more.
+struct Gone;
+
+impl SetContender for Gone {
+    fn give_up(&self, _: &LeaseName) {}
+    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
+        Ok(())
+    }
+}
+
+fn handle(printers: &Printers, set: &dyn SetContender, event: Event) -> Option<Stop> {
+    match event {
+        Event::Transition(SetTransition {
+            lease,
+            leadership,
+            at,
+        }) => {
+            printers
+                .last_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(lease.as_str().to_string(), leadership.clone());
+            printers.for_lease(&lease).transition(&Transition {
+                leadership,
+                at,
+                instant: std::time::Instant::now(),
+            });
+        }
+        Event::Child(lease, ChildEvent::Started { pid, epoch }) => {
+            printers.for_lease(&lease).child(pid, epoch);
+        }
+        Event::Child(
+            lease,
+            ChildEvent::Ended {
+                pid,
+                epoch,
+                status,
+                by_itself,
+            },
+        ) => {
+            printers.for_lease(&lease).child_exit(pid, epoch, &status);
+            if by_itself {
+                // Its work is done: give the lease up; the set goes on.
+                set.give_up(&lease);
+            }
+        }
+        Event::Child(_, ChildEvent::SpawnFailed(message)) => {
+            return Some(Stop::ChildFailed(message))
+        }
+        Event::Signal => return Some(Stop::Signal),
+        Event::DriverEnded => return Some(Stop::DriverFinished),
+    }
+    None
+}
