@@ -221,6 +221,11 @@ impl PgLeaseSet {
             .clone()
     }
 
+    /// A reader of [`PgLeaseSet::status`] for other threads.
+    pub fn status_view(&self) -> crate::set::SetStatusView {
+        crate::set::SetStatusView(Arc::clone(&self.status))
+    }
+
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {
