@@ -201,3 +201,81 @@ async fn two_pg_nodes_share_a_thousand_leases() {
     assert!(running.lock().unwrap().values().all(Vec::is_empty));
     drop_table(&admin, &table).await;
 }
+
+/// A set whose connections go through `proxy`, with no work.
+fn start_via(proxy: &Proxy, table: &TableName, holder: &str, names: Vec<LeaseName>) -> PgLeaseSet {
+    let connector = PgConnector::new(&url_for(&proxy.addr(), holder)).unwrap();
+    PgLeaseSet::builder(template(holder), names, connector)
+        .table(table.clone())
+        .start()
+        .expect("start")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_set_reconnects_after_a_reset_and_a_stall() {
+    let admin = admin().await;
+    let table = unique_table("setfault");
+    let running: Running = Arc::default();
+    let proxy = Proxy::start().await;
+    let a = start_via(&proxy, &table, "node-a", leases("f", 10));
+    let b = start(&table, "node-b", leases("f", 10), &running);
+    wait_until("balanced 5/5", Duration::from_secs(15), || {
+        counts(&[&a, &b]) == vec![5, 5]
+    })
+    .await;
+    assert_eq!(
+        proxy.accepted(),
+        2,
+        "one statement and one LISTEN connection"
+    );
+
+    // Both of a's connections reset: the next batch reconnects, in time
+    // to renew, and the listener comes back.
+    let held = a.status().held;
+    proxy.reset();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    eprintln!(
+        "after a reset: {} connections accepted in all, a holds {}",
+        proxy.accepted(),
+        a.status().held.len()
+    );
+    assert_eq!(a.status().held, held, "a kept its terms through the reset");
+    assert_eq!(proxy.accepted(), 4, "both connections made again, once");
+
+    // A stall: a's batches time out (and are cancelled), its leases lapse
+    // and b takes all ten; once the network is back a reconnects and the
+    // share is 5/5 again.
+    let stalled_at = Instant::now();
+    proxy.set(Mode::Stall);
+    wait_until("a lets go while stalled", Duration::from_secs(5), || {
+        counts(&[&a]) == vec![0]
+    })
+    .await;
+    let let_go = stalled_at.elapsed();
+    wait_until("b takes all 10", Duration::from_secs(10), || {
+        counts(&[&b]) == vec![10]
+    })
+    .await;
+    let taken = stalled_at.elapsed();
+    eprintln!(
+        "stalled: a held nothing after {let_go:?} ({} statements sent), b held 10 after {taken:?} (ttl 1 s)",
+        a.status().statements
+    );
+    assert!(let_go < Duration::from_secs(2), "a held on for {let_go:?}");
+    assert!(
+        taken >= Duration::from_millis(700),
+        "b took a's leases before they lapsed: {taken:?}"
+    );
+    proxy.set(Mode::Pass);
+    let took = wait_until("5/5 after the stall", Duration::from_secs(15), || {
+        counts(&[&a, &b]) == vec![5, 5]
+    })
+    .await;
+    eprintln!(
+        "healed: 5/5 again after {took:?}; {} connections accepted in all",
+        proxy.accepted()
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    drop_table(&admin, &table).await;
+}

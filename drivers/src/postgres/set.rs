@@ -654,6 +654,11 @@ async fn run(
             }
             let now = runner.now();
             runner.set.handle_reply(now, request, reply);
+            // Time passed while the batch ran: a failed batch is followed
+            // by the next at once, so without this step a deadline that
+            // passed meanwhile would not be seen until the batches stop
+            // (a stalled database would keep the leases "held" for ever).
+            runner.set.handle_timeout(now);
         }
         if runner.set.is_finished() {
             break;
