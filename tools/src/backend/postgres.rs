@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use picolease::postgres::{self, LeaderContext, PgConnector, PgError, PgLease, PgLeaseBuilder};
+use picolease::postgres::{
+    self, LeaderContext, PgConnector, PgError, PgLease, PgLeaseBuilder, PgLeaseSet,
+};
 use picolease::sql::LeaseRow;
 use picolease::{redact_url, Config, Epoch, LeaseName, TableName, Term};
 use tokio::sync::oneshot;
@@ -215,7 +217,7 @@ impl Contender for PgContender {
 }
 
 /// Starts a lease set on the async driver (its own runtime thread), with
-/// CMD as each lease's work.
+/// CMD as each lease's work. Connects once first, as `start` does.
 pub fn start_set(
     target: &Target,
     table: &TableName,
@@ -223,8 +225,71 @@ pub fn start_set(
     leases: Vec<LeaseName>,
     gated: Option<super::SetGated>,
 ) -> Result<super::StartedSet, CliError> {
-    let _ = (target, table, template, leases, gated);
-    Err(CliError::usage(
-        "several --name values are not supported on PostgreSQL yet",
-    ))
+    let connector = target.connector()?;
+    let runtime = runtime()?;
+    runtime.block_on(async { connect(&connector, target).await.map(drop) })?;
+    let mut builder = PgLeaseSet::builder(template, leases, connector).table(table.clone());
+    if let Some(gated) = gated {
+        builder = builder.while_leader(move |ctx| gated(ctx));
+    }
+    let (commands, mut inbox) = tokio::sync::mpsc::unbounded_channel();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("picolease-postgres".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let set = match builder.start() {
+                    Ok(set) => set,
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                        return Ok(());
+                    }
+                };
+                let _ = started_tx.send(Ok((set.transitions(), set.status_view())));
+                loop {
+                    match inbox.recv().await {
+                        Some(SetCommand::GiveUp(lease)) => set.give_up(&lease),
+                        Some(SetCommand::Shutdown) | None => return set.shutdown().await,
+                    }
+                }
+            })
+        })
+        .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
+    let (transitions, view) = started
+        .recv()
+        .map_err(|_| CliError::runtime("the PostgreSQL lease thread stopped at its start"))??;
+    let transitions = transitions
+        .ok_or_else(|| CliError::runtime("the lease set's transitions were already taken"))?;
+    let contender = PgSetContender {
+        commands,
+        thread: Some(thread),
+    };
+    Ok((Box::new(contender), transitions, view))
+}
+
+/// What `run` asks of the set's runtime thread.
+enum SetCommand {
+    GiveUp(LeaseName),
+    Shutdown,
+}
+
+/// A lease set on its own runtime thread.
+struct PgSetContender {
+    commands: tokio::sync::mpsc::UnboundedSender<SetCommand>,
+    thread: Option<JoinHandle<Result<(), PgError>>>,
+}
+
+impl super::SetContender for PgSetContender {
+    fn give_up(&self, lease: &LeaseName) {
+        let _ = self.commands.send(SetCommand::GiveUp(lease.clone()));
+    }
+
+    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
+        let _ = self.commands.send(SetCommand::Shutdown);
+        match self.thread.take().map(JoinHandle::join) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e.into()),
+            Some(Err(_)) => Err(CliError::runtime("the PostgreSQL lease thread panicked")),
+        }
+    }
 }

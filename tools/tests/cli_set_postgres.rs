@@ -1,0 +1,204 @@
+//! Four `picolease run --name 's{0..199}' --json` processes on PostgreSQL
+//! (DESIGN §9), from outside, in a database of the test's own: all 200
+//! leases held and balanced 50 each; each process keeps at most two
+//! connections (named `picolease` in pg_stat_activity) and sends few
+//! statements; after a SIGKILL its leases are taken at their expiry and the
+//! share rebalances to 67/67/66; no lease is ever led by two processes.
+#![cfg(feature = "postgres")]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use support::{now_ms, signal, Log, Node};
+
+const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn sql(url: &str, sql: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("the PostgreSQL server at 127.0.0.1:5432 must be running for these tests");
+        tokio::spawn(connection);
+        client
+            .simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => {
+                    Some(row.get(0).unwrap_or("NULL").to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// A database of this test's own, dropped at the end.
+struct Database(String);
+
+impl Database {
+    fn new() -> Self {
+        let name = format!("pl_cli_set_{}", std::process::id());
+        sql(
+            ADMIN,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
+        sql(ADMIN, &format!("CREATE DATABASE {name}"));
+        Database(name)
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.0)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| {
+            sql(
+                ADMIN,
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
+            )
+        });
+    }
+}
+
+fn held(log: &Log, dead: &BTreeSet<usize>) -> BTreeMap<usize, BTreeSet<String>> {
+    let mut held: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for event in log.lock().unwrap().iter() {
+        let name = event.json["name"].as_str().unwrap().to_string();
+        let mine = held.entry(event.node).or_default();
+        match event.kind() {
+            "leader" => {
+                mine.insert(name);
+            }
+            "follower" => {
+                mine.remove(&name);
+            }
+            _ => {}
+        }
+    }
+    held.retain(|node, _| !dead.contains(node));
+    held
+}
+
+fn counts(log: &Log, dead: &BTreeSet<usize>) -> Vec<usize> {
+    let mut counts: Vec<usize> = held(log, dead).values().map(BTreeSet::len).collect();
+    counts.sort_unstable();
+    counts
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
+#[test]
+fn four_processes_share_200_leases_and_take_a_killed_ones_at_expiry() {
+    let db = Database::new();
+    let url = db.url();
+    let log: Log = Arc::default();
+    let ttl = Duration::from_secs(2);
+    let mut nodes: Vec<Node> = (0..4)
+        .map(|i| support::spawn(&url, &[], "s{0..199}", "2s", i, &log, &[]))
+        .collect();
+    let none = BTreeSet::new();
+    let took = wait_for("50 each", Duration::from_secs(30), || {
+        counts(&log, &none) == vec![50, 50, 50, 50]
+    });
+    eprintln!("200 leases balanced 50/50/50/50 {took:?} after the start");
+
+    // Connections: two per process (statements + LISTEN), named picolease.
+    let connections = sql(
+        &url,
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND application_name = 'picolease'",
+            db.0
+        ),
+    );
+    let connections: usize = connections[0].parse().unwrap();
+    eprintln!("{connections} picolease connections for 4 processes");
+    assert!(connections <= 8, "{connections} connections");
+
+    // Statements: transactions committed in this database over 5 s.
+    let commits = || -> i64 {
+        sql(
+            ADMIN,
+            &format!(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = '{}'",
+                db.0
+            ),
+        )[0]
+        .parse()
+        .unwrap()
+    };
+    let before = commits();
+    std::thread::sleep(Duration::from_secs(5));
+    let per_process_per_second = (commits() - before) as f64 / 4.0 / 5.0;
+    eprintln!("{per_process_per_second:.1} statements per process per second (interval 500 ms)");
+    // At most 3 per interval (6 per second) each, with room for the
+    // statistics' own flushing.
+    assert!(per_process_per_second <= 8.0, "{per_process_per_second}");
+
+    // SIGKILL node 3: its 50 leases lapse and the others take them.
+    let victim = held(&log, &none)[&3].clone();
+    let killed_at = now_ms();
+    let killed_index = log.lock().unwrap().len();
+    signal(&nodes[3], Signal::SIGKILL);
+    let _ = nodes[3].child.wait();
+    let dead = BTreeSet::from([3]);
+    let took = wait_for("67/67/66", Duration::from_secs(30), || {
+        counts(&log, &dead) == vec![66, 67, 67]
+    });
+    eprintln!("rebalanced 66/67/67 {took:?} after the SIGKILL (ttl {ttl:?})");
+    let events = log.lock().unwrap().clone();
+    for name in &victim {
+        let taken = events[killed_index..]
+            .iter()
+            .find(|e| e.kind() == "leader" && e.json["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} never taken over"));
+        let after = taken.unix_ms().saturating_sub(killed_at);
+        // Not before the row could have lapsed (its last renewal was at
+        // most an interval before the kill), and within ttl + 2 intervals.
+        assert!(after >= 1_400, "{name} taken {after} ms after the kill");
+        assert!(after <= 3_500, "{name} taken {after} ms after the kill");
+    }
+
+    // Nobody led a lease another process led (the killed one's terms end
+    // at the kill).
+    let mut leader: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, event) in events.iter().enumerate() {
+        if i == killed_index {
+            leader.retain(|_, node| *node != 3);
+        }
+        let name = event.json["name"].as_str().unwrap().to_string();
+        match event.kind() {
+            "leader" => {
+                if let Some(other) = leader.insert(name.clone(), event.node) {
+                    panic!("{name} led by {other} and {} at once", event.node);
+                }
+            }
+            "follower" if leader.get(&name) == Some(&event.node) => {
+                leader.remove(&name);
+            }
+            _ => {}
+        }
+    }
+    for node in &mut nodes[..3] {
+        signal(node, Signal::SIGTERM);
+        assert_eq!(node.child.wait().unwrap().code(), Some(0));
+    }
+}
