@@ -620,11 +620,32 @@ impl Notices {
     }
 }
 
-/// The set's task. The work threads are joined at the end on tokio's
-/// blocking pool, so the runtime's threads are never blocked.
+/// A batch running on the statement connection: its id, its kind (for
+/// messages) and its outcome to come.
+type Running = (
+    picolease_core::RequestId,
+    BatchKind,
+    FutBox<'static, (BatchReply, Option<PgError>)>,
+);
+
+/// The outcome of the batch in flight; pending while there is none.
+async fn outcome(in_flight: &mut Option<Running>) -> (BatchReply, Option<PgError>) {
+    match in_flight {
+        Some((_, _, future)) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The set's task.
+///
+/// The batch in flight runs concurrently with the waits, so a term whose
+/// deadline passes while a statement hangs ends on time (its work is
+/// cancelled then, not when the statement gives up). The work threads are
+/// joined at the end on tokio's blocking pool, so the runtime's threads
+/// are never blocked.
 async fn run(
     mut runner: SetRunner,
-    mut link: SetLink,
+    link: SetLink,
     mut notices: Notices,
     mut inbox: mpsc::UnboundedReceiver<Control>,
 ) -> Result<(), PgError> {
@@ -632,33 +653,32 @@ async fn run(
     let ttl_millis = runner.set.config().ttl_millis();
     let timeout = runner.set.config().request_timeout;
     let stale_millis = runner.set.stale_millis();
+    let link = Arc::new(tokio::sync::Mutex::new(link));
+    let mut in_flight: Option<Running> = None;
+    // A batch the set asked for while the previous one (which the set gave
+    // up on) still runs: it starts once that one has ended.
+    let mut queued = None;
     let mut fatal = None;
     let mut handle_gone = false;
     let now = runner.now();
     runner.set.handle_timeout(now);
     loop {
-        while let Some((request, batch)) = runner.carry_out() {
-            let (reply, error) = link
-                .execute(&batch, &me, ttl_millis, stale_millis, timeout)
-                .await;
-            if let Some(error) = error {
-                match reply {
-                    BatchReply::Failed(Failure::Fatal) => {
-                        tracing::error!(kind = ?batch.kind, error = %error, "picolease: the set gives up");
-                        fatal = Some(error);
-                    }
-                    _ => {
-                        tracing::warn!(kind = ?batch.kind, error = %error, "picolease: batch failed, will retry")
-                    }
-                }
+        if let Some(batch) = runner.carry_out() {
+            queued = Some(batch);
+        }
+        if in_flight.is_none() {
+            if let Some((request, batch)) = queued.take() {
+                let link = Arc::clone(&link);
+                let me = me.clone();
+                let kind = batch.kind;
+                let future = async move {
+                    link.lock()
+                        .await
+                        .execute(&batch, &me, ttl_millis, stale_millis, timeout)
+                        .await
+                };
+                in_flight = Some((request, kind, future.boxed()));
             }
-            let now = runner.now();
-            runner.set.handle_reply(now, request, reply);
-            // Time passed while the batch ran: a failed batch is followed
-            // by the next at once, so without this step a deadline that
-            // passed meanwhile would not be seen until the batches stop
-            // (a stalled database would keep the leases "held" for ever).
-            runner.set.handle_timeout(now);
         }
         if runner.set.is_finished() {
             break;
@@ -677,6 +697,25 @@ async fn run(
                     Some(Control::Shutdown)
                 }
             },
+            (reply, error) = outcome(&mut in_flight) => {
+                let Some((request, kind, _)) = in_flight.take() else {
+                    unreachable!("an outcome comes from the batch in flight");
+                };
+                if let Some(error) = error {
+                    match reply {
+                        BatchReply::Failed(Failure::Fatal) => {
+                            tracing::error!(?kind, error = %error, "picolease: the set gives up");
+                            fatal = Some(error);
+                        }
+                        _ => {
+                            tracing::warn!(?kind, error = %error, "picolease: batch failed, will retry")
+                        }
+                    }
+                }
+                let now = runner.now();
+                runner.set.handle_reply(now, request, reply);
+                None
+            }
             n = notices.next() => {
                 notice = Some(n);
                 None
@@ -702,6 +741,8 @@ async fn run(
         let now = runner.now();
         runner.set.handle_timeout(now);
     }
+    // Connections close before the work is joined.
+    drop(in_flight);
     drop(notices);
     drop(link);
     let stopped = tokio::task::spawn_blocking(move || runner.stop_all()).await;
