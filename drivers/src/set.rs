@@ -133,6 +133,8 @@ pub(crate) struct SetRunner {
     stopping: Vec<(LeaseName, Vec<JoinHandle<()>>)>,
     events: mpsc::Sender<SetTransition>,
     status: SharedStatus,
+    /// When the batch in flight was handed to the driver.
+    handed_out: Option<std::time::Instant>,
 }
 
 /// How often a driver looks whether stopping work has returned.
@@ -156,6 +158,7 @@ impl SetRunner {
             stopping: Vec::new(),
             events,
             status,
+            handed_out: None,
         }
     }
 
@@ -209,6 +212,7 @@ impl SetRunner {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .statements += 1;
+                    self.handed_out = Some(std::time::Instant::now());
                     batch = Some((request, b));
                 }
                 // Statements run to completion (or their timeout) before
@@ -218,6 +222,8 @@ impl SetRunner {
                 SetCommand::StopWork { lease, .. } => self.stop_work(lease),
                 SetCommand::Publish { lease, leadership } => {
                     tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
+                    #[cfg(feature = "metrics")]
+                    set_metrics::leadership(&lease, &leadership);
                     {
                         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
                         match leadership.leader_epoch() {
@@ -243,6 +249,8 @@ impl SetRunner {
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.members = self.set.members(now);
         status.target = self.set.target(now);
+        #[cfg(feature = "metrics")]
+        set_metrics::share(status.held.len(), status.target, status.members.len());
         let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
         deadlines.clear();
         for (lease, &epoch) in &status.held {
@@ -254,6 +262,26 @@ impl SetRunner {
         drop(deadlines);
         drop(status);
         batch
+    }
+
+    /// Feeds a batch's result to the set, recording its duration (from
+    /// when [`SetRunner::carry_out`] handed it out) and outcome.
+    pub(crate) fn reply(
+        &mut self,
+        request: RequestId,
+        kind: picolease_core::BatchKind,
+        reply: picolease_core::BatchReply,
+    ) {
+        let elapsed = self
+            .handed_out
+            .take()
+            .map_or(Duration::ZERO, |at| at.elapsed());
+        #[cfg(feature = "metrics")]
+        set_metrics::batch(kind, elapsed, &reply);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (kind, elapsed);
+        let now = self.now();
+        self.set.handle_reply(now, request, reply);
     }
 
     fn start_work(&mut self, lease: LeaseName, epoch: Epoch) {
@@ -349,4 +377,68 @@ pub(crate) fn decode(
         ),
         BatchKind::Survey => BatchReply::Survey(statements.decode_survey(rows)?),
     })
+}
+
+/// The metrics of lease sets (feature `metrics`), beside the single-lease
+/// ones of `crate::metrics`:
+///
+/// | name | kind | labels | what |
+/// | --- | --- | --- | --- |
+/// | `picolease_leader` | gauge | `lease` | 1 while this node leads that lease |
+/// | `picolease_epoch` | gauge | `lease` | the epoch last held or observed |
+/// | `picolease_transitions_total` | counter | `lease`, `to`, `reason` | terms begun and ended, per lease |
+/// | `picolease_batch_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`survey` | one batch, from handing it out to its result |
+/// | `picolease_batch_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal` | failed batches |
+/// | `picolease_set_held`, `picolease_set_target`, `picolease_set_members` | gauges | | leases held, the fair share, live members |
+///
+/// Per-lease series appear with the lease's first change (not at zero:
+/// a set may have 100,000 leases).
+#[cfg(feature = "metrics")]
+mod set_metrics {
+    use std::time::Duration;
+
+    use picolease_core::{BatchKind, BatchReply, Failure, Leadership, LeaseName};
+
+    pub(super) fn leadership(lease: &LeaseName, leadership: &Leadership) {
+        let name = lease.as_str().to_string();
+        metrics::gauge!("picolease_leader", "lease" => name.clone())
+            .set(if leadership.is_leader() { 1.0 } else { 0.0 });
+        if let Some(epoch) = leadership.epoch {
+            metrics::gauge!("picolease_epoch", "lease" => name.clone()).set(epoch.get() as f64);
+        }
+        if leadership.is_leader() {
+            metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "leader", "reason" => "acquired")
+                .increment(1);
+        } else if let Some(reason) = leadership.reason {
+            metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "follower", "reason" => reason.as_str())
+                .increment(1);
+        }
+    }
+
+    pub(super) fn share(held: usize, target: Option<usize>, members: usize) {
+        metrics::gauge!("picolease_set_held").set(held as f64);
+        metrics::gauge!("picolease_set_target").set(target.map_or(0.0, |t| t as f64));
+        metrics::gauge!("picolease_set_members").set(members as f64);
+    }
+
+    pub(super) fn batch(kind: BatchKind, elapsed: Duration, reply: &BatchReply) {
+        let statement = match kind {
+            BatchKind::Acquire => "acquire",
+            BatchKind::Renew => "renew",
+            BatchKind::Release => "release",
+            BatchKind::Survey => "survey",
+        };
+        match reply {
+            BatchReply::Failed(failure) => {
+                let kind = match failure {
+                    Failure::Transient => "transient",
+                    Failure::Fatal => "fatal",
+                };
+                metrics::counter!("picolease_batch_failures_total", "statement" => statement, "kind" => kind)
+                    .increment(1);
+            }
+            _ => metrics::histogram!("picolease_batch_duration_seconds", "statement" => statement)
+                .record(elapsed.as_secs_f64()),
+        }
+    }
 }

@@ -712,8 +712,7 @@ async fn run(
                         }
                     }
                 }
-                let now = runner.now();
-                runner.set.handle_reply(now, request, reply);
+                runner.reply(request, kind, reply);
                 None
             }
             n = notices.next() => {

@@ -205,8 +205,7 @@ fn run(
                     _ => tracing::warn!(kind = ?batch.kind, "retrying after: {error}"),
                 }
             }
-            let now = runner.now();
-            runner.set.handle_reply(now, request, reply);
+            runner.reply(request, batch.kind, reply);
         }
         if runner.set.is_finished() {
             break;
