@@ -166,9 +166,15 @@ fn balanced(snap: &[(usize, u64)], n: usize) -> bool {
 fn wait_for(
     nodes: &[Node],
     from: Instant,
+    probe: &mut dyn FnMut(),
     mut done: impl FnMut(&[(usize, u64)]) -> bool,
 ) -> Option<Duration> {
+    let mut polls = 0u32;
     loop {
+        polls += 1;
+        if polls % 10 == 0 {
+            probe();
+        }
         let snap = snapshot(nodes);
         if done(&snap) {
             return Some(from.elapsed());
@@ -202,6 +208,8 @@ struct Figures {
     /// Every lease held and balanced just before the abort (else figure 5
     /// measures something else).
     abort_valid: bool,
+    /// What the database's backends were doing meanwhile.
+    note: Option<String>,
 }
 
 /// Starts the contenders, measures 1 to 5, shuts them down.
@@ -211,6 +219,7 @@ fn contend(
     k: usize,
     start: &mut dyn FnMut(usize) -> Result<Node>,
     connections: &mut dyn FnMut() -> Option<i64>,
+    probe: &mut dyn FnMut(),
     rt: Option<&Runtime>,
 ) -> Result<Figures> {
     let mut f = Figures::default();
@@ -225,9 +234,9 @@ fn contend(
         "[{label}] started in {:.1} ms; waiting for all {n} leases to be held…",
         ms(t0.elapsed())
     );
-    f.held = wait_for(&nodes, t0, |s| all_held(s, n));
+    f.held = wait_for(&nodes, t0, probe, |s| all_held(s, n));
     eprintln!("[{label}] all held: {:?}; waiting for balance…", f.held);
-    f.balanced = wait_for(&nodes, t0, |s| balanced(s, n));
+    f.balanced = wait_for(&nodes, t0, probe, |s| balanced(s, n));
     f.balanced_counts = counts(&snapshot(&nodes));
     eprintln!(
         "[{label}] balanced: {:?} {:?}; steady state for {STEADY} intervals…",
@@ -262,12 +271,12 @@ fn contend(
     let crashed = nodes.remove(0);
     let t2 = Instant::now();
     crashed.abort();
-    f.after_abort_held = wait_for(&nodes, t2, |s| all_held(s, n));
+    f.after_abort_held = wait_for(&nodes, t2, probe, |s| all_held(s, n));
     eprintln!(
         "[{label}] all held again: {:?}; waiting for balance…",
         f.after_abort_held
     );
-    f.after_abort_balanced = wait_for(&nodes, t2, |s| balanced(s, n));
+    f.after_abort_balanced = wait_for(&nodes, t2, probe, |s| balanced(s, n));
     f.after_abort_counts = counts(&snapshot(&nodes));
     eprintln!(
         "[{label}] balanced again: {:?} {:?}; shutting down…",
@@ -397,6 +406,9 @@ fn print_figures(name: &str, n: usize, k: usize, f: &Figures, renew_1000: Option
         "    held per remaining contender: {:?}",
         f.after_abort_counts
     );
+    if let Some(note) = &f.note {
+        println!("    {note}");
+    }
     if let Some(d) = renew_1000 {
         row(
             "6 one renew_batch of 1,000 leases (median/20)",
@@ -513,6 +525,7 @@ fn run_sqlite(a: &Args) -> Result<(Figures, Growth)> {
         a.contenders,
         &mut start,
         &mut || None,
+        &mut || {},
         None,
     )?;
     let growth = growth_sqlite(&dir.path().join("growth.db"))?;
@@ -678,6 +691,58 @@ impl Drop for DropTable {
     }
 }
 
+/// What the picolease backends were doing while the harness waited for a
+/// state (sampled every ten polls).
+#[derive(Default)]
+struct Diag {
+    samples: u32,
+    active: i64,
+    lock_waits: i64,
+    oldest_ms: f64,
+    pids: std::collections::BTreeSet<i32>,
+}
+
+impl Diag {
+    fn sample(&mut self, rt: &Runtime, admin: &tokio_postgres::Client) {
+        let rows = rt.block_on(admin.query(
+            "SELECT pid, state = 'active', coalesce(wait_event_type = 'Lock', false), \
+                    coalesce(extract(epoch from now() - query_start) * 1000, 0)::float8 \
+             FROM pg_stat_activity \
+             WHERE application_name = 'picolease' AND datname = current_database()",
+            &[],
+        ));
+        let Ok(rows) = rows else { return };
+        self.samples += 1;
+        for r in rows {
+            self.pids.insert(r.get(0));
+            if r.get::<_, bool>(1) {
+                self.active += 1;
+                self.oldest_ms = self.oldest_ms.max(r.get(3));
+                if r.get::<_, bool>(2) {
+                    self.lock_waits += 1;
+                }
+            }
+        }
+    }
+
+    fn report(&self) -> Option<String> {
+        if self.samples == 0 {
+            return None;
+        }
+        let n = f64::from(self.samples);
+        Some(format!(
+            "while waiting ({} samples): {:.1} picolease statements running on average, \
+             {:.1} of them waiting on a lock; longest running {:.0} ms; {} distinct backends seen \
+             (each reconnect after a cancelled statement is a new one)",
+            self.samples,
+            self.active as f64 / n,
+            self.lock_waits as f64 / n,
+            self.oldest_ms,
+            self.pids.len()
+        ))
+    }
+}
+
 async fn picolease_connections(client: &tokio_postgres::Client) -> Option<i64> {
     client
         .query_one(
@@ -709,14 +774,19 @@ fn run_pg(a: &Args) -> Result<(Figures, Duration, Growth)> {
         Ok(Node::Pg(set))
     };
     let mut connections = || rt.block_on(picolease_connections(&admin));
+    let mut diag = Diag::default();
+    let mut probe = || diag.sample(&rt, &admin);
     let figures = contend(
         "postgres",
         a.leases,
         a.contenders,
         &mut start,
         &mut connections,
+        &mut probe,
         Some(&rt),
     )?;
+    let mut figures = figures;
+    figures.note = diag.report();
     rt.block_on(async { admin.batch_execute(&format!("TRUNCATE {table}")).await })?;
     eprintln!("[postgres] renew_batch of 1,000 leases, 20 runs…");
     let plain = rt.block_on(async { PgConnector::new(&url())?.connect_client().await })?;
