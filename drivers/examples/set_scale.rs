@@ -700,19 +700,43 @@ struct Diag {
     lock_waits: i64,
     oldest_ms: f64,
     pids: std::collections::BTreeSet<i32>,
+    /// Samples in which two picolease statements waited on each other (a
+    /// deadlock the request timeout cancels before PostgreSQL's
+    /// `deadlock_timeout` would detect it), and the statements' kinds.
+    cycles: u32,
+    cycle_kinds: std::collections::BTreeSet<String>,
 }
 
 impl Diag {
     fn sample(&mut self, rt: &Runtime, admin: &tokio_postgres::Client) {
         let rows = rt.block_on(admin.query(
             "SELECT pid, state = 'active', coalesce(wait_event_type = 'Lock', false), \
-                    coalesce(extract(epoch from now() - query_start) * 1000, 0)::float8 \
+                    coalesce(extract(epoch from now() - query_start) * 1000, 0)::float8, \
+                    pg_blocking_pids(pid), split_part(ltrim(query), ' ', 1) \
              FROM pg_stat_activity \
              WHERE application_name = 'picolease' AND datname = current_database()",
             &[],
         ));
         let Ok(rows) = rows else { return };
         self.samples += 1;
+        let blocked_by: std::collections::HashMap<i32, (Vec<i32>, String)> = rows
+            .iter()
+            .map(|r| (r.get(0), (r.get(4), r.get(5))))
+            .collect();
+        let mut cycle = false;
+        for (pid, (blockers, kind)) in &blocked_by {
+            for b in blockers {
+                if let Some((theirs, their_kind)) = blocked_by.get(b) {
+                    if theirs.contains(pid) {
+                        cycle = true;
+                        let mut pair = [kind.as_str(), their_kind.as_str()];
+                        pair.sort();
+                        self.cycle_kinds.insert(pair.join(" <-> "));
+                    }
+                }
+            }
+        }
+        self.cycles += u32::from(cycle);
         for r in rows {
             self.pids.insert(r.get(0));
             if r.get::<_, bool>(1) {
@@ -733,12 +757,16 @@ impl Diag {
         Some(format!(
             "while waiting ({} samples): {:.1} picolease statements running on average, \
              {:.1} of them waiting on a lock; longest running {:.0} ms; {} distinct backends seen \
-             (each reconnect after a cancelled statement is a new one)",
+             (each reconnect after a cancelled statement is a new one); two statements waiting \
+             on each other (a deadlock, cancelled by the request timeout before deadlock_timeout \
+             detects it) in {} samples: {:?}",
             self.samples,
             self.active as f64 / n,
             self.lock_waits as f64 / n,
             self.oldest_ms,
-            self.pids.len()
+            self.pids.len(),
+            self.cycles,
+            self.cycle_kinds
         ))
     }
 }
