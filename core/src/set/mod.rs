@@ -96,7 +96,8 @@ pub struct LeaseSet {
     next_request: u64,
     in_flight: Option<InFlight>,
     next_survey: Instant,
-    surveyed: bool,
+    /// Surveys answered so far (the share is planned from the second on).
+    surveys: u32,
     /// Live members other than this node, with their rows' expiry.
     members: Vec<(HolderId, Instant)>,
     /// Instants at which a row seen by the last survey lapses: the share
@@ -177,7 +178,7 @@ impl LeaseSet {
             next_request: 0,
             in_flight: None,
             next_survey: now,
-            surveyed: false,
+            surveys: 0,
             members: Vec::new(),
             wakeups: Vec::new(),
             shutting_down: false,
@@ -233,9 +234,13 @@ impl LeaseSet {
     }
 
     /// How many leases this node aims for as of `now` (its fair share), or
-    /// `None` before the first survey.
+    /// `None` before the second survey. The first survey may miss nodes
+    /// that started at the same moment (their membership rows not yet
+    /// written); planning from it, the first node of a cluster started
+    /// together would take every lease and then give most of them back.
+    /// One interval later every node that started with it is visible.
     pub fn target(&self, now: Instant) -> Option<usize> {
-        if !self.surveyed {
+        if self.surveys < 2 {
             return None;
         }
         let live = self.members(now);
@@ -384,7 +389,10 @@ impl LeaseSet {
             // A reply of the wrong shape is a driver bug: a failed attempt.
             _ => self.fail_items(now, &batch, Failure::Transient),
         }
-        self.settle(now);
+        // Every input checks the deadlines: a driver that goes from one
+        // batch straight to the next (a database failing fast) must not
+        // keep a lapsed term alive.
+        self.handle_timeout(now);
     }
 
     /// Another contender released `lease` (a PostgreSQL notification): if
@@ -496,7 +504,7 @@ impl LeaseSet {
     }
 
     fn on_survey(&mut self, now: Instant, sent_at: Instant, rows: &[LeaseRow]) {
-        self.surveyed = true;
+        self.surveys = self.surveys.saturating_add(1);
         self.next_survey = sent_at + self.template.interval;
         self.members.clear();
         self.wakeups.clear();
@@ -764,7 +772,12 @@ impl LeaseSet {
         }
     }
 
-    fn send(&mut self, now: Instant, kind: BatchKind, items: Vec<usize>) {
+    fn send(&mut self, now: Instant, kind: BatchKind, mut items: Vec<usize>) {
+        // Sorted by name, byte-wise: every batch on every node then locks
+        // rows in one order (DESIGN §9), so batches never deadlock.
+        items.sort_unstable_by(|&a, &b| {
+            self.slots[a].name.as_str().cmp(self.slots[b].name.as_str())
+        });
         self.next_request += 1;
         let id = RequestId(self.next_request);
         let mut batch = Batch {

@@ -17,6 +17,9 @@ use super::build::{
 };
 use super::decode::{self, Cell, LeaseRow};
 use super::{Dialect, Statement, MEMBER_PREFIX};
+
+/// The alias of the lease table inside the row-locking subquery.
+const LOCKED: &str = "locked";
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId};
 use crate::protocol::Reply;
@@ -144,11 +147,40 @@ impl Builder<'_> {
 
     /// `holder = me AND (name, epoch) IN (<the batch's pairs>)`: the
     /// single renew's and release's condition, per pair.
+    ///
+    /// On PostgreSQL the rows are first locked in name order (byte-wise,
+    /// `COLLATE "C"`), by a `SELECT … ORDER BY name FOR UPDATE` the update
+    /// is restricted to. Lease sets send every batch sorted the same way,
+    /// and the acquire's upsert locks rows in the order of its batch, so
+    /// two batches touching the same rows (a holder's renew, another
+    /// node's acquire) always lock them in one order: one waits for the
+    /// other, they never deadlock. Without it a large renew locked rows in
+    /// the join's order and met acquires head on (measured at 10,000
+    /// leases: lock cycles nearly every interval).
     fn mine_in_batch(&self) -> Expr {
-        self.col(HOLDER_COL).eq(HOLDER).and(
-            Expr::tuple([self.col(NAME), self.col(EPOCH_COL)])
-                .in_subquery(self.batch_pairs_select()),
-        )
+        let mine = |table: &str| {
+            let col = |c: &'static str| Expr::col((Alias::new(table), Alias::new(c)));
+            col(HOLDER_COL).eq(HOLDER).and(
+                Expr::tuple([col(NAME), col(EPOCH_COL)]).in_subquery(self.batch_pairs_select()),
+            )
+        };
+        let condition = mine(self.table.table());
+        match self.dialect {
+            Dialect::Sqlite => condition,
+            Dialect::Postgres => {
+                let locked = Query::select()
+                    .column((Alias::new(LOCKED), Alias::new(NAME)))
+                    .from_as(self.table_ref(), Alias::new(LOCKED))
+                    .and_where(mine(LOCKED))
+                    .order_by_expr(
+                        Expr::cust(format!("\"{LOCKED}\".\"{NAME}\" COLLATE \"C\"")),
+                        sea_query::Order::Asc,
+                    )
+                    .lock(sea_query::LockType::Update)
+                    .to_owned();
+                condition.and(self.col(NAME).in_subquery(locked))
+            }
+        }
     }
 
     /// The multi-row acquire: the single acquire's upsert for every name
@@ -164,6 +196,15 @@ impl Builder<'_> {
             .from_function(self.batch_source(false), Alias::new(ITEM))
             .and_where(Expr::cust("true"))
             .to_owned();
+        let mut select = select;
+        if self.dialect == Dialect::Postgres {
+            // Conflicting rows are locked in this order: by name, byte-wise,
+            // as the renew and release lock theirs (see `mine_in_batch`).
+            select.order_by_expr(
+                Expr::cust(format!("\"{ITEM}\".\"value\" COLLATE \"C\"")),
+                sea_query::Order::Asc,
+            );
+        }
         let query = Query::insert()
             .into_table(self.table_ref())
             .columns([

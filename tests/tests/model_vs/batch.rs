@@ -176,14 +176,24 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
             &mut sql.renew,
             &format!("\"{t}\".\"holder\" = "),
             &format!("\"{t}\".\"holder\" IS NOT NULL AND '' <> "),
-        )
+        );
+        // PostgreSQL checks the holder again where it locks the rows.
+        sql.renew = sql.renew.replace(
+            "\"locked\".\"holder\" = ",
+            "\"locked\".\"holder\" IS NOT NULL AND '' <> ",
+        );
     }),
     ("batch release without the holder condition", |sql, t| {
         replace_all(
             &mut sql.release,
             &format!("\"{t}\".\"holder\" = "),
             &format!("\"{t}\".\"holder\" IS NOT NULL AND '' <> "),
-        )
+        );
+        // PostgreSQL checks the holder again where it locks the rows.
+        sql.release = sql.release.replace(
+            "\"locked\".\"holder\" = ",
+            "\"locked\".\"holder\" IS NOT NULL AND '' <> ",
+        );
     }),
     ("batch renew without the epoch condition", |sql, t| {
         // Each pair's epoch replaced by the row's own: every epoch matches.
