@@ -156,9 +156,15 @@ fn two_processes_share_ten_leases_and_hand_them_over_on_sigterm() {
     // /metrics: per-lease series carry the lease label; the share gauges.
     let (status, metrics) = support::http::get(&addr, "/metrics").expect("metrics answer");
     assert_eq!(status, 200);
-    assert!(metrics.contains(&format!("picolease_leader{{lease=\"{mine}\"}} 1")), "{metrics}");
+    assert!(
+        metrics.contains(&format!("picolease_leader{{lease=\"{mine}\"}} 1")),
+        "{metrics}"
+    );
     assert!(metrics.contains("picolease_set_target 5"), "{metrics}");
-    assert!(metrics.contains("picolease_batch_duration_seconds"), "{metrics}");
+    assert!(
+        metrics.contains("picolease_batch_duration_seconds"),
+        "{metrics}"
+    );
 
     // status hides the membership rows; --members lists both processes.
     let out = picolease(&[
