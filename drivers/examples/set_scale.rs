@@ -710,7 +710,7 @@ struct Diag {
 impl Diag {
     fn sample(&mut self, rt: &Runtime, admin: &tokio_postgres::Client) {
         let rows = rt.block_on(admin.query(
-            "SELECT pid, state = 'active', coalesce(wait_event_type = 'Lock', false), \
+            "SELECT pid, coalesce(state = 'active', false), coalesce(wait_event_type = 'Lock', false), \
                     coalesce(extract(epoch from now() - query_start) * 1000, 0)::float8, \
                     pg_blocking_pids(pid), split_part(ltrim(query), ' ', 1) \
              FROM pg_stat_activity \

@@ -103,6 +103,13 @@ pub struct LeaseSet {
     /// Instants at which a row seen by the last survey lapses: the share
     /// is planned again then.
     wakeups: Vec<Instant>,
+    /// Per lease: whether this node ranks first for it among `owners_of`
+    /// (rendezvous hashing). Nodes try the free leases they rank first for
+    /// before any other, so nodes short of their share at the same time
+    /// reach for different leases instead of colliding on the same rows.
+    owned: Vec<bool>,
+    /// The live members `owned` was computed for.
+    owners_of: Vec<HolderId>,
     shutting_down: bool,
     finished: bool,
     commands: VecDeque<SetCommand>,
@@ -181,6 +188,8 @@ impl LeaseSet {
             surveys: 0,
             members: Vec::new(),
             wakeups: Vec::new(),
+            owned: Vec::new(),
+            owners_of: Vec::new(),
             shutting_down: false,
             finished: false,
             commands: VecDeque::with_capacity(64),
@@ -400,18 +409,33 @@ impl LeaseSet {
     /// A released membership row means its node left: the share is planned
     /// without it at once.
     pub fn handle_release_notice(&mut self, now: Instant, lease: &str) {
+        self.handle_release_notices(now, std::iter::once(lease));
+    }
+
+    /// Several release notices at once (a driver drains the notifications
+    /// that arrived together): each is taken as by
+    /// [`LeaseSet::handle_release_notice`], and the share is planned once
+    /// for all of them. A node giving up hundreds of leases sends hundreds
+    /// of notifications in one commit.
+    pub fn handle_release_notices<'a>(
+        &mut self,
+        now: Instant,
+        leases: impl IntoIterator<Item = &'a str>,
+    ) {
         if self.finished || self.shutting_down {
             return;
         }
-        if let Some(holder) = lease.strip_prefix(MEMBER_PREFIX) {
-            // A node left cleanly: its share is free now, not at its
-            // membership row's expiry.
-            self.members.retain(|(h, _)| h.as_str() != holder);
-        } else if let Some(&i) = self.index.get(lease) {
-            if i != self.member && !self.slots[i].machine.leadership().is_leader() {
-                self.slots[i].seen = Seen::Free;
-                self.slots[i].machine.handle_release_notice(now);
-                self.drain(now, i);
+        for lease in leases {
+            if let Some(holder) = lease.strip_prefix(MEMBER_PREFIX) {
+                // A node left cleanly: its share is free now, not at its
+                // membership row's expiry.
+                self.members.retain(|(h, _)| h.as_str() != holder);
+            } else if let Some(&i) = self.index.get(lease) {
+                if i != self.member && !self.slots[i].machine.leadership().is_leader() {
+                    self.slots[i].seen = Seen::Free;
+                    self.slots[i].machine.handle_release_notice(now);
+                    self.drain(now, i);
+                }
             }
         }
         self.settle(now);
@@ -481,8 +505,17 @@ impl LeaseSet {
         match &reply {
             Reply::Acquired { .. } => self.slots[i].seen = Seen::Free,
             Reply::Held { expires_in, .. } => {
-                self.slots[i].seen = Seen::Held {
-                    until: Some(batch.sent_at + *expires_in),
+                let until = batch.sent_at + *expires_in;
+                self.slots[i].seen = Seen::Held { until: Some(until) };
+                // Tried a little early (a lapsing row still had a few
+                // milliseconds left): plan again right at its expiry
+                // instead of waiting for the next survey.
+                let stale = Duration::from_millis(self.stale_millis().unsigned_abs());
+                if *expires_in < stale {
+                    let at = self.wakeups.partition_point(|&t| t < until);
+                    if self.wakeups.get(at) != Some(&until) {
+                        self.wakeups.insert(at, until);
+                    }
                 }
             }
             _ => {}
@@ -705,8 +738,10 @@ impl LeaseSet {
         if need == 0 {
             return;
         }
-        // Free or lapsed rows first, then rows never seen; the most
-        // preferred first within each.
+        self.rank_owners(now);
+        // The leases this node ranks first for, then the others; within
+        // each, free or lapsed rows before rows never seen, the most
+        // preferred first.
         let mut candidates: Vec<(u8, std::cmp::Reverse<u64>, usize)> = (0..leases)
             .filter(|&i| is_candidate(&self.slots[i]))
             .filter_map(|i| {
@@ -716,15 +751,45 @@ impl LeaseSet {
                     Seen::Unknown => 1,
                     Seen::Held { .. } => return None,
                 };
+                let rank = if self.owned.get(i).copied().unwrap_or(false) {
+                    rank
+                } else {
+                    rank + 2
+                };
                 Some((rank, std::cmp::Reverse(self.slots[i].preference), i))
             })
             .collect();
+        // Only the best `need` are wanted: select them in linear time
+        // (a set may have 100,000 leases and plans after every input).
+        if candidates.len() > need {
+            candidates.select_nth_unstable(need);
+            candidates.truncate(need);
+        }
         candidates.sort_unstable();
-        for &(_, _, i) in candidates.iter().take(need) {
+        for &(_, _, i) in &candidates {
             self.slots[i].machine.set_contending(now, true);
             self.slots[i].machine.handle_release_notice(now);
             self.drain(now, i);
         }
+    }
+
+    /// Recomputes which leases this node ranks first for, when the live
+    /// members changed: O(leases × members), once per membership change.
+    fn rank_owners(&mut self, now: Instant) {
+        let live = self.members(now);
+        if live == self.owners_of && self.owned.len() == self.member {
+            return;
+        }
+        let me = &self.template.holder;
+        self.owned = self.slots[..self.member]
+            .iter()
+            .map(|slot| {
+                live.iter()
+                    .filter(|h| *h != me)
+                    .all(|h| share::preference(h, slot.name.as_str()) < slot.preference)
+            })
+            .collect();
+        self.owners_of = live;
     }
 
     /// Sends the next batch: releases whose work stopped, then renewals,

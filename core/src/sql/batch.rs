@@ -16,7 +16,7 @@ use super::build::{
     db_now, Builder, BATCH, EPOCH_COL, EXPIRES_AT, HOLDER, HOLDER_COL, NAME, STALE, TTL,
 };
 use super::decode::{self, Cell, LeaseRow};
-use super::{Dialect, Statement, MEMBER_PREFIX};
+use super::{db_now_millis, Dialect, Param, Statement, MEMBER_PREFIX};
 
 /// The alias of the lease table inside the row-locking subquery.
 const LOCKED: &str = "locked";
@@ -146,41 +146,63 @@ impl Builder<'_> {
     }
 
     /// `holder = me AND (name, epoch) IN (<the batch's pairs>)`: the
-    /// single renew's and release's condition, per pair.
-    ///
-    /// On PostgreSQL the rows are first locked in name order (byte-wise,
-    /// `COLLATE "C"`), by a `SELECT … ORDER BY name FOR UPDATE` the update
-    /// is restricted to. Lease sets send every batch sorted the same way,
-    /// and the acquire's upsert locks rows in the order of its batch, so
-    /// two batches touching the same rows (a holder's renew, another
-    /// node's acquire) always lock them in one order: one waits for the
-    /// other, they never deadlock. Without it a large renew locked rows in
-    /// the join's order and met acquires head on (measured at 10,000
-    /// leases: lock cycles nearly every interval).
+    /// single renew's and release's condition, per pair (SQLite; see
+    /// [`Builder::pg_locked_pairs`] for PostgreSQL).
     fn mine_in_batch(&self) -> Expr {
-        let mine = |table: &str| {
-            let col = |c: &'static str| Expr::col((Alias::new(table), Alias::new(c)));
-            col(HOLDER_COL).eq(HOLDER).and(
-                Expr::tuple([col(NAME), col(EPOCH_COL)]).in_subquery(self.batch_pairs_select()),
-            )
-        };
-        let condition = mine(self.table.table());
-        match self.dialect {
-            Dialect::Sqlite => condition,
-            Dialect::Postgres => {
-                let locked = Query::select()
-                    .column((Alias::new(LOCKED), Alias::new(NAME)))
-                    .from_as(self.table_ref(), Alias::new(LOCKED))
-                    .and_where(mine(LOCKED))
-                    .order_by_expr(
-                        Expr::cust(format!("\"{LOCKED}\".\"{NAME}\" COLLATE \"C\"")),
-                        sea_query::Order::Asc,
-                    )
-                    .lock(sea_query::LockType::Update)
-                    .to_owned();
-                condition.and(self.col(NAME).in_subquery(locked))
-            }
+        self.col(HOLDER_COL).eq(HOLDER).and(
+            Expr::tuple([self.col(NAME), self.col(EPOCH_COL)])
+                .in_subquery(self.batch_pairs_select()),
+        )
+    }
+
+    /// PostgreSQL: the rows of the batch that we hold at their epochs,
+    /// locked in name order (byte-wise, `COLLATE "C"`), as a derived table
+    /// `locked(name, epoch)` to update from; its one parameter is the
+    /// batch, after `holder` (`$holder`, `$batch`).
+    ///
+    /// Lease sets send every batch sorted the same way and the acquire's
+    /// upsert locks rows in the order of its batch, so two batches
+    /// touching the same rows (a holder's renew, another node's acquire)
+    /// always lock them in one order: one waits for the other, they never
+    /// deadlock. Without it a large renew locked rows in the join's order
+    /// and met acquires head on (measured at 10,000 leases: lock cycles
+    /// nearly every interval). The join on the primary key keeps it one
+    /// index probe per item.
+    fn pg_locked_pairs(&self, holder: usize, batch: usize) -> String {
+        format!(
+            "(SELECT \"{LOCKED}\".\"{NAME}\", \"{LOCKED}\".\"{EPOCH_COL}\" FROM {table} AS \"{LOCKED}\" \
+             JOIN json_array_elements(CAST(CAST(${batch} AS text) AS json)) AS \"{ITEM}\" \
+             ON \"{LOCKED}\".\"{NAME}\" = \"{ITEM}\".\"value\" ->> 0 \
+             AND \"{LOCKED}\".\"{EPOCH_COL}\" = CAST(\"{ITEM}\".\"value\" ->> 1 AS bigint) \
+             WHERE \"{LOCKED}\".\"{HOLDER_COL}\" = ${holder} \
+             ORDER BY \"{LOCKED}\".\"{NAME}\" COLLATE \"C\" FOR UPDATE OF \"{LOCKED}\") AS \"{LOCKED}\"",
+            table = self.qualified_table(),
+        )
+    }
+
+    /// The table as SQL, schema-qualified when it has a schema.
+    fn qualified_table(&self) -> String {
+        // Identifiers are validated (letters, digits, underscores).
+        match self.table.schema() {
+            Some(schema) => format!("\"{schema}\".\"{}\"", self.table.table()),
+            None => format!("\"{}\"", self.table.table()),
         }
+    }
+
+    /// PostgreSQL: `UPDATE … SET <set> FROM <locked pairs> WHERE` the row
+    /// is the locked one, still ours at that epoch, `RETURNING name,
+    /// epoch`. `set` uses the placeholders before `holder`.
+    fn pg_update_locked(&self, set: &str, holder: usize, batch: usize) -> String {
+        let t = self.table.table();
+        format!(
+            "UPDATE {table} SET {set} FROM {locked} \
+             WHERE \"{t}\".\"{NAME}\" = \"{LOCKED}\".\"{NAME}\" \
+             AND \"{t}\".\"{EPOCH_COL}\" = \"{LOCKED}\".\"{EPOCH_COL}\" \
+             AND \"{t}\".\"{HOLDER_COL}\" = ${holder} \
+             RETURNING \"{t}\".\"{NAME}\", \"{t}\".\"{EPOCH_COL}\"",
+            table = self.qualified_table(),
+            locked = self.pg_locked_pairs(holder, batch),
+        )
     }
 
     /// The multi-row acquire: the single acquire's upsert for every name
@@ -223,12 +245,68 @@ impl Builder<'_> {
                 self.col(EXPIRES_AT).sub(now()),
             ]))
             .to_owned();
-        self.render(&query)
+        let statement = self.render(&query);
+        match self.dialect {
+            Dialect::Sqlite => statement,
+            Dialect::Postgres => self.pg_skip_held(statement),
+        }
+    }
+
+    /// PostgreSQL: the batch acquire without touching the rows another
+    /// holder visibly holds. `INSERT … ON CONFLICT DO UPDATE` locks every
+    /// conflicting row until its commit, even one it leaves as it is, so a
+    /// node reaching for many held leases would queue the holders' renews
+    /// behind it. Rows held by another holder, sound and unexpired in the
+    /// statement's snapshot, are read instead (the same `name, holder,
+    /// epoch, expires_in` the upsert returns for them, unchanged) and left
+    /// out of the upsert; every other name goes through the upsert as
+    /// before. A row freed after the snapshot is merely reported held, and
+    /// tried again later; nothing is ever taken that the upsert would not
+    /// take.
+    fn pg_skip_held(&self, upsert: Statement) -> Statement {
+        let now = db_now_millis(Dialect::Postgres);
+        let held = format!(
+            "SELECT \"h\".\"{NAME}\", \"h\".\"{HOLDER_COL}\", \"h\".\"{EPOCH_COL}\", \
+             \"h\".\"{EXPIRES_AT}\" - ({now}) FROM {table} AS \"h\" \
+             JOIN json_array_elements_text(CAST(CAST($3 AS text) AS json)) AS \"b\" \
+             ON \"h\".\"{NAME}\" = \"b\".\"value\" \
+             WHERE \"h\".\"{HOLDER_COL}\" IS NOT NULL AND \"h\".\"{HOLDER_COL}\" <> $1 \
+             AND \"h\".\"{EPOCH_COL}\" >= 0 AND \"h\".\"{EXPIRES_AT}\" > ({now})",
+            table = self.qualified_table(),
+        );
+        let insert = upsert.sql.replacen(
+            "WHERE true",
+            &format!("WHERE \"{ITEM}\".\"value\" NOT IN (SELECT \"{NAME}\" FROM \"held\")"),
+            1,
+        );
+        debug_assert_ne!(
+            insert, upsert.sql,
+            "the upsert's WHERE is the one to extend"
+        );
+        debug_assert_eq!(
+            upsert.params,
+            [Param::Holder, Param::TtlMillis, Param::Batch],
+            "$1 is the holder and $3 the batch"
+        );
+        Statement {
+            sql: format!(
+                "WITH \"held\" AS ({held}), \"taken\" AS ({insert}) \
+                 SELECT * FROM \"taken\" UNION ALL SELECT * FROM \"held\""
+            ),
+            params: upsert.params,
+        }
     }
 
     /// The multi-row renew: extends every row of the batch held by us at
     /// its epoch (the single renew's condition, per pair).
     pub(super) fn renew_batch(&self) -> Statement {
+        if self.dialect == Dialect::Postgres {
+            let now = db_now_millis(Dialect::Postgres);
+            return Statement {
+                sql: self.pg_update_locked(&format!("\"{EXPIRES_AT}\" = ({now}) + $1"), 2, 3),
+                params: vec![Param::TtlMillis, Param::Holder, Param::Batch],
+            };
+        }
         let query = Query::update()
             .table(self.table_ref())
             .value(
@@ -245,6 +323,24 @@ impl Builder<'_> {
     /// its epoch, keeping the epoch; on PostgreSQL it notifies the release
     /// channel with each freed name in the same statement.
     pub(super) fn release_batch(&self) -> Statement {
+        if self.dialect == Dialect::Postgres {
+            let now = db_now_millis(Dialect::Postgres);
+            let update = self.pg_update_locked(
+                &format!("\"{HOLDER_COL}\" = NULL, \"{EXPIRES_AT}\" = {now}"),
+                1,
+                2,
+            );
+            return Statement {
+                // The channel is derived from a validated identifier: it
+                // holds only letters, digits, underscores and a dot.
+                sql: format!(
+                    "WITH released AS ({update}) SELECT released.name, released.epoch FROM released \
+                     CROSS JOIN LATERAL pg_notify('{}', released.name) AS notified",
+                    self.table.release_channel()
+                ),
+                params: vec![Param::Holder, Param::Batch],
+            };
+        }
         let update = Query::update()
             .table(self.table_ref())
             .value(Alias::new(HOLDER_COL), Expr::cust("NULL"))

@@ -731,10 +731,28 @@ async fn run(
             }
             None => {}
         }
-        match notice {
-            Some(Notice::Released(name)) => runner.set.handle_release_notice(now, &name),
-            Some(Notice::Resubscribed) => runner.set.handle_change(now),
-            None => {}
+        if let Some(first) = notice {
+            // Notifications come in bursts (a node giving up its surplus
+            // frees hundreds of leases in one commit): take every one
+            // already here, and let the set plan once for all of them.
+            let mut released = Vec::new();
+            let mut resubscribed = false;
+            let mut next = Some(first);
+            while let Some(notice) = next {
+                match notice {
+                    Notice::Released(name) => released.push(name),
+                    Notice::Resubscribed => resubscribed = true,
+                }
+                next = notices.next().now_or_never();
+            }
+            if !released.is_empty() {
+                runner
+                    .set
+                    .handle_release_notices(now, released.iter().map(String::as_str));
+            }
+            if resubscribed {
+                runner.set.handle_change(now);
+            }
         }
         runner.reap();
         let now = runner.now();

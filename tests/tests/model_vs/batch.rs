@@ -197,7 +197,13 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
     }),
     ("batch renew without the epoch condition", |sql, t| {
         // Each pair's epoch replaced by the row's own: every epoch matches.
-        let row_epoch = format!("\"{t}\".\"epoch\"");
+        // (PostgreSQL joins the pairs inside the row-locking subquery,
+        // where the row is `locked`.)
+        let row_epoch = if sql.renew.contains("\"locked\"") {
+            "\"locked\".\"epoch\"".to_string()
+        } else {
+            format!("\"{t}\".\"epoch\"")
+        };
         for epoch in [
             "json_extract(\"j\".\"value\", '$[1]')",
             "CAST(\"j\".\"value\" ->> 1 AS bigint)",
@@ -211,7 +217,13 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
             &mut sql.acquire,
             &format!("\"{t}\".\"expires_at\" <= ("),
             &format!("\"{t}\".\"expires_at\" - 1000000000 <= ("),
-        )
+        );
+        // PostgreSQL first reads the rows others hold, unexpired, to leave
+        // them out of the upsert: that read loses its expiry check too.
+        sql.acquire = sql.acquire.replace(
+            "\"h\".\"expires_at\" > (",
+            "\"h\".\"expires_at\" - 1000000000 > (",
+        );
     }),
     ("survey reporting lapsed members", |sql, t| {
         replace_all(
