@@ -98,6 +98,11 @@ pub struct LeaseSet {
     next_survey: Instant,
     /// Surveys answered so far (the share is planned from the second on).
     surveys: u32,
+    /// An acquire found a lease this node believed free already taken
+    /// (nodes short of their share at once reached for the same rows):
+    /// other rows it believes free may be taken too, so it surveys before
+    /// choosing again rather than trying them one batch at a time.
+    resurvey: bool,
     /// Live members other than this node, with their rows' expiry.
     members: Vec<(HolderId, Instant)>,
     /// Instants at which a row seen by the last survey lapses: the share
@@ -186,6 +191,7 @@ impl LeaseSet {
             in_flight: None,
             next_survey: now,
             surveys: 0,
+            resurvey: false,
             members: Vec::new(),
             wakeups: Vec::new(),
             owned: Vec::new(),
@@ -506,11 +512,20 @@ impl LeaseSet {
             Reply::Acquired { .. } => self.slots[i].seen = Seen::Free,
             Reply::Held { expires_in, .. } => {
                 let until = batch.sent_at + *expires_in;
+                let believed_free = match self.slots[i].seen {
+                    Seen::Free => true,
+                    Seen::Held { until: Some(t) } => t <= batch.sent_at,
+                    _ => false,
+                };
+                let stale = Duration::from_millis(self.stale_millis().unsigned_abs());
+                if believed_free && *expires_in >= stale && i != self.member {
+                    self.resurvey = true;
+                    self.next_survey = self.next_survey.min(now);
+                }
                 self.slots[i].seen = Seen::Held { until: Some(until) };
                 // Tried a little early (a lapsing row still had a few
                 // milliseconds left): plan again right at its expiry
                 // instead of waiting for the next survey.
-                let stale = Duration::from_millis(self.stale_millis().unsigned_abs());
                 if *expires_in < stale {
                     let at = self.wakeups.partition_point(|&t| t < until);
                     if self.wakeups.get(at) != Some(&until) {
@@ -538,6 +553,7 @@ impl LeaseSet {
 
     fn on_survey(&mut self, now: Instant, sent_at: Instant, rows: &[LeaseRow]) {
         self.surveys = self.surveys.saturating_add(1);
+        self.resurvey = false;
         self.next_survey = sent_at + self.template.interval;
         self.members.clear();
         self.wakeups.clear();
@@ -735,7 +751,7 @@ impl LeaseSet {
             return;
         }
         let need = want - competing.len();
-        if need == 0 {
+        if need == 0 || self.resurvey {
             return;
         }
         self.rank_owners(now);
@@ -804,6 +820,15 @@ impl LeaseSet {
             .collect();
         if !release.is_empty() {
             return self.send(now, BatchKind::Release, release);
+        }
+        if self.resurvey
+            && !self.shutting_down
+            && !self
+                .slots
+                .iter()
+                .any(|s| matches!(s.queued, Some((_, Operation::Renew { .. }))))
+        {
+            return self.send(now, BatchKind::Survey, Vec::new());
         }
         for kind in [BatchKind::Renew, BatchKind::Acquire] {
             let due = |s: &Slot| {
