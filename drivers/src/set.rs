@@ -103,6 +103,34 @@ pub struct SetStatus {
 /// The shared state behind a set's handle.
 pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
 
+/// What a set's handle reads, the same on both drivers: the transitions
+/// (taken once) and the status.
+#[derive(Debug)]
+pub(crate) struct SetOutputs {
+    status: SharedStatus,
+    transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
+}
+
+impl SetOutputs {
+    pub(crate) fn transitions(&self) -> Option<mpsc::Receiver<SetTransition>> {
+        self.transitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    pub(crate) fn status(&self) -> SetStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn status_view(&self) -> SetStatusView {
+        SetStatusView(Arc::clone(&self.status))
+    }
+}
+
 /// A cheap, cloneable reader of a set's [`SetStatus`], for threads that
 /// do not own the handle (an HTTP endpoint, say).
 #[derive(Clone, Debug, Default)]
@@ -141,14 +169,16 @@ pub(crate) struct SetRunner {
 pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
 
 impl SetRunner {
-    pub(crate) fn new(
-        set: LeaseSet,
-        works: Vec<SetWork>,
-        events: mpsc::Sender<SetTransition>,
-        status: SharedStatus,
-    ) -> Self {
+    /// A runner for `set` and the outputs its handle reads.
+    pub(crate) fn new(set: LeaseSet, works: Vec<SetWork>) -> (Self, SetOutputs) {
+        let (events, transitions) = mpsc::channel();
+        let status = SharedStatus::default();
         status.lock().unwrap_or_else(|p| p.into_inner()).me = Some(set.config().holder.clone());
-        SetRunner {
+        let outputs = SetOutputs {
+            status: Arc::clone(&status),
+            transitions: Mutex::new(Some(transitions)),
+        };
+        let runner = SetRunner {
             holder: set.config().holder.clone(),
             set,
             origin: crate::clock::boottime(),
@@ -159,7 +189,8 @@ impl SetRunner {
             events,
             status,
             handed_out: None,
-        }
+        };
+        (runner, outputs)
     }
 
     /// Now on the set's clock.

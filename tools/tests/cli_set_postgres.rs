@@ -13,34 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use support::pg::sql;
 use support::{now_ms, signal, Log, Node};
 
 const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-
-fn sql(url: &str, sql: &str) -> Vec<String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("the PostgreSQL server at 127.0.0.1:5432 must be running for these tests");
-        tokio::spawn(connection);
-        client
-            .simple_query(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-            .into_iter()
-            .filter_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => {
-                    Some(row.get(0).unwrap_or("NULL").to_string())
-                }
-                _ => None,
-            })
-            .collect()
-    })
-}
 
 /// A database of this test's own, dropped at the end.
 struct Database(String);

@@ -24,7 +24,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::Duration;
 
 use futures::future::BoxFuture as FutBox;
@@ -42,7 +42,7 @@ use super::cells::{param_type, rows_to_cells, to_sql};
 use super::connect::{BoxFuture, Connect, Listener};
 use super::error::PgError;
 use super::link::create_table;
-use crate::set::{SetLeaderContext, SetRunner, SetStatus, SetTransition, SetWork, SharedStatus};
+use crate::set::{SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork};
 
 /// The `application_name` both connections of a set announce.
 const APPLICATION_NAME: &str = "picolease";
@@ -133,9 +133,7 @@ impl PgLeaseSetBuilder {
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
         let statements = Arc::new(Statements::new(Dialect::Postgres, &table));
         let (control, inbox) = mpsc::unbounded_channel();
-        let (events, transitions) = std_mpsc::channel();
-        let status = SharedStatus::default();
-        let runner = SetRunner::new(set, works, events, Arc::clone(&status));
+        let (runner, outputs) = SetRunner::new(set, works);
         let link = SetLink {
             connector: Arc::clone(&connector),
             statements,
@@ -156,8 +154,7 @@ impl PgLeaseSetBuilder {
         Ok(PgLeaseSet {
             control,
             task: Some(task),
-            status,
-            transitions: Mutex::new(Some(transitions)),
+            outputs,
         })
     }
 }
@@ -172,8 +169,7 @@ impl PgLeaseSetBuilder {
 pub struct PgLeaseSet {
     control: mpsc::UnboundedSender<Control>,
     task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
-    status: SharedStatus,
-    transitions: Mutex<Option<std_mpsc::Receiver<SetTransition>>>,
+    outputs: SetOutputs,
 }
 
 impl std::fmt::Debug for PgLeaseSet {
@@ -207,23 +203,17 @@ impl PgLeaseSet {
     /// Every lease's transitions, in order, from the start (the first call
     /// takes the receiver; later calls get `None`).
     pub fn transitions(&self) -> Option<std_mpsc::Receiver<SetTransition>> {
-        self.transitions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+        self.outputs.transitions()
     }
 
     /// What this node holds, whom it sees, its share.
     pub fn status(&self) -> SetStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.outputs.status()
     }
 
     /// A reader of [`PgLeaseSet::status`] for other threads.
     pub fn status_view(&self) -> crate::set::SetStatusView {
-        crate::set::SetStatusView(Arc::clone(&self.status))
+        self.outputs.status_view()
     }
 
     /// Gives `lease` up (its work stops, then it is released); this node

@@ -1,7 +1,7 @@
 //! A lease set on SQLite (DESIGN §9): one thread, one connection, one
 //! statement at a time, whatever the number of leases.
 
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use picolease_core::{Config, LeaseName, LeaseSet};
 use super::error::Error;
 use super::open::Database;
 use super::table::LeaseTable;
-use crate::set::{SetLeaderContext, SetRunner, SetStatus, SetTransition, SetWork, SharedStatus};
+use crate::set::{SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork};
 
 /// How often a node under its share checks the file for another
 /// connection's commit (`PRAGMA data_version`, a few microseconds) and
@@ -62,9 +62,7 @@ impl SqliteLeaseSetBuilder {
         database.busy_timeout = database.busy_timeout.min(template.request_timeout * 3 / 4);
         let table = LeaseTable::open(&database)?;
         let (control, inbox) = mpsc::channel();
-        let (events, transitions) = mpsc::channel();
-        let status = SharedStatus::default();
-        let runner = SetRunner::new(set, works, events, Arc::clone(&status));
+        let (runner, outputs) = SetRunner::new(set, works);
         let thread = std::thread::Builder::new()
             .name("picolease-set".into())
             .spawn(move || run(runner, table, inbox, change_check))
@@ -73,8 +71,7 @@ impl SqliteLeaseSetBuilder {
             template,
             control,
             thread: Some(thread),
-            status,
-            transitions: Mutex::new(Some(transitions)),
+            outputs,
         })
     }
 }
@@ -87,8 +84,7 @@ pub struct SqliteLeaseSet {
     template: Config,
     control: mpsc::Sender<Control>,
     thread: Option<JoinHandle<Result<(), Error>>>,
-    status: SharedStatus,
-    transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
+    outputs: SetOutputs,
 }
 
 impl SqliteLeaseSet {
@@ -111,23 +107,17 @@ impl SqliteLeaseSet {
     /// Every lease's transitions, in order, from the start (the first call
     /// takes the receiver; later calls get `None`).
     pub fn transitions(&self) -> Option<mpsc::Receiver<SetTransition>> {
-        self.transitions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+        self.outputs.transitions()
     }
 
     /// What this node holds, whom it sees, its share.
     pub fn status(&self) -> SetStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.outputs.status()
     }
 
     /// A reader of [`SqliteLeaseSet::status`] for other threads.
     pub fn status_view(&self) -> crate::set::SetStatusView {
-        crate::set::SetStatusView(Arc::clone(&self.status))
+        self.outputs.status_view()
     }
 
     /// Gives `lease` up (its work stops, then it is released); this node

@@ -70,13 +70,11 @@ pub fn run(
     } else {
         let command = args.command.clone();
         let node = node.clone();
-        let tx = Mutex::new(tx.clone());
-        let tx = Arc::new(tx);
+        let tx = tx.clone();
         Some(Arc::new(move |ctx: SetLeaderContext| {
             let lease = ctx.lease.clone();
-            let tx = Arc::clone(&tx);
+            let tx = tx.clone();
             let gated = Gated::new(command.clone(), grace, node.clone(), move |event| {
-                let tx = tx.lock().unwrap_or_else(|p| p.into_inner());
                 let _ = tx.send(Event::Child(lease.clone(), event));
             });
             gated.run_term(&SetTerm(ctx));
@@ -167,7 +165,7 @@ fn session(
         let Ok(event) = events.recv() else {
             break Stop::DriverFinished;
         };
-        if let Some(stop) = handle(printers, set.as_ref(), event) {
+        if let Some(stop) = handle(printers, Some(set.as_ref()), event) {
             break stop;
         }
     };
@@ -177,7 +175,7 @@ fn session(
             if matches!(event, Event::DriverEnded) {
                 break;
             }
-            handle(printers, &Gone, event);
+            handle(printers, None, event);
         }
     }
     outcome?;
@@ -190,17 +188,9 @@ fn session(
     }
 }
 
-/// The set after its shutdown: nothing to give up any more.
-struct Gone;
-
-impl SetContender for Gone {
-    fn give_up(&self, _: &LeaseName) {}
-    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
-        Ok(())
-    }
-}
-
-fn handle(printers: &Printers, set: &dyn SetContender, event: Event) -> Option<Stop> {
+/// Prints one event; says whether it is a reason to stop. `set` is `None`
+/// once the set is shutting down (nothing to give up any more).
+fn handle(printers: &Printers, set: Option<&dyn SetContender>, event: Event) -> Option<Stop> {
     match event {
         Event::Transition(SetTransition {
             lease,
@@ -233,7 +223,9 @@ fn handle(printers: &Printers, set: &dyn SetContender, event: Event) -> Option<S
             printers.for_lease(&lease).child_exit(pid, epoch, &status);
             if by_itself {
                 // Its work is done: give the lease up; the set goes on.
-                set.give_up(&lease);
+                if let Some(set) = set {
+                    set.give_up(&lease);
+                }
             }
         }
         Event::Child(_, ChildEvent::SpawnFailed(message)) => {

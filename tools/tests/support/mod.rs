@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod pg;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
