@@ -212,13 +212,16 @@ fn one_command_per_held_lease_and_an_exit_gives_the_lease_up() {
         seen.display()
     );
     let mut a = spawn(&db, 0, &log, "s{0..2}", &["--", "sh", "-c", &script]);
-    wait_for("three children and s1's exit", || {
+    // A CMD writes its line after its `child` event, and s1's CMD comes
+    // back after its rest: wait for one line from each lease's CMD.
+    wait_for("a CMD for each lease and s1's exit", || {
         let events = log.lock().unwrap();
-        let children = events.iter().filter(|e| e.kind() == "child").count();
         let exited = events
             .iter()
             .any(|e| e.kind() == "child_exit" && e.json["name"] == "s1" && e.json["code"] == 3);
-        children >= 3 && exited
+        let lines = std::fs::read_to_string(&seen).unwrap_or_default();
+        let written: BTreeSet<&str> = lines.lines().filter_map(|l| l.split(' ').next()).collect();
+        exited && written.len() == 3
     });
     // s1 was given up (follower, released) while run goes on.
     wait_for("s1 released", || {

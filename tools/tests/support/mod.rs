@@ -48,6 +48,16 @@ pub struct Node {
     pub reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A test that fails midway leaves no `run` behind (an orphan would go on
+/// starting CMDs in a deleted directory); after a normal end the process
+/// has exited already and this changes nothing.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Starts `picolease --db DB [ARGS…] run --name LEASE --ttl TTL --json
 /// --node n<node> [EXTRA…]` and records its events in `log`.
 pub fn spawn(
