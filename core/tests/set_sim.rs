@@ -175,3 +175,23 @@ proptest! {
         }
     }
 }
+
+/// A case the random schedules found: a late joiner that ranks first by
+/// holder id takes a share from a node that ranked before it, a move the
+/// share requires; only after it is the cluster settled, and then nothing
+/// moves.
+#[test]
+fn a_joiner_that_ranks_first_takes_its_share_and_then_nothing_moves() {
+    let mut config = SetSimConfig::new(4, 2, 921_920_985_791_276_954);
+    config.duration = secs(16.0);
+    let join = Duration::from_millis(2_322);
+    config.starts[0] = join;
+    let report = run(config);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let settled = report.settled_after(join).expect("settles");
+    assert!(
+        settled <= join + secs(2.0 + 5.0 * 0.5),
+        "settled at {settled:?}"
+    );
+    assert_eq!(report.moves_since(settled + secs(0.5)), 0);
+}

@@ -88,6 +88,8 @@ pub struct ShareSample {
     pub held: Vec<Option<usize>>,
     /// Leases whose work runs nowhere.
     pub unheld: usize,
+    /// Per node: its holder id.
+    pub holders: Vec<String>,
 }
 
 /// What a run produced.
@@ -105,7 +107,7 @@ pub struct SetReport {
 
 impl SetReport {
     /// The first sample from which every later sample has every lease held
-    /// and the shares of running nodes within one of each other.
+    /// and every running node at its share (so shares within one).
     pub fn settled_at(&self) -> Option<Duration> {
         self.settled_after(Duration::ZERO)
     }
@@ -115,11 +117,22 @@ impl SetReport {
     pub fn settled_after(&self, from: Duration) -> Option<Duration> {
         let mut settled = None;
         for sample in self.samples.iter().filter(|s| s.at >= from) {
-            let counts: Vec<usize> = sample.held.iter().flatten().copied().collect();
-            let balanced = match (counts.iter().min(), counts.iter().max()) {
-                (Some(min), Some(max)) => max - min <= 1,
-                _ => false,
-            };
+            // Settled: every running node holds exactly its share (so
+            // within one of the others), by its rank among the running
+            // nodes' holder ids; a lease still due to move because of a
+            // rank shift is not settled yet.
+            let mut running: Vec<(&str, usize)> = sample
+                .held
+                .iter()
+                .zip(&sample.holders)
+                .filter_map(|(held, holder)| held.map(|h| (holder.as_str(), h)))
+                .collect();
+            running.sort_unstable();
+            let leases = sample.unheld + running.iter().map(|r| r.1).sum::<usize>();
+            let balanced = !running.is_empty()
+                && running.iter().enumerate().all(|(rank, &(_, held))| {
+                    held == crate::set::share::target(leases, running.len(), rank)
+                });
             if sample.unheld == 0 && balanced {
                 settled.get_or_insert(sample.at);
             } else {
@@ -444,10 +457,12 @@ impl SetSimulation {
                             .map(|_| n.working.iter().flatten().count())
                     })
                     .collect();
+                let holders = self.nodes.iter().map(|n| n.holder.to_string()).collect();
                 self.report.samples.push(ShareSample {
                     at: Duration::from_nanos(self.now),
                     held,
                     unheld,
+                    holders,
                 });
                 let next = self.now + self.config.interval.as_nanos() as u64;
                 self.schedule(next, Event::Sample);
