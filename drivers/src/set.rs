@@ -326,6 +326,16 @@ impl SetRunner {
             cancellation: cancellation.clone(),
             deadlines: Arc::clone(&self.deadlines),
         };
+        // The work reads its deadline as soon as its thread starts: record
+        // it now, not only at the end of this step (a work that found none
+        // would take its term as already over and never start).
+        if let Some(at) = self.set.deadline(lease.as_str()) {
+            let at = self.origin + Duration::from_nanos(at.as_nanos());
+            self.deadlines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(lease.clone(), (epoch, at));
+        }
         let threads = self
             .works
             .iter()

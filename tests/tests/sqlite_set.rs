@@ -1,7 +1,7 @@
 //! Lease sets on a real SQLite file (DESIGN §9): three nodes share 30
 //! leases ten each, a crashed node's leases are taken at their expiry, a
 //! clean shutdown hands its leases over at once, and the work of each
-//! lease runs on exactly one node.
+//! lease runs on exactly one node, starting with its term's deadline.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -33,12 +33,17 @@ fn start(path: &std::path::Path, holder: &str, running: &Running) -> SqliteLease
     SqliteLeaseSet::builder(template(holder), leases(30), Database::file(path))
         .while_leader(move |ctx| {
             let key = ctx.lease.to_string();
+            // The work starts with its term's deadline in hand.
+            let who = match ctx.deadline() {
+                Some(_) => ctx.holder.to_string(),
+                None => format!("{} without a deadline", ctx.holder),
+            };
             running
                 .lock()
                 .unwrap()
                 .entry(key.clone())
                 .or_default()
-                .push(ctx.holder.to_string());
+                .push(who);
             let twice = running.lock().unwrap()[&key].len() > 1;
             assert!(!twice, "lease {key} worked twice");
             ctx.cancellation.wait();
@@ -93,6 +98,17 @@ fn three_sqlite_nodes_share_thirty_leases_and_take_over_a_crashed_ones() {
     wait_until("30 works", Duration::from_secs(2), || {
         workers(&running) == 30
     });
+    let started_blind: Vec<String> = running
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, who)| who.iter().any(|w| w.ends_with("without a deadline")))
+        .map(|(lease, _)| lease.clone())
+        .collect();
+    assert!(
+        started_blind.is_empty(),
+        "work started without a deadline: {started_blind:?}"
+    );
 
     // A crash: c's leases lapse and a and b take 15 each.
     let crashed_at = Instant::now();
