@@ -1,6 +1,7 @@
 //! Clean handover on PostgreSQL: with release notifications the successor
 //! leads at once (DESIGN §4 target: one round trip); without them, within
-//! one polling interval.
+//! one polling interval; a released leader lingers before closing its
+//! connections, after its successor leads.
 //!
 //! Latency is measured as the brief defines it — from the old leader's
 //! `shutdown()` returning to the successor's leadership update (zero when
@@ -200,4 +201,51 @@ async fn a_release_after_slow_stopping_work_still_hands_over_at_once() {
         "released, not lapsed: {took:?} (term had {left:?} left)"
     );
     successor.shutdown().await.unwrap();
+}
+
+/// After a release the old leader keeps its connections open for the
+/// linger (their teardown would compete on the server with the
+/// successor's acquire): the successor leads while that shutdown is still
+/// lingering, the shutdown returns no sooner than the linger, and a
+/// follower, which released nothing, does not linger.
+#[tokio::test]
+async fn a_released_leader_lingers_after_the_successor_leads() {
+    const LINGER: Duration = Duration::from_secs(1);
+    let table = unique_table("linger");
+    let leader = contender(&table, "l", "linger-a", TTL)
+        .linger(LINGER)
+        .start()
+        .unwrap();
+    wait_for(&mut leader.watch(), PATIENCE, "a leads", |l| l.is_leader()).await;
+    let successor = contender(&table, "l", "linger-b", TTL).start().unwrap();
+    let mut rx = successor.watch();
+    wait_for(&mut rx, PATIENCE, "b sees a", |l| l.holder.is_some()).await;
+    let stopped = Instant::now();
+    let shutdown = tokio::spawn(leader.shutdown());
+    wait_for(&mut rx, PATIENCE, "b leads", |l| l.is_leader()).await;
+    assert!(
+        !shutdown.is_finished(),
+        "a's shutdown returned before its linger ({:?} after it began)",
+        stopped.elapsed()
+    );
+    shutdown.await.unwrap().expect("a shuts down cleanly");
+    assert!(stopped.elapsed() >= LINGER, "{:?}", stopped.elapsed());
+
+    let follower = contender(&table, "l", "linger-c", TTL)
+        .linger(LINGER)
+        .start()
+        .unwrap();
+    wait_for(&mut follower.watch(), PATIENCE, "c sees b", |l| {
+        l.holder.is_some()
+    })
+    .await;
+    let stopped = Instant::now();
+    follower.shutdown().await.expect("c shuts down cleanly");
+    assert!(
+        stopped.elapsed() < LINGER,
+        "a follower released nothing and does not linger: {:?}",
+        stopped.elapsed()
+    );
+    successor.shutdown().await.unwrap();
+    drop_table(&admin().await, &table).await;
 }

@@ -2,7 +2,8 @@
 //! each over two connections per node, a crashed node's leases are taken
 //! at their expiry, a clean shutdown hands its leases over at once (by
 //! NOTIFY), and the work of each lease runs on exactly one node. Then two
-//! nodes share 1,000 leases.
+//! nodes share 1,000 leases, and a set that released lingers before
+//! closing its connections.
 
 mod pg_support;
 
@@ -277,5 +278,44 @@ async fn a_pg_set_reconnects_after_a_reset_and_a_stall() {
     );
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+    drop_table(&admin, &table).await;
+}
+
+/// A set that released leases on shutdown keeps its two connections for
+/// the linger: the other node takes every lease while that shutdown is
+/// still lingering, and the shutdown returns no sooner than the linger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_set_lingers_after_releasing_on_shutdown() {
+    const LINGER: Duration = Duration::from_secs(1);
+    let admin = admin().await;
+    let table = unique_table("set_linger");
+    let build = |holder: &str| {
+        let connector = PgConnector::new(&url_for(PG_ADDR, holder)).unwrap();
+        PgLeaseSet::builder(template(holder), leases("g", 4), connector)
+            .table(table.clone())
+            .linger(LINGER)
+            .start()
+            .expect("start")
+    };
+    let a = build("linger-a");
+    let b = build("linger-b");
+    wait_until("2 and 2", Duration::from_secs(15), || {
+        counts(&[&a, &b]) == vec![2, 2]
+    })
+    .await;
+    let stopped = Instant::now();
+    let shutdown = tokio::spawn(b.shutdown());
+    wait_until("4 on a", Duration::from_secs(5), || {
+        counts(&[&a]) == vec![4]
+    })
+    .await;
+    assert!(
+        !shutdown.is_finished(),
+        "b's shutdown returned before its linger ({:?} after it began)",
+        stopped.elapsed()
+    );
+    shutdown.await.unwrap().expect("b shuts down cleanly");
+    assert!(stopped.elapsed() >= LINGER, "{:?}", stopped.elapsed());
+    a.shutdown().await.unwrap();
     drop_table(&admin, &table).await;
 }

@@ -55,6 +55,10 @@ pub(crate) struct Driver {
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) last_error: LastError,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
+    /// How long the connections stay open after a release freed the row.
+    pub(crate) linger: Duration,
+    /// A release freed the row: a successor may be acquiring it now.
+    pub(crate) released: bool,
 }
 
 /// However the loop ends (finished, or its task aborted or dropped with
@@ -125,6 +129,9 @@ impl Driver {
                         _ => Outcome::Answered,
                     });
                     let accepted_renew = matches!((operation, &reply), (Operation::Renew { .. }, Reply::Accepted));
+                    if matches!((operation, &reply), (Operation::Release { .. }, Reply::Accepted)) {
+                        self.released = true;
+                    }
                     let now = self.now();
                     self.lease.handle_reply(now, request, reply);
                     if accepted_renew {
@@ -143,6 +150,11 @@ impl Driver {
                     None => self.notices = None,
                 },
             }
+        }
+        if self.released && !self.linger.is_zero() {
+            // Closing both connections now would have the server tear two
+            // backends down while the successor acquires (DEFAULT_LINGER).
+            tokio::time::sleep(self.linger).await;
         }
         if let Some(listener) = self.listener.take() {
             listener.abort();

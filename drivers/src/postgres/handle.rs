@@ -27,6 +27,7 @@ pub struct PgLeaseBuilder {
     table: TableName,
     auto_create: bool,
     notifications: bool,
+    linger: Duration,
     tasks: Vec<GatedTask>,
     publisher: Arc<Publisher>,
 }
@@ -60,6 +61,16 @@ impl PgLeaseBuilder {
     /// release at its next poll, within one interval.
     pub fn notifications(mut self, on: bool) -> Self {
         self.notifications = on;
+        self
+    }
+
+    /// How long [`PgLease::shutdown`] keeps the connections open after the
+    /// release freed the row, before closing them (default
+    /// [`super::DEFAULT_LINGER`]; zero closes at once). The successor's
+    /// acquire then does not share the server with two backends exiting.
+    /// Shutdown returns that much later; nothing else waits for it.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
         self
     }
 
@@ -140,6 +151,8 @@ impl PgLeaseBuilder {
             control,
             last_error: last_error.clone(),
             listener,
+            linger: self.linger,
+            released: false,
         };
         let task = tokio::spawn(driver.run());
         Ok(PgLease {
@@ -193,6 +206,7 @@ impl PgLease {
             table: TableName::default(),
             auto_create: true,
             notifications: true,
+            linger: super::DEFAULT_LINGER,
             tasks: Vec::new(),
             publisher: Arc::new(Publisher::new(crate::clock::system())),
         }

@@ -86,6 +86,14 @@
 //! the lease and returns. Dropping the handle does the same in the
 //! background; dropping the runtime stops everything without a release
 //! (the lease then lapses by its ttl, like a crash).
+//!
+//! After a release that freed a row, the driver keeps its connections open
+//! for [`DEFAULT_LINGER`] more (see [`PgLeaseBuilder::linger`]) before
+//! closing them. A backend's exit is work for the server (the listening
+//! one leaves the notification queue under its lock); done at once, it
+//! runs exactly when the successor's acquire does and, on this project's
+//! 2-core machine, doubled a clean handover (3.5–3.9 ms p50 against 1.2–1.4
+//! ms with the linger, `picolease bench`).
 
 mod admin;
 mod cells;
@@ -108,3 +116,8 @@ pub use gate::LeaderContext;
 pub use handle::{PgLease, PgLeaseBuilder};
 pub use set::{PgLeaseSet, PgLeaseSetBuilder};
 pub use transaction::FencedTransaction;
+
+/// How long a driver keeps its connections open after releasing, so that
+/// closing them does not compete with the successor's acquire on the
+/// server: a NOTIFY delivery plus one commit, with room for a busy host.
+pub const DEFAULT_LINGER: std::time::Duration = std::time::Duration::from_millis(20);

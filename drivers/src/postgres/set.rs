@@ -69,6 +69,7 @@ pub struct PgLeaseSetBuilder {
     table: TableName,
     auto_create: bool,
     notifications: bool,
+    linger: Duration,
     works: Vec<SetWork>,
 }
 
@@ -107,6 +108,16 @@ impl PgLeaseSetBuilder {
         self
     }
 
+    /// How long [`PgLeaseSet::shutdown`] keeps both connections open after
+    /// its release batch freed rows, before closing them (default
+    /// [`super::DEFAULT_LINGER`]; zero closes at once), so that the
+    /// successors' acquires do not share the server with two backends
+    /// exiting.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
     /// Work to run, on its own thread, for each lease this node leads
     /// (blocking code: it must return soon after its context is
     /// cancelled). Several may be registered.
@@ -128,6 +139,7 @@ impl PgLeaseSetBuilder {
             table,
             auto_create,
             notifications,
+            linger,
             works,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
@@ -150,7 +162,7 @@ impl PgLeaseSetBuilder {
         } else {
             Notices::off()
         };
-        let task = tokio::spawn(run(runner, link, notices, inbox));
+        let task = tokio::spawn(run(runner, link, notices, inbox, linger));
         Ok(PgLeaseSet {
             control,
             task: Some(task),
@@ -196,6 +208,7 @@ impl PgLeaseSet {
             table: TableName::default(),
             auto_create: true,
             notifications: true,
+            linger: super::DEFAULT_LINGER,
             works: Vec::new(),
         }
     }
@@ -638,6 +651,7 @@ async fn run(
     link: SetLink,
     mut notices: Notices,
     mut inbox: mpsc::UnboundedReceiver<Control>,
+    linger: Duration,
 ) -> Result<(), PgError> {
     let me = runner.set.config().holder.clone();
     let ttl_millis = runner.set.config().ttl_millis();
@@ -650,6 +664,8 @@ async fn run(
     let mut queued = None;
     let mut fatal = None;
     let mut handle_gone = false;
+    // A release batch freed rows: successors may be acquiring them.
+    let mut released = false;
     let now = runner.now();
     runner.set.handle_timeout(now);
     loop {
@@ -702,6 +718,9 @@ async fn run(
                         }
                     }
                 }
+                if kind == BatchKind::Release && matches!(&reply, BatchReply::Matched(names) if !names.is_empty()) {
+                    released = true;
+                }
                 runner.reply(request, kind, reply);
                 None
             }
@@ -747,6 +766,11 @@ async fn run(
         runner.reap();
         let now = runner.now();
         runner.set.handle_timeout(now);
+    }
+    if released && runner.set.is_finished() && !linger.is_zero() {
+        // Closing both connections now would have the server tear two
+        // backends down while the successors acquire (DEFAULT_LINGER).
+        tokio::time::sleep(linger).await;
     }
     // Connections close before the work is joined.
     drop(in_flight);

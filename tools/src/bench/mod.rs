@@ -61,6 +61,10 @@ pub struct Options {
     pub json: bool,
 }
 
+/// A pause before each floor, for the server to finish what the previous
+/// step left it (closing a shut-down contender's connections).
+const SETTLE: Duration = Duration::from_millis(30);
+
 /// The timings the contenders run with: short, so that the bench takes
 /// seconds, and the same shape as the defaults (interval = ttl / 4).
 const TTL: Duration = Duration::from_millis(400);
@@ -130,6 +134,9 @@ fn measure(
         leader.shutdown()?;
         let led = until_leader(&mut changes)?;
         handover.push(led.saturating_duration_since(stopped));
+        // The old leader's connections close as its shutdown returns: let
+        // the server finish with them so they do not weigh on the floor.
+        std::thread::sleep(SETTLE);
         handover_floor.push(probe.handover_floor()?);
         leader = successor;
     }
