@@ -103,6 +103,10 @@ pub enum Command {
         /// The lease ttl.
         #[arg(long, default_value = "2s", value_parser = parse_duration)]
         ttl: Duration,
+        /// Share N leases (s0 … sN-1) between the nodes instead, and show
+        /// the fair share moving as a node crashes, joins and leaves.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::demo::MAX_DEMO_LEASES)))]
+        leases: Option<u32>,
     },
     /// Run the core's deterministic simulator (no database) and print the
     /// timeline and the bounds observed.

@@ -135,6 +135,13 @@ fn impossible_timings_are_named() {
         &["node name"],
     );
     assert_error(&picolease(&["demo", "--nodes", "1"]), 2, &["--nodes"]);
+    assert_error(&picolease(&["demo", "--leases", "0"]), 2, &["--leases"]);
+    assert_error(&picolease(&["demo", "--leases", "1001"]), 2, &["--leases"]);
+    assert_error(
+        &picolease(&["demo", "--leases", "4", "--ttl", "30s"]),
+        2,
+        &["--ttl"],
+    );
     assert!(
         !dir.path().join("t.db").exists(),
         "no file created for a bad configuration"

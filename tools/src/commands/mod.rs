@@ -22,7 +22,16 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
     // Commands that need no database come first, so a bad --db does not
     // stop them.
     match cli.command {
-        Command::Demo { nodes, ttl } => return crate::demo::run(usize::from(nodes), ttl),
+        Command::Demo {
+            nodes,
+            ttl,
+            leases: None,
+        } => return crate::demo::run(usize::from(nodes), ttl),
+        Command::Demo {
+            nodes,
+            ttl,
+            leases: Some(leases),
+        } => return crate::demo::set::run(usize::from(nodes), leases as usize, ttl),
         Command::Simulate {
             replay: Some(ref trace),
             nodes,

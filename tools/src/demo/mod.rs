@@ -7,7 +7,10 @@
 
 mod maintenance;
 mod report;
+pub mod set;
 mod timeline;
+
+pub use set::MAX_DEMO_LEASES;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
