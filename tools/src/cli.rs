@@ -83,7 +83,7 @@ pub enum Command {
         force: bool,
     },
     /// Print every statement of the protocol (create, acquire, renew,
-    /// release, force release, status, fence) with its parameters, for
+    /// release, force release, status, fence, lease-set batches) with its parameters, for
     /// contenders written in other languages. Touches no database.
     Sql {
         /// sqlite or postgres (default: the dialect of --db).

@@ -2,9 +2,10 @@
 //! from outside — the JSON shape and keys, placeholders per dialect,
 //! parameters in placeholder order, the dialect following `--db`, bad
 //! values refused with exit 2 — and the printed SQL actually runs: the
-//! create, acquire, renew, release and fence (in `SELECT <fence>`) are
-//! executed as printed on SQLite (rusqlite) and on the PostgreSQL server,
-//! binding parameters in the printed order.
+//! create, acquire, renew, release and fence (in `SELECT <fence>`), and a
+//! lease set's acquire, renew and release batches and survey, are executed
+//! as printed on SQLite (rusqlite) and on the PostgreSQL server, binding
+//! parameters in the printed order (the batch as JSON text).
 
 mod support;
 
@@ -31,7 +32,7 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 11] = [
     "create",
     "acquire",
     "renew",
@@ -39,7 +40,14 @@ const KEYS: [&str; 7] = [
     "force_release",
     "status",
     "fence",
+    "acquire_batch",
+    "renew_batch",
+    "release_batch",
+    "survey",
 ];
+
+/// A lease set's statements, printed after the single lease's.
+const BATCH_KEYS: [&str; 4] = ["acquire_batch", "renew_batch", "release_batch", "survey"];
 
 fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object()
@@ -111,7 +119,8 @@ fn json_has_exactly_the_documented_shape() {
             assert!(!sql(s).is_empty());
             for p in params(s) {
                 assert!(
-                    ["lease", "holder", "epoch", "ttl_ms"].contains(&p.as_str()),
+                    ["lease", "holder", "epoch", "ttl_ms", "batch", "stale_ms"]
+                        .contains(&p.as_str()),
                     "{key}: unknown parameter {p}"
                 );
             }
@@ -123,6 +132,16 @@ fn json_has_exactly_the_documented_shape() {
         assert_eq!(params(&st["acquire"]), ["lease", "holder", "ttl_ms"]);
         assert_eq!(params(&st["force_release"]), ["lease"]);
         assert!(sql(&st["fence"]).starts_with("EXISTS"));
+        assert_eq!(params(&st["acquire_batch"]), ["holder", "ttl_ms", "batch"]);
+        assert_eq!(params(&st["renew_batch"]), ["ttl_ms", "holder", "batch"]);
+        assert_eq!(params(&st["release_batch"]), ["holder", "batch"]);
+        assert_eq!(params(&st["survey"]), ["stale_ms"]);
+        assert_eq!(
+            sql(&st["release_batch"]).contains("pg_notify("),
+            dialect == "postgres",
+            "{dialect}: {}",
+            sql(&st["release_batch"])
+        );
     }
     let v = json(&[
         "--table",
@@ -136,8 +155,10 @@ fn json_has_exactly_the_documented_shape() {
     assert!(sql(&v["statements"]["acquire"]).contains("\"app\".\"leases\""));
 }
 
-/// `$1…$n` on PostgreSQL, each once and in order, one per parameter; `?`
-/// on SQLite; and the order is the library's own.
+/// `$1…$n` on PostgreSQL, each once and in order, one per parameter (the
+/// batch statements use each of `$1…$n`, some more than once and not in
+/// order: a parameter is named once per number); `?` on SQLite; and the
+/// order and the text are the library's own.
 #[test]
 fn placeholders_follow_the_dialect_and_params_follow_the_placeholders() {
     for (name, dialect) in [("sqlite", Dialect::Sqlite), ("postgres", Dialect::Postgres)] {
@@ -148,6 +169,11 @@ fn placeholders_follow_the_dialect_and_params_follow_the_placeholders() {
             let text = sql(s);
             let n = params(s).len();
             match dialect {
+                Dialect::Postgres if BATCH_KEYS.contains(&key) => {
+                    let used: BTreeSet<usize> = dollar_placeholders(text).into_iter().collect();
+                    assert_eq!(used, (1..=n).collect(), "{key}: {text}");
+                    assert!(!text.contains('?'), "{key}: {text}");
+                }
                 Dialect::Postgres => {
                     assert_eq!(
                         dollar_placeholders(text),
@@ -169,6 +195,10 @@ fn placeholders_follow_the_dialect_and_params_follow_the_placeholders() {
             ("force_release", lib.force_release()),
             ("status", lib.status()),
             ("fence", lib.fence()),
+            ("acquire_batch", lib.acquire_batch()),
+            ("renew_batch", lib.renew_batch()),
+            ("release_batch", lib.release_batch()),
+            ("survey", lib.survey()),
         ] {
             let expected: Vec<_> = statement.params().iter().map(|p| param_name(*p)).collect();
             assert_eq!(params(&v["statements"][key]), expected, "{name} {key}");
@@ -227,6 +257,67 @@ fn plain_output_names_the_parameters_of_each_statement_in_order() {
     );
     for key in KEYS {
         assert!(text.contains(&format!("\n-- {key}: ")), "{key}: {text}");
+    }
+}
+
+/// The batch statements come after the single lease's, each with its
+/// description (what the batch parameter holds) and its parameters.
+#[test]
+fn plain_output_prints_the_batch_statements_last_with_their_parameters() {
+    for (dialect, expected) in [
+        (
+            "postgres",
+            [
+                "-- parameters: $1 holder, $2 ttl_ms, $3 batch\nWITH",
+                "-- parameters: $1 ttl_ms, $2 holder, $3 batch\nUPDATE",
+                "-- parameters: $1 holder, $2 batch\nWITH released AS (UPDATE",
+                "-- parameters: $1 stale_ms\nSELECT",
+            ],
+        ),
+        (
+            "sqlite",
+            [
+                "-- parameters (?, in order): holder, ttl_ms, batch\nINSERT",
+                "-- parameters (?, in order): ttl_ms, holder, batch\nUPDATE",
+                "-- parameters (?, in order): holder, batch\nUPDATE",
+                "-- parameters (?, in order): stale_ms\nSELECT",
+            ],
+        ),
+    ] {
+        let out = picolease(&["sql", "--dialect", dialect]);
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        // Every statement once, in the documented order.
+        let at: Vec<usize> = KEYS
+            .iter()
+            .map(|key| {
+                let header = format!("\n-- {key}: ");
+                assert_eq!(text.matches(&header).count(), 1, "{key}: {text}");
+                text.find(&header).unwrap()
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{dialect}: {text}");
+        for (key, params) in BATCH_KEYS.iter().zip(expected) {
+            let section = &text[text.find(&format!("\n-- {key}: ")).unwrap()..];
+            let description = section[1..].lines().next().unwrap();
+            let rest = &section[1 + description.len()..];
+            assert!(rest.starts_with(&format!("\n{params}")), "{key}: {section}");
+            assert!(description.contains("lease sets: "), "{description}");
+        }
+        let description = |key: &str| {
+            let at = text.find(&format!("\n-- {key}: ")).unwrap();
+            text[at + 1..].lines().next().unwrap().to_string()
+        };
+        assert!(
+            description("acquire_batch").contains(r#"["a","b"]"#),
+            "{text}"
+        );
+        for key in ["renew_batch", "release_batch"] {
+            assert!(description(key).contains("[name, epoch] pairs"), "{text}");
+        }
+        assert!(description("renew_batch").contains(r#"[["a",3],["b",5]]"#));
+        assert!(description("survey").contains("stale_ms"));
+        assert!(description("survey").contains(picolease::sql::MEMBER_PREFIX));
     }
 }
 
@@ -467,4 +558,234 @@ async fn the_printed_postgres_statements_run_on_the_server() {
         .batch_execute(&format!("DROP TABLE \"{table}\""))
         .await
         .unwrap();
+}
+
+/// A lease set's values for `names`, in the printed order: the holder, a
+/// ttl of 10 s, the batch (JSON text) and the survey's stale threshold.
+#[derive(Clone, Copy)]
+struct BatchArgs<'a> {
+    holder: &'a str,
+    batch: &'a str,
+    stale_ms: i64,
+}
+
+impl BatchArgs<'_> {
+    fn sqlite(&self, names: &[String]) -> Vec<rusqlite::types::Value> {
+        use rusqlite::types::Value::{Integer, Text};
+        names
+            .iter()
+            .map(|name| match name.as_str() {
+                "holder" => Text(self.holder.into()),
+                "ttl_ms" => Integer(10_000),
+                "batch" => Text(self.batch.into()),
+                "stale_ms" => Integer(self.stale_ms),
+                other => panic!("a batch statement with parameter {other}"),
+            })
+            .collect()
+    }
+
+    fn postgres(
+        &self,
+        names: &[String],
+    ) -> Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> {
+        names
+            .iter()
+            .map(
+                |name| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+                    match name.as_str() {
+                        "holder" => Box::new(self.holder.to_string()),
+                        "ttl_ms" => Box::new(10_000i64),
+                        // Bound as text: the statement casts it to JSON.
+                        "batch" => Box::new(self.batch.to_string()),
+                        "stale_ms" => Box::new(self.stale_ms),
+                        other => panic!("a batch statement with parameter {other}"),
+                    }
+                },
+            )
+            .collect()
+    }
+}
+
+fn names_json(names: &[&str]) -> String {
+    serde_json::json!(names).to_string()
+}
+
+/// `[[name, epoch], …]`, as another language would write it.
+fn pairs_json(pairs: &[(String, i64)]) -> String {
+    serde_json::json!(pairs).to_string()
+}
+
+/// A row of the acquire batch or the survey: name, holder, epoch.
+type LeaseRow = (String, Option<String>, i64);
+
+const MEMBER: &str = "picolease.member:h1";
+
+/// The lease-set round both databases run, on `run(key, args)` returning
+/// the rows' first three columns (`name, epoch` rows get `None` holders):
+/// three leases acquired, held against another node, renewed, surveyed
+/// with the membership row, released, and taken by the other node.
+fn batch_round(mut run: impl FnMut(&str, BatchArgs<'_>) -> Vec<LeaseRow>) {
+    fn args<'a>(holder: &'a str, batch: &'a str, stale_ms: i64) -> BatchArgs<'a> {
+        BatchArgs {
+            holder,
+            batch,
+            stale_ms,
+        }
+    }
+    let sorted = |mut rows: Vec<LeaseRow>| {
+        rows.sort();
+        rows
+    };
+    let abc = names_json(&["a", "b", "c"]);
+    let held_by = |holder: &str, epoch| -> Vec<LeaseRow> {
+        ["a", "b", "c"]
+            .iter()
+            .map(|n| (n.to_string(), Some(holder.to_string()), epoch))
+            .collect()
+    };
+
+    let acquired = sorted(run("acquire_batch", args("h1", &abc, 0)));
+    assert_eq!(acquired, held_by("h1", 1), "h1 takes the three free leases");
+    let other = sorted(run("acquire_batch", args("h2", &abc, 0)));
+    assert_eq!(
+        other,
+        held_by("h1", 1),
+        "held: h2 learns the holder of each"
+    );
+
+    let pairs: Vec<(String, i64)> = acquired.iter().map(|(n, _, e)| (n.clone(), *e)).collect();
+    let pairs = pairs_json(&pairs);
+    let renewed = sorted(run("renew_batch", args("h1", &pairs, 0)));
+    assert_eq!(renewed.len(), 3, "{renewed:?}");
+    assert!(renewed.iter().all(|(_, _, epoch)| *epoch == 1));
+    assert!(run("renew_batch", args("h2", &pairs, 0)).is_empty());
+    let stale_epoch = pairs_json(&[("a".into(), 2)]);
+    assert!(run("renew_batch", args("h1", &stale_epoch, 0)).is_empty());
+
+    // Healthy held rows are not surveyed; within the threshold they are.
+    assert!(run("survey", args("", "", 0)).is_empty());
+    assert_eq!(run("survey", args("", "", 60_000)).len(), 3);
+    // A live membership row always is.
+    let member = run("acquire_batch", args("h1", &names_json(&[MEMBER]), 0));
+    assert_eq!(member, [(MEMBER.into(), Some("h1".into()), 1)]);
+    assert_eq!(
+        run("survey", args("", "", 0)),
+        [(MEMBER.into(), Some("h1".into()), 1)]
+    );
+
+    let released = sorted(run("release_batch", args("h1", &pairs, 0)));
+    assert_eq!(released.len(), 3, "{released:?}");
+    assert!(run("release_batch", args("h1", &pairs, 0)).is_empty());
+    let mut after: Vec<LeaseRow> = ["a", "b", "c"]
+        .iter()
+        .map(|n| (n.to_string(), None, 1))
+        .collect();
+    after.push((MEMBER.into(), Some("h1".into()), 1));
+    assert_eq!(run("survey", args("", "", 0)), after, "free rows, by name");
+    let taken = sorted(run("acquire_batch", args("h2", &abc, 0)));
+    assert_eq!(taken, held_by("h2", 2), "free: h2 takes them, epoch + 1");
+}
+
+#[test]
+fn the_printed_sqlite_batch_statements_run() {
+    use rusqlite::params_from_iter;
+    use rusqlite::types::Value as V;
+
+    let v = json(&[
+        "sql",
+        "--dialect",
+        "sqlite",
+        "--table",
+        "cli_sql_batch",
+        "--json",
+    ]);
+    let st = &v["statements"];
+    let dir = tempfile::tempdir().unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("batch.db")).unwrap();
+    conn.execute_batch(sql(&st["create"])).unwrap();
+    batch_round(|key, args| {
+        let mut statement = conn.prepare(sql(&st[key])).unwrap();
+        let values = args.sqlite(&params(&st[key]));
+        let rows: Vec<Vec<V>> = statement
+            .query_map(params_from_iter(values), |r| {
+                (0..r.as_ref().column_count())
+                    .map(|i| r.get::<_, V>(i))
+                    .collect()
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.into_iter()
+            .map(|row| {
+                let text = |v: &V| match v {
+                    V::Text(s) => Some(s.clone()),
+                    V::Null => None,
+                    other => panic!("{key}: text expected, got {other:?}"),
+                };
+                let int = |v: &V| match v {
+                    V::Integer(i) => *i,
+                    other => panic!("{key}: an integer expected, got {other:?}"),
+                };
+                match row.len() {
+                    // name, epoch (renew and release batches)
+                    2 => (text(&row[0]).unwrap(), None, int(&row[1])),
+                    // name, holder, epoch, expires_in_ms
+                    4 => (text(&row[0]).unwrap(), text(&row[1]), int(&row[2])),
+                    n => panic!("{key}: {n} columns"),
+                }
+            })
+            .collect()
+    });
+}
+
+const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Drops the test's table at the end, also when the test failed.
+struct DropTable(String);
+
+impl Drop for DropTable {
+    fn drop(&mut self) {
+        support::pg::sql(PG_URL, &format!("DROP TABLE IF EXISTS \"{}\"", self.0));
+    }
+}
+
+#[test]
+fn the_printed_postgres_batch_statements_run_on_the_server() {
+    let table = format!("cli_sql_batch_{}", std::process::id());
+    let v = json(&["sql", "--dialect", "postgres", "--table", &table, "--json"]);
+    let st = &v["statements"];
+    support::pg::sql(PG_URL, &format!("DROP TABLE IF EXISTS \"{table}\""));
+    let _drop = DropTable(table.clone());
+    support::pg::sql(PG_URL, sql(&st["create"]));
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(PG_URL, tokio_postgres::NoTls)
+            .await
+            .expect(
+                "the PostgreSQL server at 127.0.0.1:5432 must be running (these tests never skip)",
+            );
+        tokio::spawn(connection);
+        client
+    });
+    batch_round(|key, args| {
+        let owned = args.postgres(&params(&st[key]));
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            owned.iter().map(|b| &**b as _).collect();
+        let rows = runtime
+            .block_on(client.query(sql(&st[key]), &refs))
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        rows.iter()
+            .map(|row| match row.len() {
+                // name, epoch (renew and release batches)
+                2 => (row.get(0), None, row.get(1)),
+                // name, holder, epoch, expires_in_ms
+                4 => (row.get(0), row.get(1), row.get(2)),
+                n => panic!("{key}: {n} columns"),
+            })
+            .collect()
+    });
 }

@@ -8,15 +8,27 @@
 //! ```text
 //! {"dialect": "postgres", "table": "picolease_leases",
 //!  "statements": {"create": S, "acquire": S, "renew": S, "release": S,
-//!                 "force_release": S, "status": S, "fence": S}}
+//!                 "force_release": S, "status": S, "fence": S,
+//!                 "acquire_batch": S, "renew_batch": S,
+//!                 "release_batch": S, "survey": S}}
 //! ```
 //!
 //! where each `S` is `{"sql": "…", "params": [...]}` and `params` names the
-//! parameters in placeholder order (`lease`, `holder`, `epoch`, `ttl_ms`).
-//! Placeholders are `$1…` on PostgreSQL and `?` on SQLite. `create` holds
-//! the table and, on PostgreSQL, the fence index (statements separated by
-//! `;`, no parameters: run it as one batch). `fence` is a boolean SQL
-//! expression to AND into your own statements.
+//! parameters in placeholder order (`lease`, `holder`, `epoch`, `ttl_ms`,
+//! `batch`, `stale_ms`). Placeholders are `$1…` on PostgreSQL and `?` on
+//! SQLite. `create` holds the table and, on PostgreSQL, the fence index
+//! (statements separated by `;`, no parameters: run it as one batch).
+//! `fence` is a boolean SQL expression to AND into your own statements.
+//!
+//! The last four are a lease set's batch statements (DESIGN §9). Their
+//! `batch` is one JSON array bound as text: the names for `acquire_batch`
+//! (`["a","b"]`), `[name, epoch]` pairs for `renew_batch` and
+//! `release_batch` (`[["a",3],["b",5]]`), each sorted byte-wise by name (the
+//! lock order on PostgreSQL). A set's membership row is the lease named
+//! `picolease.member:<holder id>`, acquired and renewed in the same
+//! batches; `survey` lists the live ones, and the other rows that are free
+//! or have less than `stale_ms` left (picolease uses ttl − 2·interval, at
+//! least one interval).
 
 use std::process::ExitCode;
 
@@ -130,6 +142,26 @@ fn printed(statements: &Statements) -> Vec<Printed> {
             "a boolean SQL expression: AND it into your own WHERE so a stale leader's write changes nothing",
             statements.fence(),
         ),
+        Printed::of(
+            "acquire_batch",
+            "lease sets: take each name in batch that is free, lapsed or ours (epoch + 1), batch a JSON array of distinct names sorted byte-wise, e.g. [\"a\",\"b\"]; returns name, holder, epoch, expires_in_ms for each, taken or not",
+            statements.acquire_batch(),
+        ),
+        Printed::of(
+            "renew_batch",
+            "lease sets: extend each lease in batch, a JSON array of [name, epoch] pairs sorted by name, e.g. [[\"a\",3],[\"b\",5]], that is ours at that epoch; returns name, epoch of each renewed (a missing pair was lost)",
+            statements.renew_batch(),
+        ),
+        Printed::of(
+            "release_batch",
+            "lease sets: free each lease in batch, a JSON array of [name, epoch] pairs sorted by name, that is ours at that epoch (the epoch stays; PostgreSQL notifies each name); returns name, epoch of each freed",
+            statements.release_batch(),
+        ),
+        Printed::of(
+            "survey",
+            "lease sets: name, holder, epoch, expires_in_ms, by name, of live membership rows (picolease.member:<holder id>) and of other rows free or with less than stale_ms left (picolease: ttl - 2*interval, at least one interval)",
+            statements.survey(),
+        ),
     ]
 }
 
@@ -199,6 +231,22 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_descriptions_name_the_member_prefix_and_the_batch_formats() {
+        let statements = Statements::new(Dialect::Postgres, &TableName::default());
+        let printed = printed(&statements);
+        let what = |key: &str| printed.iter().find(|p| p.key == key).unwrap().what;
+        assert!(what("survey").contains(picolease::sql::MEMBER_PREFIX));
+        assert!(what("survey").contains("stale_ms"));
+        assert!(what("acquire_batch").contains(&picolease::sql::batch_names(["a", "b"])));
+        let pairs = picolease::sql::batch_pairs([
+            ("a", picolease::Epoch::new(3)),
+            ("b", picolease::Epoch::new(5)),
+        ]);
+        assert!(what("renew_batch").contains(&pairs));
+        assert!(printed.iter().all(|p| !p.what.contains('\n')));
+    }
 
     #[test]
     fn the_dialect_follows_the_flag_then_the_url_scheme() {
