@@ -8,6 +8,7 @@
 //! and feeds the result back. Nothing here decides anything.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
@@ -98,6 +99,51 @@ pub struct SetStatus {
     pub statements: u64,
     /// True once the set has finished.
     pub finished: bool,
+    /// When the set's loop last stepped: the end of its last
+    /// `SetRunner::carry_out`, which both drivers call on every pass of
+    /// their loop and after every batch's result, so a loop that waits,
+    /// runs batches (failed ones too: a database out of reach is not a
+    /// wedge) or plans keeps it fresh. On the monotonic clock, as the
+    /// single lease's [`crate::Snapshot::since_progress`]: it stops during
+    /// a suspend, so a resumed machine is not taken for a wedged loop.
+    /// `None` only for a status no driver wrote (`Default`).
+    pub last_step: Option<std::time::Instant>,
+    /// Past this without a step the loop counts as wedged: interval +
+    /// 2 × request timeout + the reconnect backoff's cap (the interval, at
+    /// least 100 ms), the single lease's bound
+    /// ([`crate::Snapshot::stall_after`]). It holds for a set too: a pass
+    /// waits at most for the set's next timeout (while it runs, the next
+    /// survey, at most an interval after the last one was sent, or the
+    /// batch in flight's give-up, a request timeout after it was sent; and
+    /// never more than the drivers' longest wait, 1 s), then runs at most
+    /// one batch, bounded by the request timeout.
+    pub stall_after: Duration,
+}
+
+impl SetStatus {
+    /// How long since the set's loop last stepped ([`SetStatus::last_step`]);
+    /// zero for a status no driver wrote.
+    pub fn since_progress(&self) -> Duration {
+        self.since_progress_at(std::time::Instant::now())
+    }
+
+    /// True when the loop has not stepped for longer than
+    /// [`SetStatus::stall_after`] and the set has not finished (never
+    /// merely because this node holds nothing or the database is out of
+    /// reach: failed batches are steps too), as the single lease's
+    /// [`crate::Snapshot::is_wedged`].
+    pub fn is_wedged(&self) -> bool {
+        self.is_wedged_at(std::time::Instant::now())
+    }
+
+    fn since_progress_at(&self, now: std::time::Instant) -> Duration {
+        self.last_step
+            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at))
+    }
+
+    fn is_wedged_at(&self, now: std::time::Instant) -> bool {
+        !self.finished && self.since_progress_at(now) > self.stall_after
+    }
 }
 
 /// The shared state behind a set's handle.
@@ -108,6 +154,7 @@ pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
 #[derive(Debug)]
 pub(crate) struct SetOutputs {
     status: SharedStatus,
+    wedge: Arc<AtomicBool>,
     transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
 }
 
@@ -127,19 +174,27 @@ impl SetOutputs {
     }
 
     pub(crate) fn status_view(&self) -> SetStatusView {
-        SetStatusView(Arc::clone(&self.status))
+        SetStatusView(Arc::clone(&self.status), Arc::clone(&self.wedge))
     }
 }
 
 /// A cheap, cloneable reader of a set's [`SetStatus`], for threads that
 /// do not own the handle (an HTTP endpoint, say).
 #[derive(Clone, Debug, Default)]
-pub struct SetStatusView(pub(crate) SharedStatus);
+pub struct SetStatusView(pub(crate) SharedStatus, Arc<AtomicBool>);
 
 impl SetStatusView {
     /// The status as of the set's last step.
     pub fn get(&self) -> SetStatus {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Test seam: blocks the set's loop at its next step, for ever, so
+    /// that a health check can be seen to fail (as
+    /// [`crate::Snapshots::wedge_loop_for_tests`]). Not for production use.
+    #[doc(hidden)]
+    pub fn wedge_loop_for_tests(&self) {
+        self.1.store(true, Ordering::SeqCst);
     }
 }
 
@@ -161,6 +216,8 @@ pub(crate) struct SetRunner {
     stopping: Vec<(LeaseName, Vec<JoinHandle<()>>)>,
     events: mpsc::Sender<SetTransition>,
     status: SharedStatus,
+    /// Test seam: set, the loop blocks in its next `carry_out`.
+    wedge: Arc<AtomicBool>,
     /// When the batch in flight was handed to the driver.
     handed_out: Option<std::time::Instant>,
 }
@@ -172,10 +229,16 @@ impl SetRunner {
     /// A runner for `set` and the outputs its handle reads.
     pub(crate) fn new(set: LeaseSet, works: Vec<SetWork>) -> (Self, SetOutputs) {
         let (events, transitions) = mpsc::channel();
-        let status = SharedStatus::default();
-        status.lock().unwrap_or_else(|p| p.into_inner()).me = Some(set.config().holder.clone());
+        let status = SharedStatus::new(Mutex::new(SetStatus {
+            me: Some(set.config().holder.clone()),
+            last_step: Some(std::time::Instant::now()),
+            stall_after: crate::publish::stall_after(set.config()),
+            ..SetStatus::default()
+        }));
+        let wedge = Arc::default();
         let outputs = SetOutputs {
             status: Arc::clone(&status),
+            wedge: Arc::clone(&wedge),
             transitions: Mutex::new(Some(transitions)),
         };
         let runner = SetRunner {
@@ -188,6 +251,7 @@ impl SetRunner {
             stopping: Vec::new(),
             events,
             status,
+            wedge,
             handed_out: None,
         };
         (runner, outputs)
@@ -233,8 +297,12 @@ impl SetRunner {
     }
 
     /// Carries out every command up to the next batch, which it returns
-    /// for the driver to run (at most one is ever outstanding).
+    /// for the driver to run (at most one is ever outstanding), and stamps
+    /// the loop's progress ([`SetStatus::last_step`]).
     pub(crate) fn carry_out(&mut self) -> Option<(RequestId, Batch)> {
+        while self.wedge.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let mut batch = None;
         while let Some(command) = self.set.poll_command() {
             match command {
@@ -278,6 +346,7 @@ impl SetRunner {
         }
         let now = self.now();
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.last_step = Some(std::time::Instant::now());
         status.members = self.set.members(now);
         status.target = self.set.target(now);
         #[cfg(feature = "metrics")]
@@ -481,5 +550,80 @@ mod set_metrics {
             _ => metrics::histogram!("picolease_batch_duration_seconds", "statement" => statement)
                 .record(elapsed.as_secs_f64()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> picolease_core::Config {
+        picolease_core::Config::with_ttl(
+            LeaseName::new("unused").unwrap(),
+            HolderId::new("me").unwrap(),
+            Duration::from_secs(1),
+        )
+    }
+
+    #[test]
+    fn a_set_is_wedged_once_its_loop_has_not_stepped_for_the_bound() {
+        let stall_after = crate::publish::stall_after(&template());
+        // interval 250 ms + 2 × 250 ms + max(250 ms, 100 ms): the single
+        // lease's bound for the same timings.
+        assert_eq!(stall_after, Duration::from_millis(1_000));
+        let t0 = std::time::Instant::now();
+        let status = SetStatus {
+            last_step: Some(t0),
+            stall_after,
+            ..SetStatus::default()
+        };
+        let healthy = t0 + stall_after;
+        assert_eq!(status.since_progress_at(healthy), stall_after);
+        assert!(!status.is_wedged_at(t0));
+        assert!(!status.is_wedged_at(healthy), "at the bound, still healthy");
+        let wedged = healthy + Duration::from_millis(1);
+        assert!(status.is_wedged_at(wedged));
+        // A step brings it back.
+        let stepped = SetStatus {
+            last_step: Some(wedged),
+            ..status.clone()
+        };
+        assert!(!stepped.is_wedged_at(wedged + Duration::from_millis(1)));
+        // A finished set is stopped, not wedged; a status no driver wrote
+        // is neither.
+        let finished = SetStatus {
+            finished: true,
+            ..status.clone()
+        };
+        assert!(!finished.is_wedged_at(wedged));
+        assert_eq!(SetStatus::default().since_progress(), Duration::ZERO);
+        assert!(!SetStatus::default().is_wedged());
+    }
+
+    #[test]
+    fn carry_out_stamps_the_last_step_with_the_sets_bound() {
+        let set = LeaseSet::new(
+            template(),
+            vec![LeaseName::new("a").unwrap(), LeaseName::new("b").unwrap()],
+            picolease_core::Instant::ZERO,
+        )
+        .unwrap();
+        let (mut runner, outputs) = SetRunner::new(set, Vec::new());
+        let view = outputs.status_view();
+        let started = view.get();
+        assert_eq!(
+            started.stall_after,
+            crate::publish::stall_after(&template())
+        );
+        let first = started.last_step.expect("stamped at the start");
+        assert!(!started.is_wedged());
+        std::thread::sleep(Duration::from_millis(5));
+        let now = runner.now();
+        runner.set.handle_timeout(now);
+        assert!(runner.carry_out().is_some(), "the first batch goes out");
+        let stepped = view.get();
+        assert!(stepped.last_step.unwrap() > first);
+        assert!(stepped.since_progress() < started.stall_after);
+        assert!(!stepped.is_wedged());
     }
 }
