@@ -84,29 +84,15 @@ impl Demo {
     /// new work running.
     fn set_up(nodes: usize, ttl: Duration) -> Result<Self, CliError> {
         let lease = LeaseName::new("maintenance").map_err(CliError::usage)?;
-        let probe = Config::with_ttl(
-            lease.clone(),
-            HolderId::new("probe").map_err(CliError::usage)?,
-            ttl,
-        );
-        probe.validate().map_err(CliError::usage)?;
-        if ttl > Duration::from_secs(20) {
-            return Err(CliError::usage(format!(
-                "--ttl {} is too long for a demo that should finish in seconds: use at most 20s",
-                show(ttl)
-            )));
-        }
-        let dir = tempfile::tempdir()
-            .map_err(|e| CliError::runtime(format!("cannot create a temporary folder: {e}")))?;
-        let path = dir.path().join("demo.db");
-        let database = Database::file(&path).table(TableName::default());
+        let interval = interval_for(ttl)?;
+        let (dir, path, database) = scratch_database()?;
         let setup = LeaseTable::open(&database)?;
         let db_error = |e: rusqlite::Error| {
             CliError::runtime(format!("demo database {}: {e}", path.display()))
         };
         maintenance::create_tables(setup.connection()).map_err(db_error)?;
         maintenance::enqueue(setup.connection(), 16, 4, 12, 4).map_err(db_error)?;
-        introduce(nodes, &path, ttl, probe.interval);
+        introduce(nodes, &path, ttl, interval);
 
         let (events, received) = mpsc::channel();
         let producing = Arc::new(AtomicBool::new(true));
@@ -114,7 +100,7 @@ impl Demo {
             timeline: Timeline::new(received, database.clone(), Instant::now()),
             lease,
             ttl,
-            interval: probe.interval,
+            interval,
             _dir: dir,
             database,
             setup,
@@ -334,6 +320,34 @@ impl Demo {
             ))
         }
     }
+}
+
+/// Checks a demo's `--ttl` (valid, and short enough to finish in seconds);
+/// returns the interval it implies.
+fn interval_for(ttl: Duration) -> Result<Duration, CliError> {
+    let probe = Config::with_ttl(
+        LeaseName::new("probe").map_err(CliError::usage)?,
+        HolderId::new("probe").map_err(CliError::usage)?,
+        ttl,
+    );
+    probe.validate().map_err(CliError::usage)?;
+    if ttl > Duration::from_secs(20) {
+        return Err(CliError::usage(format!(
+            "--ttl {} is too long for a demo that should finish in seconds: use at most 20s",
+            show(ttl)
+        )));
+    }
+    Ok(probe.interval)
+}
+
+/// A fresh temporary folder holding the demo's database file (removed
+/// when the folder is dropped).
+fn scratch_database() -> Result<(tempfile::TempDir, std::path::PathBuf, Database), CliError> {
+    let dir = tempfile::tempdir()
+        .map_err(|e| CliError::runtime(format!("cannot create a temporary folder: {e}")))?;
+    let path = dir.path().join("demo.db");
+    let database = Database::file(&path).table(TableName::default());
+    Ok((dir, path, database))
 }
 
 /// The opening lines.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use picolease::set::SetStatus;
 use picolease::sqlite::{Database, SqliteLeaseSet};
-use picolease::{Config, HolderId, LeaseName, TableName};
+use picolease::{Config, HolderId, LeaseName};
 
 use crate::duration::show;
 use crate::failure::CliError;
@@ -73,22 +73,8 @@ pub fn run(nodes: usize, leases: usize, ttl: Duration) -> Result<ExitCode, CliEr
 
 impl SetDemo {
     fn set_up(nodes: usize, leases: usize, ttl: Duration) -> Result<Self, CliError> {
-        let probe = Config::with_ttl(
-            LeaseName::new("unused").map_err(CliError::usage)?,
-            HolderId::new("probe").map_err(CliError::usage)?,
-            ttl,
-        );
-        probe.validate().map_err(CliError::usage)?;
-        if ttl > Duration::from_secs(20) {
-            return Err(CliError::usage(format!(
-                "--ttl {} is too long for a demo that should finish in seconds: use at most 20s",
-                show(ttl)
-            )));
-        }
-        let dir = tempfile::tempdir()
-            .map_err(|e| CliError::runtime(format!("cannot create a temporary folder: {e}")))?;
-        let path = dir.path().join("demo.db");
-        let database = Database::file(&path).table(TableName::default());
+        let interval = super::interval_for(ttl)?;
+        let (dir, path, database) = super::scratch_database()?;
         let leases = (0..leases)
             .map(|i| LeaseName::new(&format!("s{i}")).map_err(CliError::usage))
             .collect::<Result<Vec<_>, _>>()?;
@@ -101,7 +87,7 @@ impl SetDemo {
         line(&format!(
             "ttl {}, interval {}. Each node renews all its leases in one batched statement per interval (plus one survey), and",
             show(ttl),
-            show(probe.interval)
+            show(interval)
         ));
         line("aims for its fair share: of N leases and n live nodes, the N mod n first by holder id take ⌈N/n⌉, the others ⌊N/n⌋.");
         line("Shares are printed as they change (one column per node; - = not running).");
@@ -109,7 +95,7 @@ impl SetDemo {
         let mut demo = SetDemo {
             leases,
             ttl,
-            interval: probe.interval,
+            interval,
             _dir: dir,
             database,
             nodes: Vec::new(),
