@@ -21,20 +21,7 @@ use support::{signal, wait_event, Log, Node, PATIENCE};
 const URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 fn sql(sql: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(URL, tokio_postgres::NoTls)
-            .await
-            .expect("the PostgreSQL server at 127.0.0.1:5432 must be running for these tests");
-        tokio::spawn(connection);
-        client
-            .simple_query(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    });
+    support::pg::sql(URL, sql);
 }
 
 /// Drops the table when the test ends, passed or failed.

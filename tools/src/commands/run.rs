@@ -137,24 +137,25 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
         listener.serve(transitions.snapshots())?;
     }
-    wedge_for_tests(&transitions);
+    let snapshots = transitions.snapshots();
+    wedge_for_tests(move || snapshots.wedge_loop_for_tests());
     forward_transitions(transitions, tx);
     session(&printer, driver, &events)
 }
 
-/// Test seam (hidden): `PICOLEASE_TEST_WEDGE_AFTER_MS=N` blocks the
-/// driver's loop N ms after the start, so a test sees /healthz fail.
-fn wedge_for_tests(transitions: &Subscription) {
+/// Test seam (hidden): `PICOLEASE_TEST_WEDGE_AFTER_MS=N` calls `wedge`
+/// (which blocks the driver's loop) N ms after the start, so a test sees
+/// /healthz fail. Shared by the single-lease and the set `run`.
+pub(super) fn wedge_for_tests(wedge: impl FnOnce() + Send + 'static) {
     let Some(after) = std::env::var("PICOLEASE_TEST_WEDGE_AFTER_MS")
         .ok()
         .and_then(|ms| ms.parse().ok())
     else {
         return;
     };
-    let snapshots = transitions.snapshots();
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(after));
-        snapshots.wedge_loop_for_tests();
+        wedge();
     });
 }
 

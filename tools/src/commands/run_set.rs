@@ -84,7 +84,8 @@ pub fn run(
     let count = names.len();
     let (set, transitions, view) = backend.start_set(table, template, names, gated)?;
     let last_seen = LastSeen::default();
-    wedge_for_tests(&view);
+    let wedge = view.clone();
+    super::run::wedge_for_tests(move || wedge.wedge_loop_for_tests());
     if let Some(listener) = listener {
         tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
         listener.serve_set(crate::http::SetSource {
@@ -114,23 +115,6 @@ pub fn run(
         last_seen,
     };
     session(&printers, set, &events)
-}
-
-/// Test seam (hidden), as the single-lease `run`'s:
-/// `PICOLEASE_TEST_WEDGE_AFTER_MS=N` blocks the set's loop N ms after the
-/// start, so a test sees /healthz fail.
-fn wedge_for_tests(view: &picolease::set::SetStatusView) {
-    let Some(after) = std::env::var("PICOLEASE_TEST_WEDGE_AFTER_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-    else {
-        return;
-    };
-    let view = view.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(after));
-        view.wedge_loop_for_tests();
-    });
 }
 
 /// A set's term, as the CMD supervisor sees it.
