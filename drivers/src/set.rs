@@ -354,8 +354,7 @@ impl SetRunner {
         let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
         deadlines.clear();
         for (lease, &epoch) in &status.held {
-            if let Some(at) = self.set.deadline(lease.as_str()) {
-                let at = self.origin + Duration::from_nanos(at.as_nanos());
+            if let Some(at) = self.boottime_deadline(lease) {
                 deadlines.insert(lease.clone(), (epoch, at));
             }
         }
@@ -384,6 +383,12 @@ impl SetRunner {
         self.set.handle_reply(now, request, reply);
     }
 
+    /// `lease`'s term deadline on the boot-time clock, as work reads it.
+    fn boottime_deadline(&self, lease: &LeaseName) -> Option<Duration> {
+        let at = self.set.deadline(lease.as_str())?;
+        Some(self.origin + Duration::from_nanos(at.as_nanos()))
+    }
+
     fn start_work(&mut self, lease: LeaseName, epoch: Epoch) {
         self.stop_work(lease.clone());
         let cancellation = Cancellation::default();
@@ -398,8 +403,7 @@ impl SetRunner {
         // The work reads its deadline as soon as its thread starts: record
         // it now, not only at the end of this step (a work that found none
         // would take its term as already over and never start).
-        if let Some(at) = self.set.deadline(lease.as_str()) {
-            let at = self.origin + Duration::from_nanos(at.as_nanos());
+        if let Some(at) = self.boottime_deadline(&lease) {
             self.deadlines
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
