@@ -140,7 +140,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     let snapshots = transitions.snapshots();
     wedge_for_tests(move || snapshots.wedge_loop_for_tests());
     forward_transitions(transitions, tx);
-    session(&printer, driver, &events)
+    session(&printer, driver, events)
 }
 
 /// Test seam (hidden): `PICOLEASE_TEST_WEDGE_AFTER_MS=N` calls `wedge`
@@ -183,11 +183,12 @@ fn grace(config: &Config, asked: Option<Duration>, command: bool) -> Result<Dura
 }
 
 /// Prints events until a reason to stop, then shuts the driver down (CMD
-/// first, then the release) and prints what that published.
+/// first, then the release) while printing what that publishes as it is
+/// published.
 fn session(
     printer: &Printer,
     driver: Box<dyn Contender>,
-    events: &mpsc::Receiver<Event>,
+    events: mpsc::Receiver<Event>,
 ) -> Result<ExitCode, CliError> {
     printer.start();
     let stop = loop {
@@ -198,16 +199,15 @@ fn session(
             break stop;
         }
     };
-    let outcome = driver.shutdown();
-    if !matches!(stop, Stop::DriverFinished) {
-        // Everything the shutdown published, up to the driver's end.
-        while let Ok(event) = events.recv() {
-            if matches!(event, Event::DriverEnded) {
-                break;
-            }
+    let printing = !matches!(stop, Stop::DriverFinished);
+    let outcome = print_during(
+        printing,
+        events,
+        |event| {
             handle(printer, event);
-        }
-    }
+        },
+        || driver.shutdown(),
+    );
     outcome?;
     match stop {
         Stop::Signal => Ok(ExitCode::SUCCESS),
@@ -248,6 +248,49 @@ fn handle(printer: &Printer, event: Event) -> Option<Stop> {
         Event::DriverEnded => return Some(Stop::DriverFinished),
     }
     None
+}
+
+/// Runs `shutdown` while another thread hands every event it publishes to
+/// `print` as it arrives, up to the driver's end (`DriverEnded`), when
+/// `printing`. A shutdown returns only after the driver has finished,
+/// which on PostgreSQL is a linger after the release
+/// (`picolease::postgres::DEFAULT_LINGER`): printing the release's
+/// `follower` only then would put it after the successor's `leader` line.
+pub(super) fn print_during<E: Send + IsDriverEnd, T>(
+    printing: bool,
+    events: mpsc::Receiver<E>,
+    print: impl FnMut(E) + Send,
+    shutdown: impl FnOnce() -> T,
+) -> T {
+    if !printing {
+        return shutdown();
+    }
+    let mut print = print;
+    std::thread::scope(|scope| {
+        let printer = scope.spawn(move || {
+            while let Ok(event) = events.recv() {
+                if event.is_driver_end() {
+                    break;
+                }
+                print(event);
+            }
+        });
+        let outcome = shutdown();
+        let _ = printer.join();
+        outcome
+    })
+}
+
+/// The loop's "the driver has published everything" event.
+pub(super) trait IsDriverEnd {
+    /// True for the event that follows the driver's last transition.
+    fn is_driver_end(&self) -> bool;
+}
+
+impl IsDriverEnd for Event {
+    fn is_driver_end(&self) -> bool {
+        matches!(self, Event::DriverEnded)
+    }
 }
 
 /// Feeds the driver's transitions to the loop, then `DriverEnded`.

@@ -114,7 +114,13 @@ pub fn run(
         json: args.json,
         last_seen,
     };
-    session(&printers, set, &events)
+    session(&printers, set, events)
+}
+
+impl super::run::IsDriverEnd for Event {
+    fn is_driver_end(&self) -> bool {
+        matches!(self, Event::DriverEnded)
+    }
 }
 
 /// A set's term, as the CMD supervisor sees it.
@@ -161,7 +167,7 @@ enum Stop {
 fn session(
     printers: &Printers,
     set: Box<dyn SetContender>,
-    events: &mpsc::Receiver<Event>,
+    events: mpsc::Receiver<Event>,
 ) -> Result<ExitCode, CliError> {
     let stop = loop {
         let Ok(event) = events.recv() else {
@@ -171,15 +177,16 @@ fn session(
             break stop;
         }
     };
-    let outcome = set.shutdown();
-    if !matches!(stop, Stop::DriverFinished) {
-        while let Ok(event) = events.recv() {
-            if matches!(event, Event::DriverEnded) {
-                break;
-            }
+    // Printed as published, not after the shutdown's linger.
+    let printing = !matches!(stop, Stop::DriverFinished);
+    let outcome = super::run::print_during(
+        printing,
+        events,
+        |event| {
             handle(printers, None, event);
-        }
-    }
+        },
+        || set.shutdown(),
+    );
     outcome?;
     match stop {
         Stop::Signal => Ok(ExitCode::SUCCESS),
