@@ -59,6 +59,9 @@ fn nodes_in(trace: &str) -> usize {
 pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitCode, CliError> {
     let mut config = SimConfig::new(nodes, seed);
     config.ttl = ttl;
+    // Both drivers tell followers of a release (PostgreSQL NOTIFY, the
+    // SQLite file watch): so does the simulation.
+    config.notify = true;
     let default_schedule = faults.trim().is_empty();
     config.faults = match faults.trim() {
         "" => Fault::parse_list(&format!(
@@ -150,7 +153,10 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
                 show(ttl),
                 show(ttl + interval)
             ),
-            "released" => format!("interval = {} (no notifications)", show(interval)),
+            "released" => format!(
+                "RTT after the release notice (without notices: interval = {})",
+                show(interval)
+            ),
             "expired" | "lost" => format!("within ttl = {} of the last renewal", show(ttl)),
             _ => "-".to_string(),
         };

@@ -243,7 +243,7 @@ impl Demo {
         let (_, _, at) = self.next_leader("after the clean release")?;
         let gap = at.saturating_duration_since(released_at);
         self.timeline.note(&format!(
-            "handover after the release: {} (bound on SQLite: interval = {} + RTT; no notifications)",
+            "handover after the release: {} (the followers are told of the release by the file watch: bound RTT; without it, interval = {} + RTT)",
             show(gap),
             show(self.interval)
         ));

@@ -48,7 +48,7 @@ pub fn handovers(gaps: &Gaps, ttl: Duration, interval: Duration) {
         (
             "takeover after a release",
             gaps.after_release,
-            format!("interval = {} (SQLite)", show(interval)),
+            "RTT (release notice)".to_string(),
             format!("interval = {}", show(interval)),
         ),
     ];
