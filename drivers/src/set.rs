@@ -69,14 +69,42 @@ impl SetLeaderContext {
             .map(|&(_, at)| at)
     }
 
-    /// True once the work must stop.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancellation.is_cancelled()
+    /// Time left before the term's deadline (zero once it has passed or
+    /// the term is over), on the suspend-aware clock; renewals push it
+    /// back.
+    pub fn time_left(&self) -> Duration {
+        self.deadline().map_or(Duration::ZERO, |at| {
+            at.saturating_sub(crate::clock::boottime())
+        })
     }
 
-    /// Sleeps up to `timeout`; true if the work must stop.
+    /// True once the work must stop: the driver stopped it (lost, given
+    /// up, shut down), or its deadline has passed, which this reads
+    /// itself, as the single lease's `LeaderContext::is_cancelled` does:
+    /// the set's thread may be blocked in a batch, and work that polls
+    /// this in a loop must still stop by the deadline.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled() || self.time_left().is_zero()
+    }
+
+    /// Sleeps up to `timeout`, waking at once when the term ends or its
+    /// deadline passes; true if the work must stop.
     pub fn sleep(&self, timeout: Duration) -> bool {
-        self.cancellation.wait_timeout(timeout)
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let to_deadline = self.time_left();
+            if to_deadline.is_zero() {
+                return true;
+            }
+            let step = left.min(to_deadline);
+            if self.cancellation.wait_timeout(step) {
+                return true;
+            }
+            if step == left {
+                return self.is_cancelled();
+            }
+        }
     }
 }
 
@@ -218,8 +246,31 @@ pub(crate) struct SetRunner {
     status: SharedStatus,
     /// Test seam: set, the loop blocks in its next `carry_out`.
     wedge: Arc<AtomicBool>,
-    /// When the batch in flight was handed to the driver.
-    handed_out: Option<std::time::Instant>,
+    /// When the batch in flight was handed to the driver, and its kind.
+    handed_out: Option<(std::time::Instant, picolease_core::BatchKind)>,
+}
+
+/// A batch for the driver to run, as the set asked for it.
+#[derive(Debug)]
+pub(crate) struct Execute {
+    /// The id to answer with ([`SetRunner::reply`]).
+    pub(crate) request: RequestId,
+    /// What to run.
+    pub(crate) batch: Batch,
+    /// When the statement must have ended by, on the set's clock
+    /// ([`SetCommand::Execute`]).
+    pub(crate) end_by: Instant,
+}
+
+/// What one [`SetRunner::carry_out`] leaves to the driver.
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    /// The next batch to run.
+    pub(crate) execute: Option<Execute>,
+    /// The batch the set gave up on (past its request timeout): the
+    /// driver cancels it on the server and forgets it; its result, should
+    /// it still come, would be ignored by the set.
+    pub(crate) cancel: Option<RequestId>,
 }
 
 /// How often a driver looks whether stopping work has returned.
@@ -297,32 +348,55 @@ impl SetRunner {
     }
 
     /// Carries out every command up to the next batch, which it returns
-    /// for the driver to run (at most one is ever outstanding), and stamps
-    /// the loop's progress ([`SetStatus::last_step`]).
-    pub(crate) fn carry_out(&mut self) -> Option<(RequestId, Batch)> {
+    /// for the driver to run (at most one is ever outstanding) with the
+    /// batch the set gave up on, if any, and stamps the loop's progress
+    /// ([`SetStatus::last_step`]).
+    pub(crate) fn carry_out(&mut self) -> Carried {
         while self.wedge.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100));
         }
-        let mut batch = None;
+        let mut carried = Carried::default();
         while let Some(command) = self.set.poll_command() {
             match command {
-                SetCommand::Execute { request, batch: b } => {
+                SetCommand::Execute {
+                    request,
+                    batch,
+                    end_by,
+                } => {
                     self.status
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .statements += 1;
-                    self.handed_out = Some(std::time::Instant::now());
-                    batch = Some((request, b));
+                    self.handed_out = Some((std::time::Instant::now(), batch.kind));
+                    carried.execute = Some(Execute {
+                        request,
+                        batch,
+                        end_by,
+                    });
                 }
-                // Statements run to completion (or their timeout) before
-                // the next input: nothing to cancel.
-                SetCommand::Cancel { .. } => {}
+                SetCommand::Cancel { request } => {
+                    if carried
+                        .execute
+                        .as_ref()
+                        .is_some_and(|e| e.request == request)
+                    {
+                        carried.execute = None;
+                    } else {
+                        carried.cancel = Some(request);
+                    }
+                    if let Some((_, kind)) = self.handed_out.take() {
+                        #[cfg(feature = "metrics")]
+                        crate::metrics::set::batch_timed_out(kind);
+                        #[cfg(not(feature = "metrics"))]
+                        let _ = kind;
+                    }
+                }
                 SetCommand::StartWork { lease, epoch } => self.start_work(lease, epoch),
                 SetCommand::StopWork { lease, .. } => self.stop_work(lease),
                 SetCommand::Publish { lease, leadership } => {
                     tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
                     #[cfg(feature = "metrics")]
-                    set_metrics::leadership(&lease, &leadership);
+                    crate::metrics::set::leadership(&lease, &leadership);
                     {
                         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
                         match leadership.leader_epoch() {
@@ -350,7 +424,7 @@ impl SetRunner {
         status.members = self.set.members(now);
         status.target = self.set.target(now);
         #[cfg(feature = "metrics")]
-        set_metrics::share(status.held.len(), status.target, status.members.len());
+        crate::metrics::set::share(status.held.len(), status.target, status.members.len());
         let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
         deadlines.clear();
         for (lease, &epoch) in &status.held {
@@ -360,7 +434,13 @@ impl SetRunner {
         }
         drop(deadlines);
         drop(status);
-        batch
+        carried
+    }
+
+    /// How long from now until `end_by` (an instant of the set's clock):
+    /// what a blocking driver cuts its waits to.
+    pub(crate) fn time_until(&self, end_by: Instant) -> Duration {
+        end_by.saturating_duration_since(self.now())
     }
 
     /// Feeds a batch's result to the set, recording its duration (from
@@ -374,9 +454,9 @@ impl SetRunner {
         let elapsed = self
             .handed_out
             .take()
-            .map_or(Duration::ZERO, |at| at.elapsed());
+            .map_or(Duration::ZERO, |(at, _)| at.elapsed());
         #[cfg(feature = "metrics")]
-        set_metrics::batch(kind, elapsed, &reply);
+        crate::metrics::set::batch(kind, elapsed, &reply);
         #[cfg(not(feature = "metrics"))]
         let _ = (kind, elapsed);
         let now = self.now();
@@ -458,105 +538,6 @@ impl SetRunner {
     }
 }
 
-/// The statement a batch runs.
-pub(crate) fn statement_for(
-    statements: &picolease_core::sql::Statements,
-    kind: picolease_core::BatchKind,
-) -> &picolease_core::sql::Statement {
-    use picolease_core::BatchKind;
-    match kind {
-        BatchKind::Acquire => statements.acquire_batch(),
-        BatchKind::Renew => statements.renew_batch(),
-        BatchKind::Release => statements.release_batch(),
-        BatchKind::Survey => statements.survey(),
-    }
-}
-
-/// Decodes a batch's rows into the set's reply.
-pub(crate) fn decode(
-    statements: &picolease_core::sql::Statements,
-    kind: picolease_core::BatchKind,
-    me: &HolderId,
-    rows: &[Vec<picolease_core::sql::Cell>],
-) -> Result<picolease_core::BatchReply, picolease_core::RowError> {
-    use picolease_core::{BatchKind, BatchReply};
-    Ok(match kind {
-        BatchKind::Acquire => BatchReply::Acquired(statements.decode_acquire_batch(me, rows)?),
-        BatchKind::Renew | BatchKind::Release => BatchReply::Matched(
-            statements
-                .decode_batch_names(rows)?
-                .into_iter()
-                .map(|(name, _)| name)
-                .collect(),
-        ),
-        BatchKind::Survey => BatchReply::Survey(statements.decode_survey(rows)?),
-    })
-}
-
-/// The metrics of lease sets (feature `metrics`), beside the single-lease
-/// ones of `crate::metrics`:
-///
-/// | name | kind | labels | what |
-/// | --- | --- | --- | --- |
-/// | `picolease_leader` | gauge | `lease` | 1 while this node leads that lease |
-/// | `picolease_epoch` | gauge | `lease` | the epoch last held or observed |
-/// | `picolease_transitions_total` | counter | `lease`, `to`, `reason` | terms begun and ended, per lease |
-/// | `picolease_batch_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`survey` | one batch, from handing it out to its result |
-/// | `picolease_batch_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal` | failed batches |
-/// | `picolease_set_held`, `picolease_set_target`, `picolease_set_members` | gauges | | leases held, the fair share, live members |
-///
-/// Per-lease series appear with the lease's first change (not at zero:
-/// a set may have 100,000 leases).
-#[cfg(feature = "metrics")]
-mod set_metrics {
-    use std::time::Duration;
-
-    use picolease_core::{BatchKind, BatchReply, Failure, Leadership, LeaseName};
-
-    pub(super) fn leadership(lease: &LeaseName, leadership: &Leadership) {
-        let name = lease.as_str().to_string();
-        metrics::gauge!("picolease_leader", "lease" => name.clone())
-            .set(if leadership.is_leader() { 1.0 } else { 0.0 });
-        if let Some(epoch) = leadership.epoch {
-            metrics::gauge!("picolease_epoch", "lease" => name.clone()).set(epoch.get() as f64);
-        }
-        if leadership.is_leader() {
-            metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "leader", "reason" => "acquired")
-                .increment(1);
-        } else if let Some(reason) = leadership.reason {
-            metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "follower", "reason" => reason.as_str())
-                .increment(1);
-        }
-    }
-
-    pub(super) fn share(held: usize, target: Option<usize>, members: usize) {
-        metrics::gauge!("picolease_set_held").set(held as f64);
-        metrics::gauge!("picolease_set_target").set(target.map_or(0.0, |t| t as f64));
-        metrics::gauge!("picolease_set_members").set(members as f64);
-    }
-
-    pub(super) fn batch(kind: BatchKind, elapsed: Duration, reply: &BatchReply) {
-        let statement = match kind {
-            BatchKind::Acquire => "acquire",
-            BatchKind::Renew => "renew",
-            BatchKind::Release => "release",
-            BatchKind::Survey => "survey",
-        };
-        match reply {
-            BatchReply::Failed(failure) => {
-                let kind = match failure {
-                    Failure::Transient => "transient",
-                    Failure::Fatal => "fatal",
-                };
-                metrics::counter!("picolease_batch_failures_total", "statement" => statement, "kind" => kind)
-                    .increment(1);
-            }
-            _ => metrics::histogram!("picolease_batch_duration_seconds", "statement" => statement)
-                .record(elapsed.as_secs_f64()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -567,6 +548,65 @@ mod tests {
             HolderId::new("me").unwrap(),
             Duration::from_secs(1),
         )
+    }
+
+    /// The guarantee that does not rest on the set's loop (which may be
+    /// blocked in a batch): the work reads its deadline itself, so a work
+    /// that sleeps and a work that polls in a busy loop both stop at the
+    /// deadline although nobody cancels them.
+    #[test]
+    fn set_work_stops_at_its_deadline_with_nobody_cancelling_it() {
+        let lease = LeaseName::new("a").unwrap();
+        let holder = HolderId::new("me").unwrap();
+        let epoch = Epoch::new(3);
+        let context = |deadlines: &Deadlines| SetLeaderContext {
+            term: Term::new(lease.clone(), holder.clone(), epoch),
+            lease: lease.clone(),
+            holder: holder.clone(),
+            epoch,
+            cancellation: Cancellation::default(),
+            deadlines: Arc::clone(deadlines),
+        };
+        let deadlines = Deadlines::default();
+        let set_deadline = |after: Duration| {
+            let at = crate::clock::boottime() + after;
+            deadlines.lock().unwrap().insert(lease.clone(), (epoch, at));
+            at
+        };
+
+        let at = set_deadline(Duration::from_millis(40));
+        let sleeper = context(&deadlines);
+        assert!(!sleeper.is_cancelled());
+        assert!(sleeper.time_left() > Duration::ZERO);
+        assert!(sleeper.time_left() <= Duration::from_millis(40));
+        assert!(sleeper.sleep(Duration::from_secs(3600)), "woken as ended");
+        assert!(crate::clock::boottime() >= at, "not before the deadline");
+        assert!(sleeper.is_cancelled());
+        assert_eq!(sleeper.time_left(), Duration::ZERO);
+        assert!(!sleeper.cancellation.is_cancelled(), "nobody cancelled it");
+
+        let at = set_deadline(Duration::from_millis(40));
+        let poller = context(&deadlines);
+        let mut spins = 0u64;
+        while !poller.is_cancelled() {
+            spins += 1;
+        }
+        assert!(crate::clock::boottime() >= at);
+        assert!(spins > 0, "it polled before the deadline");
+
+        // Another term's deadline, or none, is no time left for this one.
+        deadlines.lock().unwrap().insert(
+            lease.clone(),
+            (
+                Epoch::new(4),
+                crate::clock::boottime() + Duration::from_secs(60),
+            ),
+        );
+        assert!(context(&deadlines).is_cancelled());
+        deadlines.lock().unwrap().clear();
+        let over = context(&deadlines);
+        assert!(over.is_cancelled());
+        assert!(over.sleep(Duration::from_secs(3600)));
     }
 
     #[test]
@@ -624,7 +664,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let now = runner.now();
         runner.set.handle_timeout(now);
-        assert!(runner.carry_out().is_some(), "the first batch goes out");
+        assert!(
+            runner.carry_out().execute.is_some(),
+            "the first batch goes out"
+        );
         let stepped = view.get();
         assert!(stepped.last_step.unwrap() > first);
         assert!(stepped.since_progress() < started.stall_after);

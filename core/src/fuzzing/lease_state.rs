@@ -49,9 +49,7 @@ const MAX_INPUTS: usize = 256;
 
 /// Runs one fuzz input. Panics when an invariant breaks.
 pub fn run(data: &[u8]) {
-    let first = execute(data);
-    let second = execute(data);
-    assert_eq!(first, second, "same inputs, different commands");
+    super::deterministic(data, execute);
 }
 
 /// When an input happens, relative to the previous one.

@@ -369,6 +369,7 @@ impl LeaseSet {
         if self.finished {
             return;
         }
+        self.step_deadlines(now);
         let batch = match self.in_flight.take() {
             Some(batch) if batch.id == id => batch,
             other => {
@@ -428,7 +429,11 @@ impl LeaseSet {
         now: Instant,
         leases: impl IntoIterator<Item = &'a str>,
     ) {
-        if self.finished || self.shutting_down {
+        if self.finished {
+            return;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
             return;
         }
         for lease in leases {
@@ -450,16 +455,47 @@ impl LeaseSet {
     /// The database changed in a way the driver cannot attribute to a
     /// lease (the SQLite change check): survey at once.
     pub fn handle_change(&mut self, now: Instant) {
-        if self.finished || self.shutting_down {
+        if self.finished {
+            return;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
             return;
         }
         self.next_survey = self.next_survey.min(now);
         self.settle(now);
     }
 
+    /// A reading of the database clock taken by the batch sent at
+    /// `sent_at` whose reply came at `now` (SQLite, where it is the host's
+    /// wall clock): every lease's machine compares it with its last one
+    /// ([`LeaseState::handle_db_clock`]), so a step of the wall clock
+    /// beyond ρ·ttl demotes each held lease with `clock`, as it does a
+    /// lone lease. Returns whether the clock stepped, for the driver to
+    /// log.
+    pub fn handle_db_clock(&mut self, now: Instant, sent_at: Instant, db_millis: i64) -> bool {
+        if self.finished {
+            return false;
+        }
+        self.step_deadlines(now);
+        let mut stepped = false;
+        for i in 0..self.slots.len() {
+            stepped |= self.slots[i]
+                .machine
+                .handle_db_clock(now, sent_at, db_millis);
+            self.drain(now, i);
+        }
+        self.settle(now);
+        stepped
+    }
+
     /// The gated work of `lease` stopped (after a `StopWork`): its release,
     /// if one is due, may now go out.
     pub fn handle_work_stopped(&mut self, now: Instant, lease: &str) {
+        if self.finished {
+            return;
+        }
+        self.step_deadlines(now);
         if let Some(&i) = self.index.get(lease) {
             self.slots[i].stopping = false;
         }
@@ -470,7 +506,11 @@ impl LeaseSet {
     /// because its work ended by itself. The node stays in the set: the
     /// share may bring the lease back to it, or to another node, later.
     pub fn handle_give_up(&mut self, now: Instant, lease: &str) {
-        if self.finished || self.shutting_down {
+        if self.finished {
+            return;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
             return;
         }
         if let Some(&i) = self.index.get(lease) {
@@ -491,15 +531,45 @@ impl LeaseSet {
     /// Stop: every lease's work stops and every held lease (and the
     /// membership row) is released, then `Finished`.
     pub fn handle_shutdown(&mut self, now: Instant) {
-        if self.finished || self.shutting_down {
+        if self.finished {
+            return;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
             return;
         }
         self.shutting_down = true;
         for i in 0..self.slots.len() {
             self.slots[i].machine.handle_shutdown(now);
             self.drain(now, i);
+            // An acquire still waiting for its batch never reached the
+            // database: it is not sent now (a set shutting down takes no
+            // row), and its machine hears that it failed, so it finishes.
+            if let Some((request, Operation::Acquire)) = self.slots[i].queued {
+                self.slots[i].queued = None;
+                self.slots[i]
+                    .machine
+                    .handle_reply(now, request, Reply::Failed(Failure::Transient));
+                self.drain(now, i);
+            }
         }
         self.settle(now);
+    }
+
+    /// Every input checks the deadlines first, as a lone lease's does
+    /// (DESIGN §4b): a term whose deadline has passed ends now, whatever
+    /// the input is about, so no input leaves a lapsed lease held.
+    fn step_deadlines(&mut self, now: Instant) {
+        for i in 0..self.slots.len() {
+            if self.slots[i]
+                .machine
+                .leader_deadline()
+                .is_some_and(|deadline| deadline <= now)
+            {
+                self.slots[i].machine.handle_timeout(now);
+                self.drain(now, i);
+            }
+        }
     }
 
     /// Carries one lease's answer to its machine, if the batch still
@@ -652,6 +722,19 @@ impl LeaseSet {
                 }
                 Command::StartWork { .. } | Command::StopWork { .. } | Command::Publish(_) => {}
                 Command::Finished => self.on_machine_finished(now, i),
+            }
+        }
+        // A renewal still waiting for its batch when its term ended (the
+        // deadline passed meanwhile) must not go out: it would extend the
+        // row of a lease this node no longer leads. It never reached the
+        // database: its machine hears that it failed.
+        if let Some((request, Operation::Renew { .. })) = self.slots[i].queued {
+            if !self.slots[i].machine.leadership().is_leader() {
+                self.slots[i].queued = None;
+                self.slots[i]
+                    .machine
+                    .handle_reply(now, request, Reply::Failed(Failure::Transient));
+                self.drain(now, i);
             }
         }
     }
@@ -885,14 +968,23 @@ impl LeaseSet {
             // reply, no other is due.
             self.next_survey = now + self.template.interval;
         }
+        let give_up = now + self.template.request_timeout;
+        let end_by = self
+            .slots
+            .iter()
+            .filter_map(|s| s.machine.leader_deadline())
+            .fold(give_up, Instant::min);
         self.in_flight = Some(InFlight {
             id,
             kind,
             items,
             sent_at: now,
-            give_up: now + self.template.request_timeout,
+            give_up,
         });
-        self.commands
-            .push_back(SetCommand::Execute { request: id, batch });
+        self.commands.push_back(SetCommand::Execute {
+            request: id,
+            batch,
+            end_by,
+        });
     }
 }

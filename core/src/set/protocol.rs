@@ -4,6 +4,7 @@
 use crate::names::{Epoch, LeaseName};
 use crate::protocol::{Demotion, Failure, Leadership, Reply, RequestId};
 use crate::sql::LeaseRow;
+use crate::time::Instant;
 
 /// Which batched statement a batch runs (see `sql::Statements`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,6 +83,14 @@ pub enum SetCommand {
         request: RequestId,
         /// What to run.
         batch: Batch,
+        /// The instant the statement must have ended by: the batch's
+        /// give-up (a request timeout after its send), or sooner the
+        /// earliest deadline of a lease this node leads (the deadline wins
+        /// over I/O, DESIGN §4b). A blocking driver cuts its waits to it
+        /// (SQLite: the busy timeout and the watchdog), so the set's
+        /// thread is back to end that term on time; an async driver runs
+        /// the batch beside its waits and may ignore it.
+        end_by: Instant,
     },
     /// The batch timed out: cancel it on the server if possible and forget
     /// it.

@@ -523,7 +523,7 @@ impl SetSimulation {
         {
             let life = self.nodes[node].life;
             match command {
-                SetCommand::Execute { request, batch } => {
+                SetCommand::Execute { request, batch, .. } => {
                     self.report.statements[node] += 1;
                     self.batches.push(batch);
                     let batch_index = self.batches.len() - 1;

@@ -349,6 +349,66 @@ impl Statements {
         }
     }
 
+    /// A lease set's batch statement ([`crate::BatchKind`]), as
+    /// [`Statements::for_operation`] is a single lease's.
+    pub fn for_batch(&self, kind: crate::BatchKind) -> &Statement {
+        match kind {
+            crate::BatchKind::Acquire => &self.acquire_batch,
+            crate::BatchKind::Renew => &self.renew_batch,
+            crate::BatchKind::Release => &self.release_batch,
+            crate::BatchKind::Survey => &self.survey,
+        }
+    }
+
+    /// Interprets the rows of a batch as the set's reply, as
+    /// [`Statements::decode_reply`] does a single lease's: an acquire's
+    /// per-name outcomes, the names a renew or release matched, or the
+    /// survey's rows.
+    pub fn decode_batch_reply(
+        &self,
+        kind: crate::BatchKind,
+        me: &HolderId,
+        rows: &[Vec<Cell>],
+    ) -> Result<crate::BatchReply, RowError> {
+        use crate::{BatchKind, BatchReply};
+        Ok(match kind {
+            BatchKind::Acquire => BatchReply::Acquired(self.decode_acquire_batch(me, rows)?),
+            BatchKind::Renew | BatchKind::Release => BatchReply::Matched(
+                self.decode_batch_names(rows)?
+                    .into_iter()
+                    .map(|(name, _)| name)
+                    .collect(),
+            ),
+            BatchKind::Survey => BatchReply::Survey(self.decode_survey(rows)?),
+        })
+    }
+
+    /// The statement that tells whether another connection changed the
+    /// database since it was last run (the release notices of a
+    /// dialect without NOTIFY): on SQLite `PRAGMA data_version`, one
+    /// integer that only other connections' commits change (a few
+    /// microseconds, no lock). `None` on PostgreSQL, which notifies.
+    pub fn change_counter(&self) -> Option<&'static str> {
+        match self.dialect {
+            Dialect::Sqlite => Some("PRAGMA data_version"),
+            Dialect::Postgres => None,
+        }
+    }
+
+    /// The statement that subscribes a session to the table's release
+    /// notices ([`TableName::release_channel`], quoted so that it matches
+    /// the case-sensitive name `pg_notify` is called with). `None` on
+    /// SQLite, which has no NOTIFY (see [`Statements::change_counter`]).
+    pub fn listen(&self) -> Option<String> {
+        match self.dialect {
+            Dialect::Postgres => Some(format!(
+                "LISTEN \"{}\"",
+                self.table.release_channel().replace('"', "\"\"")
+            )),
+            Dialect::Sqlite => None,
+        }
+    }
+
     /// Interprets the rows a lease statement returned. An unexpected shape
     /// or value is a [`RowError`] naming it, never a panic; the driver
     /// reports it as a fatal failure.

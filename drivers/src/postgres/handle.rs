@@ -114,12 +114,8 @@ impl PgLeaseBuilder {
 
         let (listener, notices) = if self.notifications {
             let (tx, rx) = mpsc::channel(1);
-            let listener = notify::spawn_listener(
-                self.connector.clone(),
-                self.table.release_channel(),
-                lease_name.clone(),
-                tx,
-            );
+            let listener =
+                notify::spawn_listener(self.connector.clone(), &statements, lease_name.clone(), tx);
             let notices = listener.is_some().then_some(rx);
             (listener, notices)
         } else {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use picolease_core::sql::Statements;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
@@ -25,15 +26,14 @@ const RETRY: Duration = Duration::from_millis(500);
 /// needs to know that at least one arrived).
 pub(crate) fn spawn_listener(
     connector: Arc<dyn Connect>,
-    channel: String,
+    statements: &Statements,
     lease: Arc<str>,
     notices: mpsc::Sender<()>,
 ) -> Option<tokio::task::JoinHandle<()>> {
+    let listen = statements.listen()?;
+    let channel = statements.table().release_channel();
     let mut first = Some(connector.connect_listener()?);
     Some(tokio::spawn(async move {
-        // Identifiers in LISTEN are quoted so the channel matches the
-        // case-sensitive string `pg_notify` is called with.
-        let listen = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
         loop {
             if notices.is_closed() {
                 return;

@@ -42,7 +42,9 @@ use super::cells::{param_type, rows_to_cells, to_sql};
 use super::connect::{BoxFuture, Connect, Listener};
 use super::error::PgError;
 use super::link::create_table;
-use crate::set::{SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork};
+use crate::set::{
+    Execute, SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork,
+};
 
 /// The `application_name` both connections of a set announce.
 const APPLICATION_NAME: &str = "picolease";
@@ -148,7 +150,7 @@ impl PgLeaseSetBuilder {
         let (runner, outputs) = SetRunner::new(set, works);
         let link = SetLink {
             connector: Arc::clone(&connector),
-            statements,
+            statements: Arc::clone(&statements),
             auto_create,
             table_ready: false,
             session: None,
@@ -158,7 +160,7 @@ impl PgLeaseSetBuilder {
             last_reason: String::new(),
         };
         let notices = if notifications {
-            Notices::new(connector, &table.release_channel())
+            Notices::new(connector, &statements)
         } else {
             Notices::off()
         };
@@ -354,7 +356,7 @@ impl SetLink {
             create_table(&client, &self.statements).await?;
         }
         let prepares = KINDS.map(|kind| {
-            let statement = crate::set::statement_for(&self.statements, kind);
+            let statement = self.statements.for_batch(kind);
             let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
             let client = &client;
             async move {
@@ -398,7 +400,7 @@ impl SetLink {
         let Some(session) = &self.session else {
             unreachable!("connected above");
         };
-        let statement = crate::set::statement_for(&self.statements, batch.kind);
+        let statement = self.statements.for_batch(batch.kind);
         let values: Vec<_> = statement.bind_batch(bindings).collect();
         let params: Vec<_> = values.iter().map(to_sql).collect();
         let result = async {
@@ -421,8 +423,10 @@ impl SetLink {
         })
     }
 
-    /// Runs `batch` within `timeout` and decodes its rows: the reply for
-    /// the set, and the error behind a failed one.
+    /// Runs `batch` and decodes its rows: the reply for the set, and the
+    /// error behind a failed one. Its time is the set's to keep: past the
+    /// request timeout the set gives up on it (`SetCommand::Cancel`) and
+    /// the task drops this future and calls [`SetLink::abandon`].
     async fn execute(
         &mut self,
         batch: &Batch,
@@ -439,30 +443,8 @@ impl SetLink {
             stale_millis,
         };
         let deadline = Instant::now() + timeout;
-        let outcome =
-            tokio::time::timeout_at(deadline, self.rows(batch, &bindings, deadline)).await;
-        let result = match outcome {
-            Ok(result) => result,
-            Err(_) => {
-                // The connection is suspect (a stalled socket would hold
-                // every later batch): drop it and cancel the query.
-                if let Some(session) = self.session.take() {
-                    let cancel = self.connector.cancel(session.client.cancel_token());
-                    // Never waited for: the server may be unreachable.
-                    tokio::spawn(async move {
-                        let _ = tokio::time::timeout(timeout, cancel).await;
-                    });
-                }
-                let error = PgError::Timeout {
-                    during: kind_name(batch.kind),
-                    after: timeout,
-                };
-                self.failed(error.to_string());
-                Err(error)
-            }
-        };
-        match result {
-            Ok(rows) => match crate::set::decode(&self.statements, batch.kind, me, &rows) {
+        match self.rows(batch, &bindings, deadline).await {
+            Ok(rows) => match self.statements.decode_batch_reply(batch.kind, me, &rows) {
                 Ok(reply) => (reply, None),
                 Err(source) => (
                     BatchReply::Failed(Failure::Fatal),
@@ -474,6 +456,25 @@ impl SetLink {
             },
             Err(e) => (BatchReply::Failed(e.failure()), Some(e)),
         }
+    }
+
+    /// The set gave up on the batch in flight (its future is dropped): the
+    /// connection is suspect (a stalled socket would hold every later
+    /// batch), so drop it and cancel the query on the server.
+    fn abandon(&mut self, kind: BatchKind, timeout: Duration) {
+        if let Some(session) = self.session.take() {
+            let cancel = self.connector.cancel(session.client.cancel_token());
+            // Never waited for: the server may be unreachable.
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, cancel).await;
+            });
+        }
+        let error = PgError::Timeout {
+            during: kind_name(kind),
+            after: timeout,
+        };
+        tracing::warn!(error = %error, "picolease: the set gave up on a batch; cancelling it and reconnecting");
+        self.failed(error.to_string());
     }
 }
 
@@ -523,12 +524,10 @@ impl Notices {
         }
     }
 
-    fn new(connector: Arc<dyn Connect>, channel: &str) -> Self {
-        // Identifiers in LISTEN are quoted so the channel matches the
-        // case-sensitive string `pg_notify` is called with.
+    fn new(connector: Arc<dyn Connect>, statements: &Statements) -> Self {
         let sql = format!(
-            "SET application_name = '{APPLICATION_NAME}'; LISTEN \"{}\"",
-            channel.replace('"', "\"\"")
+            "SET application_name = '{APPLICATION_NAME}'; {}",
+            statements.listen().unwrap_or_default()
         );
         let state = match connector.connect_listener() {
             Some(connecting) => ListenState::Connecting(connecting),
@@ -659,9 +658,8 @@ async fn run(
     let stale_millis = runner.set.stale_millis();
     let link = Arc::new(tokio::sync::Mutex::new(link));
     let mut in_flight: Option<Running> = None;
-    // A batch the set asked for while the previous one (which the set gave
-    // up on) still runs: it starts once that one has ended.
-    let mut queued = None;
+    // The batch the set asked for, until the one in flight has ended.
+    let mut queued: Option<Execute> = None;
     let mut fatal = None;
     let mut handle_gone = false;
     // A release batch freed rows: successors may be acquiring them.
@@ -669,11 +667,26 @@ async fn run(
     let now = runner.now();
     runner.set.handle_timeout(now);
     loop {
-        if let Some(batch) = runner.carry_out() {
-            queued = Some(batch);
+        let carried = runner.carry_out();
+        if let Some(request) = carried.cancel {
+            if queued
+                .as_ref()
+                .is_some_and(|q: &Execute| q.request == request)
+            {
+                queued = None;
+            }
+            let abandoned = in_flight.take_if(|(r, _, _)| *r == request);
+            if let Some((_, kind, future)) = abandoned {
+                // Dropped first: the future holds the link's lock.
+                drop(future);
+                link.lock().await.abandon(kind, timeout);
+            }
+        }
+        if let Some(execute) = carried.execute {
+            queued = Some(execute);
         }
         if in_flight.is_none() {
-            if let Some((request, batch)) = queued.take() {
+            if let Some(Execute { request, batch, .. }) = queued.take() {
                 let link = Arc::clone(&link);
                 let me = me.clone();
                 let kind = batch.kind;

@@ -5,12 +5,15 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use picolease_core::{Config, LeaseName, LeaseSet};
+use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
 
 use super::error::Error;
 use super::open::Database;
 use super::table::LeaseTable;
-use crate::set::{SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork};
+use super::watchdog::Watchdog;
+use crate::set::{
+    Execute, SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork,
+};
 
 /// How often a node under its share checks the file for another
 /// connection's commit (`PRAGMA data_version`, a few microseconds) and
@@ -61,11 +64,17 @@ impl SqliteLeaseSetBuilder {
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
         database.busy_timeout = database.busy_timeout.min(template.request_timeout * 3 / 4);
         let table = LeaseTable::open(&database)?;
+        let watchdog = Watchdog::start(
+            table.connection().get_interrupt_handle(),
+            template.request_timeout,
+        )
+        .map_err(|e| Error::Spawn(e.to_string()))?;
         let (control, inbox) = mpsc::channel();
         let (runner, outputs) = SetRunner::new(set, works);
+        let connection = Connection { table, watchdog };
         let thread = std::thread::Builder::new()
             .name("picolease-set".into())
-            .spawn(move || run(runner, table, inbox, change_check))
+            .spawn(move || run(runner, connection, inbox, change_check))
             .map_err(|e| Error::Spawn(e.to_string()))?;
         Ok(SqliteLeaseSet {
             template,
@@ -169,33 +178,78 @@ impl Drop for SqliteLeaseSet {
     }
 }
 
+/// The set's connection and the watchdog that interrupts its statements.
+struct Connection {
+    table: LeaseTable,
+    watchdog: Watchdog,
+}
+
+impl Connection {
+    /// Runs one batch the set asked for, ending by its `end_by` (the busy
+    /// wait cut to it, the watchdog armed for it: the deadline wins over
+    /// I/O, as for a lone lease's renew), then reads the database clock
+    /// for the set's clock-step check before the reply counts. Returns
+    /// the fatal error a failed batch ended the set with, if any.
+    fn execute(&self, runner: &mut SetRunner, execute: Execute) -> Option<Error> {
+        let Execute {
+            request,
+            batch,
+            end_by,
+        } = execute;
+        let config = runner.set.config();
+        let (me, ttl_millis) = (config.holder.clone(), config.ttl_millis());
+        let stale_millis = runner.set.stale_millis();
+        let left = runner.time_until(end_by);
+        let started = std::time::Instant::now();
+        let (reply, error) = {
+            let _armed = self.watchdog.arm_until(Some(started + left));
+            self.table
+                .execute_batch(&batch, &me, ttl_millis, stale_millis, left)
+        };
+        let mut fatal = None;
+        if let Some(error) = error {
+            match reply {
+                BatchReply::Failed(Failure::Fatal) => {
+                    tracing::error!(kind = ?batch.kind, "{error}");
+                    fatal = Some(error);
+                }
+                _ => tracing::warn!(kind = ?batch.kind, "retrying after: {error}"),
+            }
+        }
+        let sent = runner.now();
+        if let Some(db_millis) = self.table.db_clock_millis() {
+            let now = runner.now();
+            if runner.set.handle_db_clock(now, sent, db_millis) {
+                tracing::warn!(
+                    holder = %me,
+                    "the database clock (this host's wall clock) stepped by more than the drift allowance; every held lease demotes (reason clock) and competes again"
+                );
+            }
+        }
+        runner.reply(request, batch.kind, reply);
+        fatal
+    }
+}
+
 fn run(
     mut runner: SetRunner,
-    table: LeaseTable,
+    connection: Connection,
     inbox: mpsc::Receiver<Control>,
     change_check: Option<Duration>,
 ) -> Result<(), Error> {
     let me = runner.set.config().holder.clone();
-    let ttl_millis = runner.set.config().ttl_millis();
-    let stale_millis = runner.set.stale_millis();
     let mut fatal = None;
     let mut data_version: Option<i64> = None;
     let mut handle_gone = false;
     let now = runner.now();
     runner.set.handle_timeout(now);
     loop {
-        while let Some((request, batch)) = runner.carry_out() {
-            let (reply, error) = table.execute_batch(&batch, &me, ttl_millis, stale_millis);
-            if let Some(error) = error {
-                match reply {
-                    picolease_core::BatchReply::Failed(picolease_core::Failure::Fatal) => {
-                        tracing::error!(kind = ?batch.kind, "{error}");
-                        fatal = Some(error);
-                    }
-                    _ => tracing::warn!(kind = ?batch.kind, "retrying after: {error}"),
-                }
+        // A synchronous batch has returned (or been interrupted) before
+        // the set can give up on it: there is never one to cancel.
+        while let Some(execute) = runner.carry_out().execute {
+            if let Some(error) = connection.execute(&mut runner, execute) {
+                fatal = Some(error);
             }
-            runner.reply(request, batch.kind, reply);
         }
         if runner.set.is_finished() {
             break;
@@ -232,11 +286,7 @@ fn run(
         }
         runner.reap();
         if checking.is_some() {
-            let version = table
-                .connection()
-                .prepare_cached("PRAGMA data_version")
-                .and_then(|mut pragma| pragma.query_row([], |row| row.get::<_, i64>(0)));
-            if let Ok(version) = version {
+            if let Some(version) = connection.table.change_counter() {
                 if data_version
                     .replace(version)
                     .is_some_and(|seen| seen != version)

@@ -263,12 +263,20 @@ impl LeaseTable {
         me: &HolderId,
         left: Option<std::time::Duration>,
     ) -> (Reply, Option<Error>) {
+        self.within(left, || self.execute_now(operation, bindings, me))
+    }
+
+    /// Runs `statement` with the busy timeout cut to `left` when that is
+    /// shorter (the deadline wins over I/O, DESIGN §4b), restoring it
+    /// after: a statement waiting on another process's lock gives up by
+    /// then.
+    fn within<T>(&self, left: Option<std::time::Duration>, statement: impl FnOnce() -> T) -> T {
         let capped = left.filter(|left| *left < self.busy_timeout);
         if let Some(left) = capped {
             // Cannot fail: it only installs SQLite's default busy handler.
             let _ = self.conn.busy_timeout(left);
         }
-        let result = self.execute_now(operation, bindings, me);
+        let result = statement();
         if capped.is_some() {
             let _ = self.conn.busy_timeout(self.busy_timeout);
         }
@@ -309,9 +317,22 @@ impl LeaseTable {
         me: &HolderId,
         ttl_millis: i64,
         stale_millis: i64,
+        left: std::time::Duration,
+    ) -> (picolease_core::BatchReply, Option<Error>) {
+        self.within(Some(left), || {
+            self.execute_batch_now(batch, me, ttl_millis, stale_millis)
+        })
+    }
+
+    fn execute_batch_now(
+        &self,
+        batch: &picolease_core::Batch,
+        me: &HolderId,
+        ttl_millis: i64,
+        stale_millis: i64,
     ) -> (picolease_core::BatchReply, Option<Error>) {
         use picolease_core::BatchReply;
-        let statement = crate::set::statement_for(&self.statements, batch.kind);
+        let statement = self.statements.for_batch(batch.kind);
         let json = batch.json();
         let bindings = picolease_core::sql::BatchBindings {
             holder: me.as_str(),
@@ -320,7 +341,7 @@ impl LeaseTable {
             stale_millis,
         };
         match run(&self.conn, statement.sql(), statement.bind_batch(&bindings)) {
-            Ok(rows) => match crate::set::decode(&self.statements, batch.kind, me, &rows) {
+            Ok(rows) => match self.statements.decode_batch_reply(batch.kind, me, &rows) {
                 Ok(reply) => (reply, None),
                 Err(source) => (
                     BatchReply::Failed(Failure::Fatal),
@@ -329,6 +350,32 @@ impl LeaseTable {
             },
             Err(e) => (BatchReply::Failed(failure_of(&e)), Some(self.error(e))),
         }
+    }
+
+    /// The database clock in milliseconds (the host's wall clock, as the
+    /// lease statements read it), for the clock-step check
+    /// (`LeaseState::handle_db_clock`). A few microseconds; `None` when
+    /// the read failed (the check is then skipped once).
+    pub(crate) fn db_clock_millis(&self) -> Option<i64> {
+        let sql = format!(
+            "SELECT {}",
+            picolease_core::sql::db_now_millis(self.statements.dialect())
+        );
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut select| select.query_row([], |row| row.get::<_, i64>(0)))
+            .ok()
+    }
+
+    /// The change counter (`PRAGMA data_version`, see
+    /// `Statements::change_counter`): it moves only when another
+    /// connection commits. `None` when the read failed.
+    pub(crate) fn change_counter(&self) -> Option<i64> {
+        let sql = self.statements.change_counter()?;
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut pragma| pragma.query_row([], |row| row.get::<_, i64>(0)))
+            .ok()
     }
 
     /// Evaluates `statement` (a fence or any boolean expression) as

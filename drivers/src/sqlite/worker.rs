@@ -209,16 +209,7 @@ impl Worker {
     /// local clock's. A few microseconds; a failed read is skipped.
     fn read_db_clock(&mut self) {
         let sent = self.now();
-        let sql = format!(
-            "SELECT {}",
-            picolease_core::sql::db_now_millis(picolease_core::sql::Dialect::Sqlite)
-        );
-        let read = self
-            .table
-            .connection()
-            .prepare_cached(&sql)
-            .and_then(|mut select| select.query_row([], |row| row.get::<_, i64>(0)));
-        let Ok(db_millis) = read else {
+        let Some(db_millis) = self.table.db_clock_millis() else {
             return;
         };
         let now = self.now();
@@ -237,12 +228,7 @@ impl Worker {
     /// and the core decides whether it is worth an acquire (free, lapsed or
     /// ours). Errors are ignored: the poll at the interval is the fallback.
     fn check_for_change(&mut self) {
-        let version = self
-            .table
-            .connection()
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut pragma| pragma.query_row([], |row| row.get::<_, i64>(0)));
-        let Ok(version) = version else {
+        let Some(version) = self.table.change_counter() else {
             return;
         };
         let seen = self.data_version.replace(version);

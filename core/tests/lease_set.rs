@@ -1,0 +1,422 @@
+//! `LeaseSet` as a specification: exact command sequences for each rule
+//! of DESIGN §9, on hand-picked times, as `lease_state.rs` is for a lone
+//! lease. One node, leases `a` and `b`, ttl 10 s (interval and request
+//! timeout 2.5 s, drift 100 ms), no jitter.
+
+use std::time::Duration;
+
+use picolease_core::sql::{LeaseRow, MEMBER_PREFIX};
+use picolease_core::{
+    Batch, BatchKind, BatchReply, Config, Demotion, Epoch, Failure, HolderId, Instant, Leadership,
+    LeaseName, LeaseSet, Reply, RequestId, Role, SetCommand,
+};
+
+const TTL: Duration = Duration::from_secs(10);
+/// ttl − ρ·ttl − 1 ms: how long after its send a statement's success
+/// keeps a lease (`Config::local_validity`).
+const VALIDITY_MS: u64 = 10_000 - 100 - 1;
+
+fn ms(n: u64) -> Instant {
+    Instant::from_nanos(n * 1_000_000)
+}
+
+fn me() -> HolderId {
+    HolderId::new("me").unwrap()
+}
+
+fn name(n: &str) -> LeaseName {
+    LeaseName::new(n).unwrap()
+}
+
+fn member() -> String {
+    format!("{MEMBER_PREFIX}me")
+}
+
+fn template() -> Config {
+    let mut c = Config::with_ttl(name("unused"), me(), TTL);
+    c.jitter = Duration::ZERO;
+    c
+}
+
+fn set() -> LeaseSet {
+    LeaseSet::new(template(), vec![name("a"), name("b")], ms(0)).unwrap()
+}
+
+fn drain(s: &mut LeaseSet) -> Vec<SetCommand> {
+    std::iter::from_fn(|| s.poll_command()).collect()
+}
+
+fn execute(id: u64, kind: BatchKind, items: &[(&str, Option<u64>)], end_by: u64) -> SetCommand {
+    SetCommand::Execute {
+        request: RequestId(id),
+        batch: Batch {
+            kind,
+            items: items
+                .iter()
+                .map(|&(n, e)| (name(n), e.map(Epoch::new)))
+                .collect(),
+        },
+        end_by: ms(end_by),
+    }
+}
+
+fn acquired(n: &str, epoch: u64) -> (String, Reply) {
+    (
+        n.to_string(),
+        Reply::Acquired {
+            epoch: Epoch::new(epoch),
+        },
+    )
+}
+
+fn leader(lease: &str, epoch: u64) -> Vec<SetCommand> {
+    vec![
+        SetCommand::Publish {
+            lease: name(lease),
+            leadership: Leadership {
+                role: Role::Leader,
+                epoch: Some(Epoch::new(epoch)),
+                holder: Some(me()),
+                reason: None,
+            },
+        },
+        SetCommand::StartWork {
+            lease: name(lease),
+            epoch: Epoch::new(epoch),
+        },
+    ]
+}
+
+fn demoted(lease: &str, epoch: u64, reason: Demotion) -> Vec<SetCommand> {
+    vec![
+        SetCommand::StopWork {
+            lease: name(lease),
+            epoch: Epoch::new(epoch),
+            reason,
+        },
+        SetCommand::Publish {
+            lease: name(lease),
+            leadership: Leadership {
+                role: Role::Follower,
+                epoch: Some(Epoch::new(epoch)),
+                holder: None,
+                reason: Some(reason),
+            },
+        },
+    ]
+}
+
+/// A set that surveyed twice (alone), announced itself at 2.5 s and holds
+/// `a` at epoch 1 and `b` at epoch 4 from the acquire batch sent at
+/// 2502 ms (answered at 2503 ms).
+fn holding() -> LeaseSet {
+    let mut s = set();
+    s.handle_timeout(ms(0));
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(1, BatchKind::Survey, &[], 2_500)]
+    );
+    s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
+    assert_eq!(drain(&mut s), vec![]);
+    s.handle_timeout(ms(2_500));
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(2, BatchKind::Acquire, &[(&member(), None)], 5_000)]
+    );
+    s.handle_reply(
+        ms(2_501),
+        RequestId(2),
+        BatchReply::Acquired(vec![acquired(&member(), 1)]),
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(3, BatchKind::Survey, &[], 5_001)]
+    );
+    s.handle_reply(ms(2_502), RequestId(3), BatchReply::Survey(vec![]));
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(
+            4,
+            BatchKind::Acquire,
+            &[("a", None), ("b", None)],
+            5_002
+        )]
+    );
+    s.handle_reply(
+        ms(2_503),
+        RequestId(4),
+        BatchReply::Acquired(vec![acquired("a", 1), acquired("b", 4)]),
+    );
+    let mut expected = leader("a", 1);
+    expected.extend(leader("b", 4));
+    assert_eq!(drain(&mut s), expected);
+    assert_eq!(s.deadline("a"), Some(ms(2_502 + VALIDITY_MS)));
+    s
+}
+
+#[test]
+fn a_set_surveys_announces_itself_and_takes_its_share_from_the_second_survey() {
+    let s = holding();
+    assert_eq!(s.target(ms(2_503)), Some(2), "alone: the whole set");
+    assert_eq!(
+        s.held()
+            .map(|(n, e)| (n.as_str(), e.get()))
+            .collect::<Vec<_>>(),
+        vec![("a", 1), ("b", 4)]
+    );
+    assert_eq!(s.members(ms(2_503)), vec![me()]);
+    assert_eq!(s.poll_timeout(), Some(ms(5_000)));
+}
+
+#[test]
+fn held_leases_renew_in_one_batch_with_the_membership_row() {
+    let mut s = holding();
+    // The membership row is due at 5001 ms, the leases at 5002 ms: one
+    // batch at the first, the others brought forward (half an interval).
+    s.handle_timeout(ms(5_000));
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(
+            5,
+            BatchKind::Renew,
+            &[("a", Some(1)), ("b", Some(4)), (&member(), Some(1))],
+            7_500
+        )]
+    );
+    s.handle_reply(
+        ms(5_002),
+        RequestId(5),
+        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
+    );
+    // Renewed: nothing to tell; the survey due since 5001 ms (an interval
+    // after the last one's send) goes out.
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(6, BatchKind::Survey, &[], 7_502)]
+    );
+    // Each lease's deadline counts from the batch's send.
+    assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
+    assert_eq!(s.deadline("b"), Some(ms(5_000 + VALIDITY_MS)));
+}
+
+#[test]
+fn a_lease_missing_from_a_renew_result_alone_is_lost() {
+    let mut s = holding();
+    s.handle_timeout(ms(5_000));
+    drain(&mut s);
+    s.handle_reply(
+        ms(5_002),
+        RequestId(5),
+        BatchReply::Matched(vec!["a".into(), member()]),
+    );
+    // Lost, and tried again at once (the row may be free), as a lone
+    // lease does.
+    let mut expected = demoted("b", 4, Demotion::Lost);
+    expected.push(execute(6, BatchKind::Acquire, &[("b", None)], 7_502));
+    assert_eq!(drain(&mut s), expected);
+    assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
+    assert_eq!(s.deadline("b"), None);
+}
+
+#[test]
+fn a_batch_past_its_timeout_is_cancelled_and_its_leases_keep_their_deadlines() {
+    let mut s = holding();
+    s.handle_timeout(ms(5_000));
+    drain(&mut s);
+    // No answer by the give-up, a request timeout after the send.
+    assert_eq!(s.poll_timeout(), Some(ms(7_500)));
+    s.handle_timeout(ms(7_500));
+    let commands = drain(&mut s);
+    assert_eq!(
+        commands[0],
+        SetCommand::Cancel {
+            request: RequestId(5)
+        }
+    );
+    // Nothing demoted: the terms still run to their deadlines, and the
+    // renewal is tried again in a new batch.
+    assert!(
+        commands[1..].iter().all(
+            |c| matches!(c, SetCommand::Execute { batch, .. } if batch.kind == BatchKind::Renew)
+        ),
+        "{commands:?}"
+    );
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    assert_eq!(s.deadline("a"), Some(ms(2_502 + VALIDITY_MS)));
+    // A late answer to the abandoned batch is ignored.
+    s.handle_reply(
+        ms(7_600),
+        RequestId(5),
+        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
+    );
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.deadline("a"), Some(ms(2_502 + VALIDITY_MS)));
+}
+
+#[test]
+fn a_batch_ends_by_the_earliest_deadline_of_a_held_lease() {
+    let mut s = holding();
+    // Every renewal fails, until a held row's deadline comes before a
+    // batch's give-up: the batch must end by the earliest one, the
+    // membership row's (its acquire was sent at 2500 ms, the leases' at
+    // 2502 ms).
+    let deadline = 2_500 + VALIDITY_MS;
+    let mut last_end_by = None;
+    let mut now = 5_000;
+    s.handle_timeout(ms(now));
+    loop {
+        let mut pending = None;
+        for command in drain(&mut s) {
+            if let SetCommand::Execute {
+                request, end_by, ..
+            } = command
+            {
+                // Exactly the earlier of the give-up and the earliest
+                // deadline of a row still held.
+                let earliest = ["a", "b", member().as_str()]
+                    .iter()
+                    .filter_map(|n| s.deadline(n))
+                    .fold(ms(now + 2_500), Instant::min);
+                assert_eq!(end_by, earliest, "sent at {now} ms");
+                if now < deadline {
+                    last_end_by = Some(end_by);
+                }
+                pending = Some(request);
+            }
+        }
+        if now >= deadline {
+            break;
+        }
+        match pending {
+            // Each batch fails a millisecond after its send.
+            Some(request) => {
+                now += 1;
+                s.handle_reply(ms(now), request, BatchReply::Failed(Failure::Transient));
+            }
+            None => {
+                let wake = s.poll_timeout().expect("running");
+                now = wake.as_nanos().div_ceil(1_000_000).max(now + 1);
+                s.handle_timeout(ms(now));
+            }
+        }
+    }
+    assert_eq!(last_end_by, Some(ms(deadline)), "cut to the deadline");
+}
+
+#[test]
+fn a_stepped_database_clock_demotes_every_held_lease_with_clock() {
+    let mut s = holding();
+    // Readings that agree with the local clock: nothing happens.
+    assert!(!s.handle_db_clock(ms(3_000), ms(3_000), 1_000_000));
+    assert!(!s.handle_db_clock(ms(4_000), ms(4_000), 1_001_000));
+    assert_eq!(drain(&mut s), vec![]);
+    // The wall clock jumps a minute ahead between two readings.
+    assert!(s.handle_db_clock(ms(4_500), ms(4_500), 1_061_500));
+    let commands = drain(&mut s);
+    let mut expected = demoted("a", 1, Demotion::Clock);
+    expected.extend(demoted("b", 4, Demotion::Clock));
+    assert_eq!(commands[..4], expected[..], "{commands:?}");
+    // Every row competes again at once, in one acquire batch, the
+    // membership row too (its term was measured on the same clock); it is
+    // not a lease and is not published.
+    assert_eq!(
+        commands[4..],
+        [execute(
+            5,
+            BatchKind::Acquire,
+            &[("a", None), ("b", None), (&member(), None)],
+            7_000
+        )]
+    );
+    assert!(s.held().next().is_none());
+}
+
+#[test]
+fn shutdown_stops_every_work_and_releases_each_lease_once_its_work_has_stopped() {
+    let mut s = holding();
+    s.handle_shutdown(ms(3_000));
+    let mut expected = demoted("a", 1, Demotion::Released);
+    expected.extend(demoted("b", 4, Demotion::Released));
+    // The membership row has no work: it is released at once, so the
+    // other nodes plan without this one.
+    expected.push(execute(
+        5,
+        BatchKind::Release,
+        &[(&member(), Some(1))],
+        5_500,
+    ));
+    assert_eq!(drain(&mut s), expected);
+    s.handle_reply(ms(3_001), RequestId(5), BatchReply::Matched(vec![member()]));
+    assert_eq!(drain(&mut s), vec![]);
+    // A lease's release waits for its work, and goes as soon as that
+    // has stopped.
+    s.handle_work_stopped(ms(3_002), "a");
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(6, BatchKind::Release, &[("a", Some(1))], 5_502)]
+    );
+    s.handle_work_stopped(ms(3_003), "b");
+    assert_eq!(drain(&mut s), vec![], "one batch at a time");
+    s.handle_reply(
+        ms(3_004),
+        RequestId(6),
+        BatchReply::Matched(vec!["a".into()]),
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(7, BatchKind::Release, &[("b", Some(4))], 5_504)]
+    );
+    s.handle_reply(
+        ms(3_005),
+        RequestId(7),
+        BatchReply::Matched(vec!["b".into()]),
+    );
+    assert_eq!(drain(&mut s), vec![SetCommand::Finished]);
+    assert!(s.is_finished());
+    assert_eq!(s.poll_timeout(), None);
+}
+
+#[test]
+fn a_node_over_its_share_gives_the_surplus_up_without_stealing() {
+    let mut s = holding();
+    // A second member appears in the survey: the share is one each.
+    s.handle_timeout(ms(5_000));
+    drain(&mut s);
+    s.handle_reply(
+        ms(5_001),
+        RequestId(5),
+        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
+    );
+    // The survey due since 5001 ms goes out with the renewal's answer.
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(6, BatchKind::Survey, &[], 7_501)]
+    );
+    let other = LeaseRow {
+        name: format!("{MEMBER_PREFIX}other"),
+        holder: Some("other".to_string()),
+        epoch: Epoch::new(1),
+        expires_in_ms: Some(9_000),
+    };
+    s.handle_reply(ms(5_003), RequestId(6), BatchReply::Survey(vec![other]));
+    assert_eq!(s.target(ms(5_003)), Some(1));
+    let commands = drain(&mut s);
+    // Exactly one lease is given up (stop first; its release waits), the
+    // one this node prefers least; the other is kept.
+    assert_eq!(commands.len(), 2, "{commands:?}");
+    let SetCommand::StopWork { lease, reason, .. } = &commands[0] else {
+        panic!("{commands:?}");
+    };
+    assert_eq!(*reason, Demotion::Released);
+    let given = lease.as_str().to_string();
+    let kept = if given == "a" { "b" } else { "a" };
+    assert!(s.leadership(kept).unwrap().is_leader());
+    s.handle_work_stopped(ms(5_004), &given);
+    let release = drain(&mut s);
+    let SetCommand::Execute { batch, .. } = &release[0] else {
+        panic!("{release:?}");
+    };
+    assert_eq!(batch.kind, BatchKind::Release);
+    assert_eq!(batch.items.len(), 1);
+    assert_eq!(batch.items[0].0.as_str(), given);
+}
