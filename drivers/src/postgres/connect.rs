@@ -93,7 +93,8 @@ where
 ///
 /// It spawns each connection on the current tokio runtime, and provides
 /// the dedicated `LISTEN` connection, so release notifications work out of
-/// the box. Unless the URL says otherwise it sets a connect timeout of 5 s
+/// the box. Its connections are named `application_name = 'picolease'`
+/// unless the URL names them. Unless the URL says otherwise it sets a connect timeout of 5 s
 /// and TCP keepalives after 30 s idle, so a dead peer is noticed by the
 /// operating system too.
 #[derive(Clone)]
@@ -110,6 +111,10 @@ impl PgConnector {
                 url: redact_url(url),
                 reason: e.to_string(),
             })?;
+        if config.get_application_name().is_none() {
+            // Named for `pg_stat_activity`, unless the URL names them.
+            config.application_name(super::link::APPLICATION_NAME);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }

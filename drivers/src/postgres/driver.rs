@@ -51,7 +51,7 @@ pub(crate) struct Driver {
     pub(crate) lease_name: Arc<str>,
     pub(crate) holder: Arc<str>,
     pub(crate) publisher: Arc<Publisher>,
-    pub(crate) notices: Option<mpsc::Receiver<()>>,
+    pub(crate) notices: Option<mpsc::Receiver<super::notify::Notice>>,
     pub(crate) control: mpsc::UnboundedReceiver<Control>,
     pub(crate) last_error: LastError,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
@@ -143,7 +143,9 @@ impl Driver {
                     self.lease.handle_timeout(now);
                 }
                 notice = next_notice(&mut self.notices) => match notice {
-                    Some(()) => {
+                    // Its row was released, or notices may have been lost
+                    // while the listener was down: try at once.
+                    Some(_) => {
                         let now = self.now();
                         self.lease.handle_release_notice(now);
                     }
@@ -298,7 +300,9 @@ async fn reply_of(in_flight: &mut Option<InFlight>) -> Result<Vec<Vec<Cell>>, Pg
 }
 
 /// The next release notice; pending forever without a listener.
-async fn next_notice(notices: &mut Option<mpsc::Receiver<()>>) -> Option<()> {
+async fn next_notice(
+    notices: &mut Option<mpsc::Receiver<super::notify::Notice>>,
+) -> Option<super::notify::Notice> {
     match notices {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -114,8 +114,12 @@ impl PgLeaseBuilder {
 
         let (listener, notices) = if self.notifications {
             let (tx, rx) = mpsc::channel(1);
-            let listener =
-                notify::spawn_listener(self.connector.clone(), &statements, lease_name.clone(), tx);
+            let listener = notify::spawn_listener(
+                self.connector.clone(),
+                &statements,
+                notify::Interest::Lease(lease_name.clone()),
+                tx,
+            );
             let notices = listener.is_some().then_some(rx);
             (listener, notices)
         } else {
@@ -126,7 +130,7 @@ impl PgLeaseBuilder {
             self.connector,
             statements.clone(),
             self.auto_create,
-            self.config.interval.max(Duration::from_millis(100)),
+            super::link::backoff_cap(&self.config),
         ));
         let driver = Driver {
             lease,

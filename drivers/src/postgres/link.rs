@@ -1,16 +1,20 @@
-//! The driver's statement connection: connected on demand, its prepared
-//! statements reused across renewals, dropped when it breaks, when a
-//! statement on it times out or fails for a reason that is not clearly
-//! transient ([`PgError::retires_session`]), and reconnected with capped,
-//! jittered backoff.
+//! The statement connection of a PostgreSQL driver, a lone lease's or a
+//! lease set's (the one link both use): connected on demand, its prepared
+//! statements reused across renewals (a lone lease's three, a set's four
+//! batches, each group prepared pipelined on first use), dropped when it
+//! breaks, when a statement on it times out or fails for a reason that is
+//! not clearly transient ([`PgError::retires_session`]), and reconnected
+//! with capped, jittered backoff.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use picolease_core::sql::{Bindings, Cell, Statement, Statements};
-use picolease_core::Operation;
+use std::collections::HashMap;
+
+use picolease_core::sql::{BatchBindings, Bindings, Cell, Statement, Statements};
+use picolease_core::{BatchKind, Config, Operation};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tokio_postgres::{CancelToken, Client};
@@ -21,6 +25,34 @@ use super::error::PgError;
 
 /// The first reconnect waits about this long; each failure doubles it.
 const BACKOFF_BASE: Duration = Duration::from_millis(50);
+
+/// The `application_name` of [`super::PgConnector`]'s connections unless
+/// the URL names one, so a DBA can find them in `pg_stat_activity`.
+pub(crate) const APPLICATION_NAME: &str = "picolease";
+
+/// The longest wait between reconnects for `config`: the interval, at
+/// least 100 ms (the bound `publish::stall_after` counts with).
+pub(crate) fn backoff_cap(config: &Config) -> Duration {
+    config.interval.max(Duration::from_millis(100))
+}
+
+/// Every batch statement, prepared together.
+const BATCH_KINDS: [BatchKind; 4] = [
+    BatchKind::Acquire,
+    BatchKind::Renew,
+    BatchKind::Release,
+    BatchKind::Survey,
+];
+
+/// The name of a batch in messages.
+pub(crate) fn batch_name(kind: BatchKind) -> &'static str {
+    match kind {
+        BatchKind::Acquire => "acquire batch",
+        BatchKind::Renew => "renew batch",
+        BatchKind::Release => "release batch",
+        BatchKind::Survey => "survey",
+    }
+}
 
 /// Consecutive connection failures, turned into a wait before the next
 /// attempt: `min(cap, base · 2^(n−1))`, scaled by a random factor in
@@ -80,6 +112,8 @@ pub(crate) struct Session {
     acquire: OnceCell<tokio_postgres::Statement>,
     renew: OnceCell<tokio_postgres::Statement>,
     release: OnceCell<tokio_postgres::Statement>,
+    /// A lease set's four batch statements.
+    batches: OnceCell<HashMap<BatchKind, tokio_postgres::Statement>>,
 }
 
 impl Session {
@@ -89,7 +123,37 @@ impl Session {
             acquire: OnceCell::new(),
             renew: OnceCell::new(),
             release: OnceCell::new(),
+            batches: OnceCell::new(),
         }
+    }
+
+    /// The batch's prepared statement; on first use of this connection
+    /// all four batch statements are prepared at once (pipelined).
+    async fn prepared_batch(
+        &self,
+        kind: BatchKind,
+        statements: &Statements,
+    ) -> Result<&tokio_postgres::Statement, tokio_postgres::Error> {
+        let prepared = self
+            .batches
+            .get_or_try_init(|| async {
+                let prepares = BATCH_KINDS.map(|kind| {
+                    let statement = statements.for_batch(kind);
+                    let types: Vec<_> =
+                        statement.params().iter().copied().map(param_type).collect();
+                    let client = &self.client;
+                    async move {
+                        client
+                            .prepare_typed(statement.sql(), &types)
+                            .await
+                            .map(|prepared| (kind, prepared))
+                    }
+                });
+                let prepared = futures::future::try_join_all(prepares).await?;
+                Ok::<_, tokio_postgres::Error>(prepared.into_iter().collect())
+            })
+            .await?;
+        Ok(&prepared[&kind])
     }
 
     /// The operation's prepared statement. On first use of this
@@ -220,13 +284,47 @@ impl Link {
             rows_to_cells(&rows)
         }
         .await;
-        result.map_err(|e| {
-            let error = PgError::from_statement(during, &self.table(), &e);
-            if session.client.is_closed() || error.retires_session() {
-                self.retire(&session, &error);
-            }
-            error
-        })
+        result.map_err(|e| self.failed(&session, during, &e))
+    }
+
+    /// Runs one batch of a lease set and returns its rows as cells. The
+    /// time is the set's to keep: past its give-up the set's task drops
+    /// this future and calls [`Link::abandon`]; `deadline` only bounds
+    /// connecting and backing off.
+    pub(crate) async fn execute_batch(
+        &self,
+        kind: BatchKind,
+        bindings: &BatchBindings<'_>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<Cell>>, PgError> {
+        let during = batch_name(kind);
+        let session = self.session(during, deadline, timeout).await?;
+        let statement = self.statements.for_batch(kind);
+        let values: Vec<_> = statement.bind_batch(bindings).collect();
+        let params: Vec<_> = values.iter().map(to_sql).collect();
+        let result = async {
+            let prepared = session.prepared_batch(kind, &self.statements).await?;
+            let rows = session.client.query(prepared, &params).await?;
+            rows_to_cells(&rows)
+        }
+        .await;
+        result.map_err(|e| self.failed(&session, during, &e))
+    }
+
+    /// The error of a statement on `session`, which is retired when the
+    /// connection broke or the error is not clearly transient.
+    fn failed(
+        &self,
+        session: &Arc<Session>,
+        during: &'static str,
+        e: &tokio_postgres::Error,
+    ) -> PgError {
+        let error = PgError::from_statement(during, &self.table(), e);
+        if session.client.is_closed() || error.retires_session() {
+            self.retire(session, &error);
+        }
+        error
     }
 
     /// The live session, connecting (after the backoff) if there is none.
@@ -320,6 +418,11 @@ impl Link {
     pub(crate) fn abandon(&self) -> Option<CancelToken> {
         let session = self.state().current.take()?;
         Some(session.client.cancel_token())
+    }
+
+    /// The statements this link runs.
+    pub(crate) fn statements(&self) -> &Statements {
+        &self.statements
     }
 
     /// The connector (to send cancel requests with).

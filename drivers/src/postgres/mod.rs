@@ -106,6 +106,7 @@ mod handle;
 mod link;
 mod notify;
 mod set;
+mod set_task;
 mod transaction;
 
 pub use admin::{force_release, init, status};

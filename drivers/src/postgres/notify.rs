@@ -1,12 +1,13 @@
 //! Release notifications: a dedicated connection that `LISTEN`s on the
-//! table's release channel and tells the driver loop when this lease was
-//! released, so a follower tries at once instead of at its next poll.
+//! table's release channel and tells a driver loop, a lone lease's or a
+//! lease set's (the one listener both use), when a row was released, so a
+//! follower tries at once instead of at its next poll.
 //!
 //! A dedicated connection, because tokio-postgres hands notifications only
 //! to whoever polls the `Connection`, and the statement connection's is the
-//! application's (its connector spawned it). Polling stays the fallback: a
-//! notification lost while this connection was down costs at most one
-//! interval.
+//! application's (its connector spawned it). Polling stays the fallback: notifications sent while this connection was
+//! down are lost, so after listening again the listener says
+//! [`Notice::Resubscribed`] and the driver looks at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,19 +22,41 @@ use super::connect::Connect;
 /// Waits between attempts to (re)establish the listening connection.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// Listens until the returned handle is aborted or `notices` is closed,
-/// sending one `()` per release of `lease` (coalesced: the driver only
-/// needs to know that at least one arrived).
+/// What the listener tells its driver.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// This row (a lease, or a set's membership row) was released.
+    Released(String),
+    /// Listening again after the connection was lost: notifications sent
+    /// meanwhile are gone.
+    Resubscribed,
+}
+
+/// Which notices a driver wants.
+#[derive(Clone, Debug)]
+pub(crate) enum Interest {
+    /// A lone lease: only its own row's, coalesced (one pending notice is
+    /// all the driver needs to try at once).
+    Lease(Arc<str>),
+    /// A lease set: every row's, none dropped (the channel applies back
+    /// pressure instead).
+    Every,
+}
+
+/// Listens until the returned handle is aborted or `notices` is closed.
+/// `None` when the dialect has no `LISTEN` or the connector cannot provide
+/// a listening connection.
 pub(crate) fn spawn_listener(
     connector: Arc<dyn Connect>,
     statements: &Statements,
-    lease: Arc<str>,
-    notices: mpsc::Sender<()>,
+    interest: Interest,
+    notices: mpsc::Sender<Notice>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let listen = statements.listen()?;
     let channel = statements.table().release_channel();
     let mut first = Some(connector.connect_listener()?);
     Some(tokio::spawn(async move {
+        let mut subscribed_before = false;
         loop {
             if notices.is_closed() {
                 return;
@@ -52,6 +75,11 @@ pub(crate) fn spawn_listener(
                                 Ok(()) => {
                                     subscribed = true;
                                     tracing::debug!(%channel, "picolease: listening for releases");
+                                    if std::mem::replace(&mut subscribed_before, true)
+                                        && !tell(&interest, &notices, Notice::Resubscribed).await
+                                    {
+                                        return;
+                                    }
                                 }
                                 Err(e) => {
                                     tracing::warn!(error = %e, %channel, "picolease: LISTEN failed");
@@ -59,9 +87,16 @@ pub(crate) fn spawn_listener(
                                 }
                             },
                             message = listener.messages.next() => match message {
-                                Some(Ok(AsyncMessage::Notification(n))) if n.payload() == &*lease => {
-                                    // Full means a notice is already pending: enough.
-                                    let _ = notices.try_send(());
+                                Some(Ok(AsyncMessage::Notification(n))) => {
+                                    let wanted = match &interest {
+                                        Interest::Lease(lease) => n.payload() == &**lease,
+                                        Interest::Every => true,
+                                    };
+                                    if wanted
+                                        && !tell(&interest, &notices, Notice::Released(n.payload().to_string())).await
+                                    {
+                                        return;
+                                    }
                                 }
                                 Some(Ok(_)) => {}
                                 Some(Err(e)) => {
@@ -79,4 +114,17 @@ pub(crate) fn spawn_listener(
             tokio::time::sleep(RETRY).await;
         }
     }))
+}
+
+/// Hands `notice` to the driver as `interest` wants it; false once the
+/// driver is gone.
+async fn tell(interest: &Interest, notices: &mpsc::Sender<Notice>, notice: Notice) -> bool {
+    match interest {
+        // Full means a notice is already pending: enough.
+        Interest::Lease(_) => !matches!(
+            notices.try_send(notice),
+            Err(mpsc::error::TrySendError::Closed(_))
+        ),
+        Interest::Every => notices.send(notice).await.is_ok(),
+    }
 }
