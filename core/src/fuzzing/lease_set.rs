@@ -309,7 +309,7 @@ impl Mirror {
             }
             Input::Change(when) => {
                 self.now = self.time(set, when);
-                set.handle_change(self.now);
+                set.handle_survey_request(self.now);
             }
             Input::WorkStopped(when, n) => {
                 self.now = self.time(set, when);

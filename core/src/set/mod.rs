@@ -108,13 +108,13 @@ pub struct LeaseSet {
     /// Instants at which a row seen by the last survey lapses: the share
     /// is planned again then.
     wakeups: Vec<Instant>,
-    /// Per lease: whether this node ranks first for it among `owners_of`
+    /// Per lease: whether this node ranks first for it among `ranked_among`
     /// (rendezvous hashing). Nodes try the free leases they rank first for
     /// before any other, so nodes short of their share at the same time
     /// reach for different leases instead of colliding on the same rows.
-    owned: Vec<bool>,
-    /// The live members `owned` was computed for.
-    owners_of: Vec<HolderId>,
+    ranks_first: Vec<bool>,
+    /// The live members `ranks_first` was computed for.
+    ranked_among: Vec<HolderId>,
     shutting_down: bool,
     finished: bool,
     commands: VecDeque<SetCommand>,
@@ -194,8 +194,8 @@ impl LeaseSet {
             resurvey: false,
             members: Vec::new(),
             wakeups: Vec::new(),
-            owned: Vec::new(),
-            owners_of: Vec::new(),
+            ranks_first: Vec::new(),
+            ranked_among: Vec::new(),
             shutting_down: false,
             finished: false,
             commands: VecDeque::with_capacity(64),
@@ -452,9 +452,10 @@ impl LeaseSet {
         self.settle(now);
     }
 
-    /// The database changed in a way the driver cannot attribute to a
-    /// lease (the SQLite change check): survey at once.
-    pub fn handle_change(&mut self, now: Instant) {
+    /// Survey at once: the database changed in a way the driver cannot
+    /// attribute to a lease (the SQLite change check), or notices may have
+    /// been lost (PostgreSQL's listener reconnected).
+    pub fn handle_survey_request(&mut self, now: Instant) {
         if self.finished {
             return;
         }
@@ -837,7 +838,7 @@ impl LeaseSet {
         if need == 0 || self.resurvey {
             return;
         }
-        self.rank_owners(now);
+        self.rank_first_for(now);
         // The leases this node ranks first for, then the others; within
         // each, free or lapsed rows before rows never seen, the most
         // preferred first.
@@ -850,7 +851,7 @@ impl LeaseSet {
                     Seen::Unknown => 1,
                     Seen::Held { .. } => return None,
                 };
-                let rank = if self.owned.get(i).copied().unwrap_or(false) {
+                let rank = if self.ranks_first.get(i).copied().unwrap_or(false) {
                     rank
                 } else {
                     rank + 2
@@ -874,13 +875,13 @@ impl LeaseSet {
 
     /// Recomputes which leases this node ranks first for, when the live
     /// members changed: O(leases × members), once per membership change.
-    fn rank_owners(&mut self, now: Instant) {
+    fn rank_first_for(&mut self, now: Instant) {
         let live = self.members(now);
-        if live == self.owners_of && self.owned.len() == self.member {
+        if live == self.ranked_among && self.ranks_first.len() == self.member {
             return;
         }
         let me = &self.template.holder;
-        self.owned = self.slots[..self.member]
+        self.ranks_first = self.slots[..self.member]
             .iter()
             .map(|slot| {
                 live.iter()
@@ -888,7 +889,7 @@ impl LeaseSet {
                     .all(|h| share::preference(h, slot.name.as_str()) < slot.preference)
             })
             .collect();
-        self.owners_of = live;
+        self.ranked_among = live;
     }
 
     /// Sends the next batch: releases whose work stopped, then renewals,

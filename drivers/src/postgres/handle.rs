@@ -2,10 +2,9 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, LeaseState, TableName};
+use picolease_core::{Config, LeaseState};
 use tokio::sync::mpsc;
 
 use super::connect::Connect;
@@ -15,6 +14,7 @@ use super::fence::Fence;
 use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify;
+use super::options::{pg_option_methods, PgOptions};
 use crate::clock::Clock;
 use crate::publish::Publisher;
 use crate::subscription::Subscription;
@@ -24,10 +24,7 @@ use crate::view::LeaseView;
 pub struct PgLeaseBuilder {
     config: Config,
     connector: Arc<dyn Connect>,
-    table: TableName,
-    auto_create: bool,
-    notifications: bool,
-    linger: Duration,
+    options: PgOptions,
     tasks: Vec<GatedTask>,
     publisher: Arc<Publisher>,
 }
@@ -36,43 +33,13 @@ impl std::fmt::Debug for PgLeaseBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgLeaseBuilder")
             .field("config", &self.config)
-            .field("table", &self.table)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 impl PgLeaseBuilder {
-    /// The lease table (default [`picolease_core::DEFAULT_TABLE`]).
-    pub fn table(mut self, table: TableName) -> Self {
-        self.table = table;
-        self
-    }
-
-    /// Create the table if it is missing, on first connect (default on).
-    /// Off, a missing table finishes the driver with
-    /// [`PgError::MissingTable`]; create it with [`super::init`].
-    pub fn auto_create(mut self, on: bool) -> Self {
-        self.auto_create = on;
-        self
-    }
-
-    /// Listen for release notifications (default on, when the connector
-    /// can provide a listening connection). Off, a follower notices a
-    /// release at its next poll, within one interval.
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
-        self
-    }
-
-    /// How long [`PgLease::shutdown`] keeps the connections open after the
-    /// release freed the row, before closing them (default
-    /// [`super::DEFAULT_LINGER`]; zero closes at once). The successor's
-    /// acquire then does not share the server with two backends exiting.
-    /// Shutdown returns that much later; nothing else waits for it.
-    pub fn linger(mut self, linger: Duration) -> Self {
-        self.linger = linger;
-        self
-    }
+    pg_option_methods!();
 
     /// Registers work to run while this node leads: `task` is spawned at
     /// the start of every term with the term's [`LeaderContext`] (epoch,
@@ -106,13 +73,13 @@ impl PgLeaseBuilder {
     pub fn start(self) -> Result<PgLease, PgError> {
         let origin = self.publisher.now();
         let lease = LeaseState::new(self.config.clone(), picolease_core::Instant::ZERO)?;
-        let statements = Arc::new(Statements::new(Dialect::Postgres, &self.table));
+        let statements = Arc::new(Statements::new(Dialect::Postgres, &self.options.table));
         let lease_name: Arc<str> = self.config.lease.as_str().into();
         let holder: Arc<str> = self.config.holder.as_str().into();
         let (control_tx, control) = mpsc::unbounded_channel();
         let last_error: LastError = Arc::new(Mutex::new(None));
 
-        let (listener, notices) = if self.notifications {
+        let (listener, notices) = if self.options.notifications {
             let (tx, rx) = mpsc::channel(1);
             let listener = notify::spawn_listener(
                 self.connector.clone(),
@@ -129,8 +96,8 @@ impl PgLeaseBuilder {
         let link = Arc::new(Link::new(
             self.connector,
             statements.clone(),
-            self.auto_create,
-            super::link::backoff_cap(&self.config),
+            self.options.auto_create,
+            super::backoff::backoff_cap(&self.config),
         ));
         let driver = Driver {
             lease,
@@ -151,7 +118,7 @@ impl PgLeaseBuilder {
             control,
             last_error: last_error.clone(),
             listener,
-            linger: self.linger,
+            linger: self.options.linger,
             released: false,
         };
         let task = tokio::spawn(driver.run());
@@ -203,10 +170,7 @@ impl PgLease {
         PgLeaseBuilder {
             config,
             connector: Arc::new(connector),
-            table: TableName::default(),
-            auto_create: true,
-            notifications: true,
-            linger: super::DEFAULT_LINGER,
+            options: PgOptions::default(),
             tasks: Vec::new(),
             publisher: Arc::new(Publisher::new(crate::clock::system())),
         }

@@ -96,6 +96,7 @@
 //! ms with the linger, `picolease bench`).
 
 mod admin;
+mod backoff;
 mod cells;
 mod connect;
 mod driver;
@@ -105,6 +106,7 @@ mod gate;
 mod handle;
 mod link;
 mod notify;
+mod options;
 mod set;
 mod set_task;
 mod transaction;

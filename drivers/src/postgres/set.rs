@@ -23,19 +23,20 @@
 //! connection is re-established 500 ms after it breaks; the set then
 //! surveys at once, since notifications sent meanwhile were lost.
 
-use std::sync::{mpsc as std_mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, LeaseName, LeaseSet, TableName};
+use picolease_core::{Config, LeaseName, LeaseSet};
 use tokio::sync::mpsc;
 
+use super::backoff::backoff_cap;
 use super::connect::Connect;
 use super::error::PgError;
-use super::link::{backoff_cap, Link};
+use super::link::Link;
 use super::notify::{spawn_listener, Interest};
+use super::options::{pg_option_methods, PgOptions};
 pub(crate) use super::set_task::Control;
-use crate::set::{SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork};
+use crate::set::{SetLeaderContext, SetRunner, SetView, SetWork};
 
 /// How many release notices may wait for the set's task before the
 /// listener waits for it (a node giving up its surplus frees hundreds of
@@ -48,10 +49,7 @@ pub struct PgLeaseSetBuilder {
     template: Config,
     leases: Vec<LeaseName>,
     connector: Arc<dyn Connect>,
-    table: TableName,
-    auto_create: bool,
-    notifications: bool,
-    linger: Duration,
+    options: PgOptions,
     works: Vec<SetWork>,
 }
 
@@ -60,45 +58,13 @@ impl std::fmt::Debug for PgLeaseSetBuilder {
         f.debug_struct("PgLeaseSetBuilder")
             .field("template", &self.template)
             .field("leases", &self.leases.len())
-            .field("table", &self.table)
-            .field("auto_create", &self.auto_create)
-            .field("notifications", &self.notifications)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
 
 impl PgLeaseSetBuilder {
-    /// The lease table (default [`picolease_core::DEFAULT_TABLE`]).
-    pub fn table(mut self, table: TableName) -> Self {
-        self.table = table;
-        self
-    }
-
-    /// Create the table and its index if they are missing, on first
-    /// connect (default on). Off, a missing table finishes the set with
-    /// [`PgError::MissingTable`]; create it with [`super::init`].
-    pub fn auto_create(mut self, on: bool) -> Self {
-        self.auto_create = on;
-        self
-    }
-
-    /// Listen for release notifications on a second connection (default
-    /// on, when the connector can provide a listening connection). Off, a
-    /// node under its share notices a release at its next survey.
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notifications = on;
-        self
-    }
-
-    /// How long [`PgLeaseSet::shutdown`] keeps both connections open after
-    /// its release batch freed rows, before closing them (default
-    /// [`super::DEFAULT_LINGER`]; zero closes at once), so that the
-    /// successors' acquires do not share the server with two backends
-    /// exiting.
-    pub fn linger(mut self, linger: Duration) -> Self {
-        self.linger = linger;
-        self
-    }
+    pg_option_methods!();
 
     /// Work to run, on its own thread, for each lease this node leads
     /// (blocking code: it must return soon after its context is
@@ -118,10 +84,13 @@ impl PgLeaseSetBuilder {
             template,
             leases,
             connector,
-            table,
-            auto_create,
-            notifications,
-            linger,
+            options:
+                PgOptions {
+                    table,
+                    auto_create,
+                    notifications,
+                    linger,
+                },
             works,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
@@ -170,7 +139,7 @@ impl PgLeaseSetBuilder {
 pub struct PgLeaseSet {
     control: mpsc::UnboundedSender<Control>,
     task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
-    outputs: SetOutputs,
+    outputs: SetView,
 }
 
 impl std::fmt::Debug for PgLeaseSet {
@@ -194,28 +163,9 @@ impl PgLeaseSet {
             template,
             leases,
             connector: Arc::new(connector),
-            table: TableName::default(),
-            auto_create: true,
-            notifications: true,
-            linger: super::DEFAULT_LINGER,
+            options: PgOptions::default(),
             works: Vec::new(),
         }
-    }
-
-    /// Every lease's transitions, in order, from the start (the first call
-    /// takes the receiver; later calls get `None`).
-    pub fn transitions(&self) -> Option<std_mpsc::Receiver<SetTransition>> {
-        self.outputs.transitions()
-    }
-
-    /// What this node holds, whom it sees, its share.
-    pub fn status(&self) -> SetStatus {
-        self.outputs.status()
-    }
-
-    /// A reader of [`PgLeaseSet::status`] for other threads.
-    pub fn status_view(&self) -> crate::set::SetStatusView {
-        self.outputs.status_view()
     }
 
     /// Gives `lease` up (its work stops, then it is released); this node
@@ -252,6 +202,15 @@ impl PgLeaseSet {
     pub fn abort(mut self) {
         let _ = self.control.send(Control::Abort);
         self.task = None;
+    }
+}
+
+/// What the set publishes: its transitions and status
+/// ([`SetView::transitions`], [`SetView::status`], [`SetView::status_view`]).
+impl std::ops::Deref for PgLeaseSet {
+    type Target = SetView;
+    fn deref(&self) -> &SetView {
+        &self.outputs
     }
 }
 

@@ -45,14 +45,14 @@ pub(crate) struct SetTask {
 
 /// A batch running on the statement connection: its id, its kind and its
 /// outcome to come.
-type Running = (
+type BatchInFlight = (
     RequestId,
     BatchKind,
     BoxFuture<'static, (BatchReply, Option<PgError>)>,
 );
 
 /// The outcome of the batch in flight; pending while there is none.
-async fn outcome(in_flight: &mut Option<Running>) -> (BatchReply, Option<PgError>) {
+async fn outcome(in_flight: &mut Option<BatchInFlight>) -> (BatchReply, Option<PgError>) {
     match in_flight {
         Some((_, _, future)) => future.await,
         None => std::future::pending().await,
@@ -127,7 +127,7 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
         stale_millis: runner.set.stale_millis(),
         timeout,
     };
-    let mut in_flight: Option<Running> = None;
+    let mut in_flight: Option<BatchInFlight> = None;
     // The batch the set asked for, until the one in flight has ended.
     let mut queued: Option<Execute> = None;
     let mut fatal = None;
@@ -268,7 +268,7 @@ fn take_notices(
             .handle_release_notices(now, released.iter().map(String::as_str));
     }
     if resubscribed {
-        runner.set.handle_change(now);
+        runner.set.handle_survey_request(now);
     }
 }
 

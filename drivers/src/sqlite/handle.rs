@@ -1,7 +1,6 @@
 //! The handle of a running SQLite contender, and its builder.
 
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
@@ -12,8 +11,7 @@ use super::error::Error;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
 use super::open::{Database, Location};
-use super::table::LeaseTable;
-use super::watchdog::Watchdog;
+use super::thread::DriverThread;
 use super::worker::{ConnectionJob, Control, Worker};
 use crate::clock::Clock;
 use crate::publish::Publisher;
@@ -115,13 +113,8 @@ impl SqliteLeaseBuilder {
             notices,
         } = self;
         let state = LeaseState::new(config.clone(), Instant::ZERO)?;
-        database.busy_timeout = database.busy_timeout.min(config.request_timeout * 3 / 4);
-        let table = LeaseTable::open(&database)?;
-        let watchdog = Watchdog::start(
-            table.connection().get_interrupt_handle(),
-            config.request_timeout,
-        )
-        .map_err(|e| Error::Spawn(e.to_string()))?;
+        let (table, watchdog) =
+            super::watchdog::open_watched(&mut database, config.request_timeout)?;
         let (control, inbox) = mpsc::channel();
         let file_watch = match (notices, &database.location) {
             (Notices::Watch, Location::File(path)) => {
@@ -151,15 +144,16 @@ impl SqliteLeaseBuilder {
             data_version: None,
             file_watch,
         };
-        let thread = std::thread::Builder::new()
-            .name(format!("picolease-{}", config.lease))
-            .spawn(move || worker.run())
-            .map_err(|e| Error::Spawn(e.to_string()))?;
+        let thread = DriverThread::spawn(
+            format!("picolease-{}", config.lease),
+            config.lease.to_string(),
+            move || worker.run(),
+        )?;
         Ok(SqliteLease {
             statements: Statements::new(Dialect::Sqlite, &database.table),
             view: LeaseView::new(config, publisher),
             control,
-            thread: Some(thread),
+            thread,
         })
     }
 }
@@ -178,7 +172,7 @@ pub struct SqliteLease {
     view: LeaseView,
     statements: Statements,
     control: mpsc::Sender<Control>,
-    thread: Option<JoinHandle<Result<(), Error>>>,
+    thread: DriverThread,
 }
 
 impl std::ops::Deref for SqliteLease {
@@ -268,39 +262,26 @@ impl SqliteLease {
     /// Stops the gated work, releases the lease if held, and returns when
     /// done. Returns the fatal error that stopped the driver earlier, if any.
     pub fn shutdown(mut self) -> Result<(), Error> {
-        let _ = self.control.send(Control::Shutdown);
-        self.join()
+        self.thread.stop(&self.control, Control::Shutdown)
     }
 
     /// Stops at once WITHOUT releasing, as if the process had crashed: the
     /// gated work is cancelled and joined, the row is left to lapse by its
     /// ttl. For tests and demonstrations.
     pub fn abort(mut self) {
-        let _ = self.control.send(Control::Abort);
-        let _ = self.join();
-    }
-
-    fn join(&mut self) -> Result<(), Error> {
-        match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
-                Err(Error::Panicked {
-                    lease: self.lease().to_string(),
-                })
-            }),
-            None => Ok(()),
-        }
+        let _ = self.thread.stop(&self.control, Control::Abort);
     }
 }
 
 impl Drop for SqliteLease {
     fn drop(&mut self) {
-        if self.thread.is_none() {
+        if !self.thread.is_joinable() {
             return;
         }
         let _ = self.control.send(Control::Shutdown);
         let _ = self.wait_for(self.config().ttl + self.config().request_timeout, |_| false);
         if self.is_finished() {
-            let _ = self.join();
+            let _ = self.thread.join();
         } else {
             tracing::warn!(lease = %self.lease(), "lease thread did not stop in time; detaching it");
         }

@@ -49,6 +49,7 @@ mod handle;
 mod open;
 mod set;
 mod table;
+mod thread;
 mod watchdog;
 mod worker;
 

@@ -2,7 +2,6 @@
 //! statement at a time, whatever the number of leases.
 
 use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
@@ -10,10 +9,9 @@ use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
 use super::error::Error;
 use super::open::Database;
 use super::table::LeaseTable;
+use super::thread::DriverThread;
 use super::watchdog::Watchdog;
-use crate::set::{
-    Execute, SetLeaderContext, SetOutputs, SetRunner, SetStatus, SetTransition, SetWork,
-};
+use crate::set::{Execute, SetLeaderContext, SetRunner, SetView, SetWork};
 
 /// How often a node under its share checks the file for another
 /// connection's commit (`PRAGMA data_version`, a few microseconds) and
@@ -62,24 +60,18 @@ impl SqliteLeaseSetBuilder {
             change_check,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
-        database.busy_timeout = database.busy_timeout.min(template.request_timeout * 3 / 4);
-        let table = LeaseTable::open(&database)?;
-        let watchdog = Watchdog::start(
-            table.connection().get_interrupt_handle(),
-            template.request_timeout,
-        )
-        .map_err(|e| Error::Spawn(e.to_string()))?;
+        let (table, watchdog) =
+            super::watchdog::open_watched(&mut database, template.request_timeout)?;
         let (control, inbox) = mpsc::channel();
         let (runner, outputs) = SetRunner::new(set, works);
         let connection = Connection { table, watchdog };
-        let thread = std::thread::Builder::new()
-            .name("picolease-set".into())
-            .spawn(move || run(runner, connection, inbox, change_check))
-            .map_err(|e| Error::Spawn(e.to_string()))?;
+        let thread = DriverThread::spawn("picolease-set".into(), "lease set".into(), move || {
+            run(runner, connection, inbox, change_check)
+        })?;
         Ok(SqliteLeaseSet {
             template,
             control,
-            thread: Some(thread),
+            thread,
             outputs,
         })
     }
@@ -92,8 +84,8 @@ impl SqliteLeaseSetBuilder {
 pub struct SqliteLeaseSet {
     template: Config,
     control: mpsc::Sender<Control>,
-    thread: Option<JoinHandle<Result<(), Error>>>,
-    outputs: SetOutputs,
+    thread: DriverThread,
+    outputs: SetView,
 }
 
 impl SqliteLeaseSet {
@@ -113,22 +105,6 @@ impl SqliteLeaseSet {
         }
     }
 
-    /// Every lease's transitions, in order, from the start (the first call
-    /// takes the receiver; later calls get `None`).
-    pub fn transitions(&self) -> Option<mpsc::Receiver<SetTransition>> {
-        self.outputs.transitions()
-    }
-
-    /// What this node holds, whom it sees, its share.
-    pub fn status(&self) -> SetStatus {
-        self.outputs.status()
-    }
-
-    /// A reader of [`SqliteLeaseSet::status`] for other threads.
-    pub fn status_view(&self) -> crate::set::SetStatusView {
-        self.outputs.status_view()
-    }
-
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {
@@ -137,42 +113,40 @@ impl SqliteLeaseSet {
 
     /// True once the set's thread has ended.
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+        self.thread.is_finished()
     }
 
     /// Stops every lease's work, releases every held lease and the
     /// membership row, and waits for the thread.
     pub fn shutdown(mut self) -> Result<(), Error> {
-        let _ = self.control.send(Control::Shutdown);
-        self.join()
+        self.thread.stop(&self.control, Control::Shutdown)
     }
 
     /// Stops at once without releasing anything, as a crash would.
     pub fn abort(mut self) {
-        let _ = self.control.send(Control::Abort);
-        let _ = self.join();
+        let _ = self.thread.stop(&self.control, Control::Abort);
     }
+}
 
-    fn join(&mut self) -> Result<(), Error> {
-        match self.thread.take() {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(Error::Spawn("the lease-set thread panicked".into()))),
-            None => Ok(()),
-        }
+/// What the set publishes: its transitions and status
+/// ([`SetView::transitions`], [`SetView::status`], [`SetView::status_view`]).
+impl std::ops::Deref for SqliteLeaseSet {
+    type Target = SetView;
+    fn deref(&self) -> &SetView {
+        &self.outputs
     }
 }
 
 impl Drop for SqliteLeaseSet {
     fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
+        if self.thread.is_joinable() {
             let _ = self.control.send(Control::Shutdown);
             let until = std::time::Instant::now() + self.template.ttl;
-            while !thread.is_finished() && std::time::Instant::now() < until {
+            while !self.thread.is_finished() && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            if thread.is_finished() {
-                let _ = thread.join();
+            if self.thread.is_finished() {
+                let _ = self.thread.join();
             }
         }
     }
@@ -261,19 +235,7 @@ fn run(
             .unwrap_or(crate::clock::LONGEST_WAIT)
             .min(crate::clock::LONGEST_WAIT);
         let wait = checking.map_or(wait, |every| wait.min(every));
-        let control = if handle_gone {
-            std::thread::sleep(wait);
-            None
-        } else {
-            match inbox.recv_timeout(wait) {
-                Ok(control) => Some(control),
-                Err(mpsc::RecvTimeoutError::Timeout) => None,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    handle_gone = true;
-                    Some(Control::Shutdown)
-                }
-            }
-        };
+        let control = super::thread::receive(&inbox, wait, &mut handle_gone, || Control::Shutdown);
         let now = runner.now();
         match control {
             Some(Control::Shutdown) => runner.set.handle_shutdown(now),
@@ -291,7 +253,7 @@ fn run(
                     .replace(version)
                     .is_some_and(|seen| seen != version)
                 {
-                    runner.set.handle_change(now);
+                    runner.set.handle_survey_request(now);
                 }
             }
         }

@@ -91,6 +91,20 @@ impl Watchdog {
     }
 }
 
+/// Opens the lease table for a driver (a lone lease's or a set's): its
+/// busy timeout at most ¾ of the request timeout, and a watchdog on its
+/// connection so that no statement outlives the request timeout.
+pub(crate) fn open_watched(
+    database: &mut super::open::Database,
+    request_timeout: Duration,
+) -> Result<(super::table::LeaseTable, Watchdog), super::error::Error> {
+    database.busy_timeout = database.busy_timeout.min(request_timeout * 3 / 4);
+    let table = super::table::LeaseTable::open(database)?;
+    let watchdog = Watchdog::start(table.connection().get_interrupt_handle(), request_timeout)
+        .map_err(|e| super::error::Error::Spawn(e.to_string()))?;
+    Ok((table, watchdog))
+}
+
 impl Drop for ArmedGuard<'_> {
     fn drop(&mut self) {
         lock(&self.watchdog.shared).deadline = None;

@@ -101,19 +101,8 @@ impl Worker {
                 .change_check
                 .filter(|_| self.file_watch.is_none() && self.state.leader_deadline().is_none());
             let wait = checking.map_or(wait, |every| wait.min(every));
-            let control = if handle_gone {
-                std::thread::sleep(wait);
-                None
-            } else {
-                match self.inbox.recv_timeout(wait) {
-                    Ok(control) => Some(control),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => {
-                        handle_gone = true;
-                        Some(Control::Shutdown)
-                    }
-                }
-            };
+            let control =
+                super::thread::receive(&self.inbox, wait, &mut handle_gone, || Control::Shutdown);
             let now = self.now();
             match control {
                 None => {

@@ -244,7 +244,7 @@ impl SetDemo {
             let statuses: Vec<Option<SetStatus>> = self
                 .nodes
                 .iter()
-                .map(|(_, node)| node.as_ref().map(SqliteLeaseSet::status))
+                .map(|(_, node)| node.as_ref().map(|set| set.status()))
                 .collect();
             let shares: Vec<Option<usize>> = statuses
                 .iter()

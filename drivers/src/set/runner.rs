@@ -1,232 +1,20 @@
-//! Lease sets in the drivers (DESIGN §9): the part both databases share.
-//!
-//! A driver of a set owns one [`LeaseSet`] and one statement connection.
-//! `SetRunner` carries the set's commands out (starting and stopping the
-//! work of each lease on its own threads, publishing each lease's
-//! transitions) and hands the driver the one batch to run; the driver runs
-//! it on its connection (SQLite: on its thread; PostgreSQL: in its task)
-//! and feeds the result back. Nothing here decides anything.
+//! `SetRunner`: carries a `LeaseSet`'s commands out for either driver.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use picolease_core::{
-    Batch, Epoch, HolderId, Instant, Leadership, LeaseName, LeaseSet, RequestId, SetCommand,
-};
+use picolease_core::{Batch, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand};
 
-pub use crate::cancellation::Cancellation;
+use super::context::{Deadlines, SetLeaderContext};
+use super::status::{SetStatus, SetView, SharedStatus};
+use super::{SetTransition, SetWork};
+use crate::cancellation::Cancellation;
 use crate::view::Term;
 
-/// One lease's change, as a set's driver publishes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SetTransition {
-    /// The lease.
-    pub lease: LeaseName,
-    /// Its new state.
-    pub leadership: Leadership,
-    /// Wall-clock time of publication.
-    pub at: SystemTime,
-}
-
-/// Each held lease's deadline on the boot-time clock ([`crate::boottime`]),
-/// shared with its work.
-type Deadlines = Arc<Mutex<HashMap<LeaseName, (Epoch, Duration)>>>;
-
-/// What gated work of a set is handed when one of its leases' terms
-/// starts: the lease, the holder, the epoch (the fencing token: check it
-/// in your own writes), the term's deadline and the signal to stop.
-#[derive(Clone, Debug)]
-pub struct SetLeaderContext {
-    /// The lease this work is for.
-    pub lease: LeaseName,
-    /// This node's holder id.
-    pub holder: HolderId,
-    /// The term's epoch.
-    pub epoch: Epoch,
-    /// Set when the term ends (lost, expired, given up, shut down).
-    pub cancellation: Cancellation,
-    term: Term,
-    deadlines: Deadlines,
-}
-
-impl SetLeaderContext {
-    /// The term (lease, holder, epoch), as single-lease work sees it.
-    pub fn term(&self) -> &Term {
-        &self.term
-    }
-
-    /// The term's current deadline on the boot-time clock
-    /// ([`crate::boottime`]), moved forward by each renewal; `None` once
-    /// the term is over.
-    pub fn deadline(&self) -> Option<Duration> {
-        let deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
-        deadlines
-            .get(&self.lease)
-            .filter(|(epoch, _)| *epoch == self.epoch)
-            .map(|&(_, at)| at)
-    }
-
-    /// Time left before the term's deadline (zero once it has passed or
-    /// the term is over), on the suspend-aware clock; renewals push it
-    /// back.
-    pub fn time_left(&self) -> Duration {
-        self.deadline().map_or(Duration::ZERO, |at| {
-            at.saturating_sub(crate::clock::boottime())
-        })
-    }
-
-    /// True once the work must stop: the driver stopped it (lost, given
-    /// up, shut down), or its deadline has passed, which this reads
-    /// itself, as the single lease's `LeaderContext::is_cancelled` does:
-    /// the set's thread may be blocked in a batch, and work that polls
-    /// this in a loop must still stop by the deadline.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancellation.is_cancelled() || self.time_left().is_zero()
-    }
-
-    /// Sleeps up to `timeout`, waking at once when the term ends or its
-    /// deadline passes; true if the work must stop.
-    pub fn sleep(&self, timeout: Duration) -> bool {
-        let until = std::time::Instant::now() + timeout;
-        loop {
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            let to_deadline = self.time_left();
-            if to_deadline.is_zero() {
-                return true;
-            }
-            let step = left.min(to_deadline);
-            if self.cancellation.wait_timeout(step) {
-                return true;
-            }
-            if step == left {
-                return self.is_cancelled();
-            }
-        }
-    }
-}
-
-/// Gated work of a set: run on its own thread for each lease this node
-/// leads, until the context is cancelled.
-pub type SetWork = Arc<dyn Fn(SetLeaderContext) + Send + Sync + 'static>;
-
-/// What a set's handle can read at any time.
-#[derive(Clone, Debug, Default)]
-pub struct SetStatus {
-    /// This node's holder id.
-    pub me: Option<HolderId>,
-    /// The leases this node leads, with their epochs.
-    pub held: BTreeMap<LeaseName, Epoch>,
-    /// The live members as of the last step (this node included).
-    pub members: Vec<HolderId>,
-    /// This node's fair share, once known.
-    pub target: Option<usize>,
-    /// Statements sent so far.
-    pub statements: u64,
-    /// True once the set has finished.
-    pub finished: bool,
-    /// When the set's loop last stepped: the end of its last
-    /// `SetRunner::carry_out`, which both drivers call on every pass of
-    /// their loop and after every batch's result, so a loop that waits,
-    /// runs batches (failed ones too: a database out of reach is not a
-    /// wedge) or plans keeps it fresh. On the monotonic clock, as the
-    /// single lease's [`crate::Snapshot::since_progress`]: it stops during
-    /// a suspend, so a resumed machine is not taken for a wedged loop.
-    /// `None` only for a status no driver wrote (`Default`).
-    pub last_step: Option<std::time::Instant>,
-    /// Past this without a step the loop counts as wedged: interval +
-    /// 2 × request timeout + the reconnect backoff's cap (the interval, at
-    /// least 100 ms), the single lease's bound
-    /// ([`crate::Snapshot::stall_after`]). It holds for a set too: a pass
-    /// waits at most for the set's next timeout (while it runs, the next
-    /// survey, at most an interval after the last one was sent, or the
-    /// batch in flight's give-up, a request timeout after it was sent; and
-    /// never more than the drivers' longest wait, 1 s), then runs at most
-    /// one batch, bounded by the request timeout.
-    pub stall_after: Duration,
-}
-
-impl SetStatus {
-    /// How long since the set's loop last stepped ([`SetStatus::last_step`]);
-    /// zero for a status no driver wrote.
-    pub fn since_progress(&self) -> Duration {
-        self.since_progress_at(std::time::Instant::now())
-    }
-
-    /// True when the loop has not stepped for longer than
-    /// [`SetStatus::stall_after`] and the set has not finished (never
-    /// merely because this node holds nothing or the database is out of
-    /// reach: failed batches are steps too), as the single lease's
-    /// [`crate::Snapshot::is_wedged`].
-    pub fn is_wedged(&self) -> bool {
-        self.is_wedged_at(std::time::Instant::now())
-    }
-
-    fn since_progress_at(&self, now: std::time::Instant) -> Duration {
-        self.last_step
-            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at))
-    }
-
-    fn is_wedged_at(&self, now: std::time::Instant) -> bool {
-        !self.finished && self.since_progress_at(now) > self.stall_after
-    }
-}
-
-/// The shared state behind a set's handle.
-pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
-
-/// What a set's handle reads, the same on both drivers: the transitions
-/// (taken once) and the status.
-#[derive(Debug)]
-pub(crate) struct SetOutputs {
-    status: SharedStatus,
-    wedge: Arc<AtomicBool>,
-    transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
-}
-
-impl SetOutputs {
-    pub(crate) fn transitions(&self) -> Option<mpsc::Receiver<SetTransition>> {
-        self.transitions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-    }
-
-    pub(crate) fn status(&self) -> SetStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    pub(crate) fn status_view(&self) -> SetStatusView {
-        SetStatusView(Arc::clone(&self.status), Arc::clone(&self.wedge))
-    }
-}
-
-/// A cheap, cloneable reader of a set's [`SetStatus`], for threads that
-/// do not own the handle (an HTTP endpoint, say).
-#[derive(Clone, Debug, Default)]
-pub struct SetStatusView(pub(crate) SharedStatus, Arc<AtomicBool>);
-
-impl SetStatusView {
-    /// The status as of the set's last step.
-    pub fn get(&self) -> SetStatus {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Test seam: blocks the set's loop at its next step, for ever, so
-    /// that a health check can be seen to fail (as
-    /// [`crate::Snapshots::wedge_loop_for_tests`]). Not for production use.
-    #[doc(hidden)]
-    pub fn wedge_loop_for_tests(&self) {
-        self.1.store(true, Ordering::SeqCst);
-    }
-}
-
-struct Running {
+struct LeaseWork {
     cancellation: Cancellation,
     threads: Vec<JoinHandle<()>>,
 }
@@ -239,7 +27,7 @@ pub(crate) struct SetRunner {
     deadlines: Deadlines,
     holder: HolderId,
     works: Vec<SetWork>,
-    running: HashMap<LeaseName, Running>,
+    running: HashMap<LeaseName, LeaseWork>,
     /// Work told to stop whose threads have not all returned yet.
     stopping: Vec<(LeaseName, Vec<JoinHandle<()>>)>,
     events: mpsc::Sender<SetTransition>,
@@ -278,7 +66,7 @@ pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
 
 impl SetRunner {
     /// A runner for `set` and the outputs its handle reads.
-    pub(crate) fn new(set: LeaseSet, works: Vec<SetWork>) -> (Self, SetOutputs) {
+    pub(crate) fn new(set: LeaseSet, works: Vec<SetWork>) -> (Self, SetView) {
         let (events, transitions) = mpsc::channel();
         let status = SharedStatus::new(Mutex::new(SetStatus {
             me: Some(set.config().holder.clone()),
@@ -287,7 +75,7 @@ impl SetRunner {
             ..SetStatus::default()
         }));
         let wedge = Arc::default();
-        let outputs = SetOutputs {
+        let outputs = SetView {
             status: Arc::clone(&status),
             wedge: Arc::clone(&wedge),
             transitions: Mutex::new(Some(transitions)),
@@ -504,7 +292,7 @@ impl SetRunner {
             .collect();
         self.running.insert(
             lease,
-            Running {
+            LeaseWork {
                 cancellation,
                 threads,
             },
@@ -542,107 +330,7 @@ impl SetRunner {
 mod tests {
     use super::*;
 
-    fn template() -> picolease_core::Config {
-        picolease_core::Config::with_ttl(
-            LeaseName::new("unused").unwrap(),
-            HolderId::new("me").unwrap(),
-            Duration::from_secs(1),
-        )
-    }
-
-    /// The guarantee that does not rest on the set's loop (which may be
-    /// blocked in a batch): the work reads its deadline itself, so a work
-    /// that sleeps and a work that polls in a busy loop both stop at the
-    /// deadline although nobody cancels them.
-    #[test]
-    fn set_work_stops_at_its_deadline_with_nobody_cancelling_it() {
-        let lease = LeaseName::new("a").unwrap();
-        let holder = HolderId::new("me").unwrap();
-        let epoch = Epoch::new(3);
-        let context = |deadlines: &Deadlines| SetLeaderContext {
-            term: Term::new(lease.clone(), holder.clone(), epoch),
-            lease: lease.clone(),
-            holder: holder.clone(),
-            epoch,
-            cancellation: Cancellation::default(),
-            deadlines: Arc::clone(deadlines),
-        };
-        let deadlines = Deadlines::default();
-        let set_deadline = |after: Duration| {
-            let at = crate::clock::boottime() + after;
-            deadlines.lock().unwrap().insert(lease.clone(), (epoch, at));
-            at
-        };
-
-        let at = set_deadline(Duration::from_millis(40));
-        let sleeper = context(&deadlines);
-        assert!(!sleeper.is_cancelled());
-        assert!(sleeper.time_left() > Duration::ZERO);
-        assert!(sleeper.time_left() <= Duration::from_millis(40));
-        assert!(sleeper.sleep(Duration::from_secs(3600)), "woken as ended");
-        assert!(crate::clock::boottime() >= at, "not before the deadline");
-        assert!(sleeper.is_cancelled());
-        assert_eq!(sleeper.time_left(), Duration::ZERO);
-        assert!(!sleeper.cancellation.is_cancelled(), "nobody cancelled it");
-
-        let at = set_deadline(Duration::from_millis(40));
-        let poller = context(&deadlines);
-        let mut spins = 0u64;
-        while !poller.is_cancelled() {
-            spins += 1;
-        }
-        assert!(crate::clock::boottime() >= at);
-        assert!(spins > 0, "it polled before the deadline");
-
-        // Another term's deadline, or none, is no time left for this one.
-        deadlines.lock().unwrap().insert(
-            lease.clone(),
-            (
-                Epoch::new(4),
-                crate::clock::boottime() + Duration::from_secs(60),
-            ),
-        );
-        assert!(context(&deadlines).is_cancelled());
-        deadlines.lock().unwrap().clear();
-        let over = context(&deadlines);
-        assert!(over.is_cancelled());
-        assert!(over.sleep(Duration::from_secs(3600)));
-    }
-
-    #[test]
-    fn a_set_is_wedged_once_its_loop_has_not_stepped_for_the_bound() {
-        let stall_after = crate::publish::stall_after(&template());
-        // interval 250 ms + 2 × 250 ms + max(250 ms, 100 ms): the single
-        // lease's bound for the same timings.
-        assert_eq!(stall_after, Duration::from_millis(1_000));
-        let t0 = std::time::Instant::now();
-        let status = SetStatus {
-            last_step: Some(t0),
-            stall_after,
-            ..SetStatus::default()
-        };
-        let healthy = t0 + stall_after;
-        assert_eq!(status.since_progress_at(healthy), stall_after);
-        assert!(!status.is_wedged_at(t0));
-        assert!(!status.is_wedged_at(healthy), "at the bound, still healthy");
-        let wedged = healthy + Duration::from_millis(1);
-        assert!(status.is_wedged_at(wedged));
-        // A step brings it back.
-        let stepped = SetStatus {
-            last_step: Some(wedged),
-            ..status.clone()
-        };
-        assert!(!stepped.is_wedged_at(wedged + Duration::from_millis(1)));
-        // A finished set is stopped, not wedged; a status no driver wrote
-        // is neither.
-        let finished = SetStatus {
-            finished: true,
-            ..status.clone()
-        };
-        assert!(!finished.is_wedged_at(wedged));
-        assert_eq!(SetStatus::default().since_progress(), Duration::ZERO);
-        assert!(!SetStatus::default().is_wedged());
-    }
+    use crate::set::test_template as template;
 
     #[test]
     fn carry_out_stamps_the_last_step_with_the_sets_bound() {
