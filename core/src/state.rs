@@ -172,6 +172,15 @@ impl LeaseState {
         }
     }
 
+    /// Whether the driver should look for other connections' commits
+    /// (SQLite, which has no NOTIFY: watch the file or poll its change
+    /// counter, then hand the row to [`LeaseState::handle_row_observed`]):
+    /// only a running follower can use a release. The core's decision, so
+    /// that no driver asks about roles.
+    pub fn wants_changes(&self) -> bool {
+        self.phase == Phase::Running && self.standing == Standing::Follower
+    }
+
     /// True once the machine has finished (shutdown done, or a fatal
     /// failure); it then ignores every input.
     pub fn is_finished(&self) -> bool {

@@ -266,6 +266,14 @@ impl LeaseSet {
         Some(share::target(self.member, live.len(), rank))
     }
 
+    /// Whether the driver should look for other connections' commits as
+    /// of `now` (SQLite: watch the file or poll its change counter, then
+    /// [`LeaseSet::handle_survey_request`]): only while this node is under
+    /// its share is there something a release could give it.
+    pub fn wants_changes(&self, now: Instant) -> bool {
+        !self.finished && !self.shutting_down && self.deficit(now) > 0
+    }
+
     /// How many more leases this node is after as of `now`: its target
     /// minus what it holds and what it is already trying for. A driver
     /// uses it to look for releases only while there is something to take

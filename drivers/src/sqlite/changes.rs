@@ -27,6 +27,64 @@ use rustix::fs::inotify;
 /// should stop (its only cost while nothing is written).
 const STOP_CHECK: Duration = Duration::from_secs(1);
 
+/// How a driver (a lone lease's or a set's) learns that another
+/// connection wrote to the file.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Notices {
+    /// Only by its poll at the interval (a set: its survey).
+    Off,
+    /// A file watch (inotify), or a poll at
+    /// [`crate::sqlite::DEFAULT_CHANGE_CHECK`] where there is none.
+    Watch,
+    /// `PRAGMA data_version` this often.
+    Poll(Duration),
+}
+
+/// What a driver's thread learns of other connections' commits from:
+/// the file watch, which sends it a message, or else a poll of the change
+/// counter at `poll`. The driver looks only while its machine
+/// `wants_changes()`.
+pub(crate) struct ChangeSource {
+    /// The running watch, if any.
+    pub(crate) watch: Option<FileWatch>,
+    /// How often to poll when there is no watch (`None`: never).
+    pub(crate) poll: Option<Duration>,
+}
+
+impl ChangeSource {
+    /// Starts the watch `notices` asks for on `location` (a file only),
+    /// calling `wake` on a change; falls back to polling.
+    pub(crate) fn start(
+        notices: Notices,
+        location: &super::open::Location,
+        wake: impl Fn() -> bool + Send + 'static,
+    ) -> Self {
+        let watch = match (notices, location) {
+            (Notices::Watch, super::open::Location::File(path)) => FileWatch::start(path, wake),
+            _ => None,
+        };
+        let poll = match notices {
+            Notices::Off => None,
+            _ if watch.is_some() => None,
+            Notices::Watch => Some(super::DEFAULT_CHANGE_CHECK),
+            Notices::Poll(every) => Some(every),
+        };
+        ChangeSource { watch, poll }
+    }
+
+    /// True when the driver hears of changes at all (watch or poll).
+    pub(crate) fn is_on(&self) -> bool {
+        self.watch.is_some() || self.poll.is_some()
+    }
+
+    /// The watch's wake-up was taken: the next write wakes the driver again.
+    pub(crate) fn taken(&self) {
+        if let Some(watch) = &self.watch {
+            watch.taken();
+        }
+    }
+}
+
 /// A running watch of one database file; stops its thread when dropped.
 pub(crate) struct FileWatch {
     stop: Arc<AtomicBool>,

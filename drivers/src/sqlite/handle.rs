@@ -6,11 +6,11 @@ use std::time::Duration;
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, Instant, Leadership, LeaseState};
 
-use super::changes::FileWatch;
+use super::changes::{ChangeSource, Notices};
 use super::error::Error;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
-use super::open::{Database, Location};
+use super::open::Database;
 use super::thread::DriverThread;
 use super::worker::{ConnectionJob, Control, Worker};
 use crate::clock::Clock;
@@ -26,18 +26,6 @@ pub struct SqliteLeaseBuilder {
     gate: Gate,
     publisher: Arc<Publisher>,
     notices: Notices,
-}
-
-/// How a follower learns that another connection wrote to the file.
-#[derive(Clone, Copy, Debug)]
-enum Notices {
-    /// Only by its poll at the interval.
-    Off,
-    /// A file watch (inotify), or a poll at [`DEFAULT_CHANGE_CHECK`] where
-    /// there is none.
-    Watch,
-    /// `PRAGMA data_version` this often.
-    Poll(Duration),
 }
 
 /// How often a follower checks `PRAGMA data_version` for another
@@ -116,18 +104,10 @@ impl SqliteLeaseBuilder {
         let (table, watchdog) =
             super::watchdog::open_watched(&mut database, config.request_timeout)?;
         let (control, inbox) = mpsc::channel();
-        let file_watch = match (notices, &database.location) {
-            (Notices::Watch, Location::File(path)) => {
-                let waker = control.clone();
-                FileWatch::start(path, move || waker.send(Control::FileChanged).is_ok())
-            }
-            _ => None,
-        };
-        let change_check = match notices {
-            Notices::Off => None,
-            Notices::Watch => Some(DEFAULT_CHANGE_CHECK),
-            Notices::Poll(every) => Some(every),
-        };
+        let waker = control.clone();
+        let changes = ChangeSource::start(notices, &database.location, move || {
+            waker.send(Control::FileChanged).is_ok()
+        });
         let worker = Worker {
             lease: config.lease.clone(),
             holder: config.holder.clone(),
@@ -140,9 +120,8 @@ impl SqliteLeaseBuilder {
             origin: publisher.now(),
             inbox,
             fatal: None,
-            change_check,
+            changes,
             data_version: None,
-            file_watch,
         };
         let thread = DriverThread::spawn(
             format!("picolease-{}", config.lease),

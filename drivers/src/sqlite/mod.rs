@@ -58,5 +58,5 @@ pub use fence::Fence;
 pub use gate::{Cancellation, LeaderContext};
 pub use handle::{SqliteLease, SqliteLeaseBuilder, DEFAULT_CHANGE_CHECK};
 pub use open::{open_connection, Database, Location};
-pub use set::{SqliteLeaseSet, SqliteLeaseSetBuilder, SET_CHANGE_CHECK};
+pub use set::{SqliteLeaseSet, SqliteLeaseSetBuilder};
 pub use table::LeaseTable;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
 
+use super::changes::{ChangeSource, Notices};
 use super::error::Error;
 use super::open::Database;
 use super::table::LeaseTable;
@@ -13,15 +14,12 @@ use super::thread::DriverThread;
 use super::watchdog::Watchdog;
 use crate::set::{Execute, SetLeaderContext, SetRunner, SetView, SetWork};
 
-/// How often a node under its share checks the file for another
-/// connection's commit (`PRAGMA data_version`, a few microseconds) and
-/// surveys when it changed; a node at its share does not look.
-pub const SET_CHANGE_CHECK: Duration = Duration::from_millis(25);
-
 enum Control {
     Shutdown,
     Abort,
     GiveUp(LeaseName),
+    /// Another connection wrote to the database file (the file watch).
+    FileChanged,
 }
 
 /// Builds a [`SqliteLeaseSet`]: `SqliteLeaseSet::builder(template, leases,
@@ -31,7 +29,7 @@ pub struct SqliteLeaseSetBuilder {
     leases: Vec<LeaseName>,
     database: Database,
     works: Vec<SetWork>,
-    change_check: Option<Duration>,
+    notices: Notices,
 }
 
 impl SqliteLeaseSetBuilder {
@@ -41,11 +39,22 @@ impl SqliteLeaseSetBuilder {
         self
     }
 
-    /// How often a node under its share looks for another process's
-    /// commit ([`SET_CHANGE_CHECK`] by default); `None` polls at the
-    /// interval only.
-    pub fn change_check(mut self, every: Option<Duration>) -> Self {
-        self.change_check = every;
+    /// Release notifications (on by default), as a lone lease's
+    /// ([`super::SqliteLeaseBuilder::notifications`], the same file
+    /// watch): while this node is under its share, another connection's
+    /// commit makes it check `PRAGMA data_version` and survey at once if
+    /// the file changed. Without inotify it polls `PRAGMA data_version`
+    /// every [`super::DEFAULT_CHANGE_CHECK`] instead. Off: a release is
+    /// found at the next survey, within an interval.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notices = if on { Notices::Watch } else { Notices::Off };
+        self
+    }
+
+    /// Release notifications by polling `PRAGMA data_version` every
+    /// `every` (at least 1 ms) instead of watching the file.
+    pub fn change_check(mut self, every: Duration) -> Self {
+        self.notices = Notices::Poll(every.max(Duration::from_millis(1)));
         self
     }
 
@@ -57,7 +66,7 @@ impl SqliteLeaseSetBuilder {
             leases,
             mut database,
             works,
-            change_check,
+            notices,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
         let (table, watchdog) =
@@ -65,8 +74,12 @@ impl SqliteLeaseSetBuilder {
         let (control, inbox) = mpsc::channel();
         let (runner, outputs) = SetRunner::new(set, works);
         let connection = Connection { table, watchdog };
+        let waker = control.clone();
+        let changes = ChangeSource::start(notices, &database.location, move || {
+            waker.send(Control::FileChanged).is_ok()
+        });
         let thread = DriverThread::spawn("picolease-set".into(), "lease set".into(), move || {
-            run(runner, connection, inbox, change_check)
+            run(runner, connection, inbox, changes)
         })?;
         Ok(SqliteLeaseSet {
             template,
@@ -101,7 +114,7 @@ impl SqliteLeaseSet {
             leases,
             database,
             works: Vec::new(),
-            change_check: Some(SET_CHANGE_CHECK),
+            notices: Notices::Watch,
         }
     }
 
@@ -209,7 +222,7 @@ fn run(
     mut runner: SetRunner,
     connection: Connection,
     inbox: mpsc::Receiver<Control>,
-    change_check: Option<Duration>,
+    changes: ChangeSource,
 ) -> Result<(), Error> {
     let me = runner.set.config().holder.clone();
     let mut fatal = None;
@@ -229,15 +242,19 @@ fn run(
             break;
         }
         let now = runner.now();
-        let checking = change_check.filter(|_| runner.set.deficit(now) > 0);
+        // Without a file watch, a node under its share polls the change
+        // counter this often.
+        let polling = changes.poll.filter(|_| runner.set.wants_changes(now));
         let wait = runner
             .wait()
             .unwrap_or(crate::clock::LONGEST_WAIT)
             .min(crate::clock::LONGEST_WAIT);
-        let wait = checking.map_or(wait, |every| wait.min(every));
+        let wait = polling.map_or(wait, |every| wait.min(every));
         let control = super::thread::receive(&inbox, wait, &mut handle_gone, || Control::Shutdown);
         let now = runner.now();
+        let file_changed = matches!(control, Some(Control::FileChanged));
         match control {
+            Some(Control::FileChanged) => changes.taken(),
             Some(Control::Shutdown) => runner.set.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.set.handle_give_up(now, lease.as_str()),
             Some(Control::Abort) => {
@@ -247,7 +264,7 @@ fn run(
             None => {}
         }
         runner.reap();
-        if checking.is_some() {
+        if (polling.is_some() || file_changed) && runner.set.wants_changes(now) {
             if let Some(version) = connection.table.change_counter() {
                 if data_version
                     .replace(version)

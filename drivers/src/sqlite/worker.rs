@@ -50,14 +50,11 @@ pub(crate) struct Worker {
     pub(crate) origin: std::time::Duration,
     pub(crate) inbox: mpsc::Receiver<Control>,
     pub(crate) fatal: Option<Error>,
-    /// While following: how often to check the file for another
-    /// connection's commit (`None`: poll at the interval only).
-    pub(crate) change_check: Option<std::time::Duration>,
+    /// How a follower hears of other connections' commits: the file watch
+    /// (it sends [`Control::FileChanged`]) or a poll.
+    pub(crate) changes: super::changes::ChangeSource,
     /// The last `PRAGMA data_version` seen by the change check.
     pub(crate) data_version: Option<i64>,
-    /// The watch of the file that sends [`Control::FileChanged`] (when
-    /// set, `change_check` is not polled).
-    pub(crate) file_watch: Option<super::changes::FileWatch>,
 }
 
 impl Worker {
@@ -80,7 +77,7 @@ impl Worker {
     /// fatal error that finished it, if any.
     pub(crate) fn run(mut self) -> Result<(), Error> {
         let mut handle_gone = false;
-        if self.change_check.is_some() {
+        if self.changes.is_on() {
             // The baseline: the first commit after this one is a change.
             self.check_for_change();
         }
@@ -97,9 +94,7 @@ impl Worker {
                 .saturating_duration_since(self.now())
                 .min(crate::clock::LONGEST_WAIT);
             // A follower looks for another connection's commit this often.
-            let checking = self
-                .change_check
-                .filter(|_| self.file_watch.is_none() && self.state.leader_deadline().is_none());
+            let checking = self.changes.poll.filter(|_| self.state.wants_changes());
             let wait = checking.map_or(wait, |every| wait.min(every));
             let control =
                 super::thread::receive(&self.inbox, wait, &mut handle_gone, || Control::Shutdown);
@@ -117,10 +112,8 @@ impl Worker {
                     self.state.handle_timeout(self.now());
                 }
                 Some(Control::FileChanged) => {
-                    if let Some(watch) = &self.file_watch {
-                        watch.taken();
-                    }
-                    if self.state.leader_deadline().is_none() {
+                    self.changes.taken();
+                    if self.state.wants_changes() {
                         self.check_for_change();
                     }
                     self.state.handle_timeout(self.now());
