@@ -5,7 +5,7 @@
 //! | --- | --- |
 //! | `GET /metrics` | 200, the Prometheus text exposition of the library's metrics (`lease` = `--name`) |
 //! | `GET /leader` | 200 while this process leads, else 503; `{"name", "holder", "epoch"}`: the holder as last seen (its stored id in full; null when free) |
-//! | `GET /healthz` | 200 while the loop makes progress; 503 once it has not advanced for interval + 2 × request timeout + the backoff cap (wedged). A follower, or a database out of reach, is healthy. With several names, the same for the set's loop, and 503 once its driver has stopped |
+//! | `GET /healthz` | 200 while the loop makes progress; 503 once it has not advanced for interval + 2 × request timeout + the backoff cap (wedged). A follower, or a database out of reach, is healthy. With several names, the same for the set's loop |
 //!
 //! Anything else is 404 (405 for a method other than GET or HEAD).
 
@@ -194,17 +194,17 @@ fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle)
 }
 
 /// A set's `/healthz`: 503 once its loop is wedged (no step for
-/// interval + 2 × request timeout + the backoff cap, as a single lease) or
-/// its driver has stopped, else 200; the same `status`,
+/// interval + 2 × request timeout + the backoff cap), else 200 — a
+/// finished set too, which is stopped, not wedged — exactly as a single
+/// lease's; the same `status`,
 /// `since_progress_ms` and `stall_after_ms` as the single-lease answer,
 /// and the set's share.
 fn set_healthz(status: &SetStatus) -> (u16, serde_json::Value) {
     let since_progress = status.since_progress();
-    let wedged = status.is_wedged();
-    let (code, word) = match (status.finished, wedged) {
-        (true, _) => (503, "stopped"),
-        (false, true) => (503, "wedged"),
-        (false, false) => (200, "ok"),
+    let (code, word) = if status.is_wedged() {
+        (503, "wedged")
+    } else {
+        (200, "ok")
     };
     (
         code,
@@ -330,72 +330,5 @@ fn with(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_values() {
-        assert_eq!(
-            parse_listen("127.0.0.1:9464").unwrap(),
-            "127.0.0.1:9464".parse().unwrap()
-        );
-        assert_eq!(
-            parse_listen("[::1]:80").unwrap(),
-            "[::1]:80".parse().unwrap()
-        );
-        assert_eq!(parse_listen("localhost:9464").unwrap().port(), 9464);
-        for bad in [
-            "",
-            "9464",
-            "localhost",
-            "localhost:",
-            "localhost:99999",
-            "host:1",
-            "1.2.3:4",
-            "127.0.0.1",
-        ] {
-            let err = parse_listen(bad).unwrap_err();
-            assert!(matches!(err, CliError::Usage(_)), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_sets_healthz_turns_503_once_its_loop_is_wedged() {
-        let stall_after = std::time::Duration::from_millis(1_000);
-        let ago = |ms| std::time::Instant::now().checked_sub(std::time::Duration::from_millis(ms));
-        let healthy = SetStatus {
-            last_step: ago(10),
-            stall_after,
-            target: Some(5),
-            ..SetStatus::default()
-        };
-        let (code, value) = set_healthz(&healthy);
-        assert_eq!(code, 200, "{value}");
-        assert_eq!(value["status"], "ok");
-        assert_eq!(value["stall_after_ms"], 1_000);
-        assert_eq!(value["target"], 5);
-        assert!(
-            value["since_progress_ms"].as_u64().unwrap() < 1_000,
-            "{value}"
-        );
-
-        let wedged = SetStatus {
-            last_step: ago(2_000),
-            ..healthy.clone()
-        };
-        let (code, value) = set_healthz(&wedged);
-        assert_eq!(code, 503, "{value}");
-        assert_eq!(value["status"], "wedged");
-        assert!(
-            value["since_progress_ms"].as_u64().unwrap() >= 2_000,
-            "{value}"
-        );
-
-        let stopped = SetStatus {
-            finished: true,
-            ..wedged
-        };
-        let (code, value) = set_healthz(&stopped);
-        assert_eq!((code, value["status"].as_str()), (503, Some("stopped")));
-    }
-}
+#[path = "http_tests.rs"]
+mod tests;

@@ -8,6 +8,7 @@
 mod maintenance;
 mod report;
 pub mod set;
+mod setup;
 mod timeline;
 
 pub use set::MAX_DEMO_LEASES;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use picolease::sql::{Dialect, Statements};
 use picolease::sqlite::{Database, Fence, LeaseTable, SqliteLease};
-use picolease::{Config, Epoch, HolderId, LeaseName, TableName, Transition};
+use picolease::{Config, Epoch, HolderId, LeaseName, Transition};
 
 use crate::duration::show;
 use crate::failure::CliError;
@@ -84,8 +85,8 @@ impl Demo {
     /// new work running.
     fn set_up(nodes: usize, ttl: Duration) -> Result<Self, CliError> {
         let lease = LeaseName::new("maintenance").map_err(CliError::usage)?;
-        let interval = interval_for(ttl)?;
-        let (dir, path, database) = scratch_database()?;
+        let interval = setup::interval_for(ttl)?;
+        let (dir, path, database) = setup::scratch_database()?;
         let setup = LeaseTable::open(&database)?;
         let db_error = |e: rusqlite::Error| {
             CliError::runtime(format!("demo database {}: {e}", path.display()))
@@ -320,34 +321,6 @@ impl Demo {
             ))
         }
     }
-}
-
-/// Checks a demo's `--ttl` (valid, and short enough to finish in seconds);
-/// returns the interval it implies.
-fn interval_for(ttl: Duration) -> Result<Duration, CliError> {
-    let probe = Config::with_ttl(
-        LeaseName::new("probe").map_err(CliError::usage)?,
-        HolderId::new("probe").map_err(CliError::usage)?,
-        ttl,
-    );
-    probe.validate().map_err(CliError::usage)?;
-    if ttl > Duration::from_secs(20) {
-        return Err(CliError::usage(format!(
-            "--ttl {} is too long for a demo that should finish in seconds: use at most 20s",
-            show(ttl)
-        )));
-    }
-    Ok(probe.interval)
-}
-
-/// A fresh temporary folder holding the demo's database file (removed
-/// when the folder is dropped).
-fn scratch_database() -> Result<(tempfile::TempDir, std::path::PathBuf, Database), CliError> {
-    let dir = tempfile::tempdir()
-        .map_err(|e| CliError::runtime(format!("cannot create a temporary folder: {e}")))?;
-    let path = dir.path().join("demo.db");
-    let database = Database::file(&path).table(TableName::default());
-    Ok((dir, path, database))
 }
 
 /// The opening lines.

@@ -73,8 +73,8 @@ pub fn run(nodes: usize, leases: usize, ttl: Duration) -> Result<ExitCode, CliEr
 
 impl SetDemo {
     fn set_up(nodes: usize, leases: usize, ttl: Duration) -> Result<Self, CliError> {
-        let interval = super::interval_for(ttl)?;
-        let (dir, path, database) = super::scratch_database()?;
+        let interval = super::setup::interval_for(ttl)?;
+        let (dir, path, database) = super::setup::scratch_database()?;
         let leases = (0..leases)
             .map(|i| LeaseName::new(&format!("s{i}")).map_err(CliError::usage))
             .collect::<Result<Vec<_>, _>>()?;
