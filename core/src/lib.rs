@@ -48,7 +48,7 @@ pub use names::{
     Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN,
 };
 pub use protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
-pub use set::{Batch, BatchKind, BatchReply, LeaseSet, SetCommand};
+pub use set::{Batch, BatchKind, BatchReply, LeaseSet, SetCommand, MAX_BATCH};
 pub use state::LeaseState;
 #[cfg(feature = "mutants")]
 #[doc(hidden)]

@@ -420,3 +420,62 @@ fn a_node_over_its_share_gives_the_surplus_up_without_stealing() {
     assert_eq!(batch.items.len(), 1);
     assert_eq!(batch.items[0].0.as_str(), given);
 }
+
+#[test]
+fn no_batch_carries_more_than_max_batch_names_the_rest_follow_at_once() {
+    use picolease_core::MAX_BATCH;
+    let names: Vec<LeaseName> = (0..2_500).map(|i| name(&format!("l{i:04}"))).collect();
+    let mut s = LeaseSet::new(template(), names, ms(0)).unwrap();
+    // Alone: two surveys, the membership row, then every lease.
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    s.handle_reply(
+        ms(2_501),
+        RequestId(2),
+        BatchReply::Acquired(vec![acquired(&member(), 1)]),
+    );
+    drain(&mut s);
+    s.handle_reply(ms(2_502), RequestId(3), BatchReply::Survey(vec![]));
+    let mut sizes = Vec::new();
+    let mut request = 4;
+    let mut first_names = Vec::new();
+    let mut now = 2_502;
+    loop {
+        let commands = drain(&mut s);
+        let Some(SetCommand::Execute { batch, .. }) = commands
+            .iter()
+            .find(|c| matches!(c, SetCommand::Execute { .. }))
+        else {
+            break;
+        };
+        assert_eq!(batch.kind, BatchKind::Acquire);
+        sizes.push(batch.items.len());
+        first_names.push(batch.items[0].0.as_str().to_string());
+        let outcomes = batch
+            .items
+            .iter()
+            .map(|(n, _)| acquired(n.as_str(), 1))
+            .collect();
+        now += 1;
+        s.handle_reply(ms(now), RequestId(request), BatchReply::Acquired(outcomes));
+        request += 1;
+    }
+    // Three batches, back to back, each in name order.
+    assert_eq!(sizes, vec![MAX_BATCH, MAX_BATCH, 500]);
+    assert_eq!(first_names, vec!["l0000", "l1000", "l2000"]);
+    assert_eq!(s.held().count(), 2_500);
+    // The renewals are split the same way (the membership row first).
+    s.handle_timeout(ms(5_000));
+    let commands = drain(&mut s);
+    let renew = commands
+        .iter()
+        .find_map(|c| match c {
+            SetCommand::Execute { batch, .. } if batch.kind == BatchKind::Renew => Some(batch),
+            _ => None,
+        })
+        .expect("a renew batch");
+    assert_eq!(renew.items.len(), MAX_BATCH);
+}
