@@ -86,6 +86,21 @@ fn three_sqlite_nodes_share_thirty_leases_and_take_over_a_crashed_ones() {
         [&a, &b, &c].map(|s| s.status().statements)
     );
     assert_eq!(a.status().members.len(), 3);
+    // Per lease, `leadership(lease)` says what the set published: leader
+    // at the held epoch on exactly the node whose status holds it.
+    for lease in leases(30) {
+        let leading: Vec<_> = [&a, &b, &c]
+            .iter()
+            .filter_map(|set| {
+                let leadership = set.leadership(&lease).expect("published");
+                let held = set.status().held.get(&lease).copied();
+                assert_eq!(leadership.leader_epoch(), held, "{lease}");
+                held
+            })
+            .collect();
+        assert_eq!(leading.len(), 1, "{lease} led by {leading:?}");
+    }
+    assert_eq!(a.leadership(&LeaseName::new("elsewhere").unwrap()), None);
     // Work runs exactly once per held lease.
     let workers = |running: &Running| {
         running

@@ -98,8 +98,6 @@ pub struct SetSource {
     pub status: SetStatusView,
     /// Every lease of the set.
     pub names: Arc<BTreeSet<String>>,
-    /// Each lease's last published state.
-    pub last_seen: crate::commands::run_set::LastSeen,
 }
 
 impl Listener {
@@ -167,12 +165,9 @@ fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle)
                     json!({ "name": name, "holder": status_holder(&status), "epoch": epoch.get() }),
                 ),
                 None => {
-                    let seen = source
-                        .last_seen
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get(&name)
-                        .cloned();
+                    let seen = picolease::LeaseName::new(&name)
+                        .ok()
+                        .and_then(|lease| source.status.leadership(&lease));
                     let holder = seen
                         .as_ref()
                         .and_then(|l| l.holder.as_ref().map(|h| h.as_str().to_string()));

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use picolease_core::{Batch, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand};
 
 use super::context::{Deadlines, SetLeaderContext};
-use super::status::{SetStatus, SetView, SharedStatus};
+use super::status::{Leaderships, SetStatus, SetView, SharedStatus};
 use super::{SetTransition, SetWork};
 use crate::cancellation::Cancellation;
 use crate::view::Term;
@@ -32,6 +32,8 @@ pub(crate) struct SetRunner {
     stopping: Vec<(LeaseName, Vec<JoinHandle<()>>)>,
     events: mpsc::Sender<SetTransition>,
     status: SharedStatus,
+    /// Each lease's last publication, for `leadership(lease)`.
+    leaderships: Leaderships,
     /// Test seam: set, the loop blocks in its next `carry_out`.
     wedge: Arc<AtomicBool>,
     /// When the batch in flight was handed to the driver, and its kind.
@@ -75,9 +77,17 @@ impl SetRunner {
             ..SetStatus::default()
         }));
         let wedge = Arc::default();
+        // Every lease of the set is known from the start, as a lone
+        // lease's `leadership()` is: unknown until a step tells.
+        let leaderships = Leaderships::new(Mutex::new(
+            set.leases()
+                .map(|lease| (lease.clone(), picolease_core::Leadership::unknown()))
+                .collect(),
+        ));
         let outputs = SetView {
             status: Arc::clone(&status),
             wedge: Arc::clone(&wedge),
+            leaderships: Arc::clone(&leaderships),
             transitions: Mutex::new(Some(transitions)),
         };
         let runner = SetRunner {
@@ -91,6 +101,7 @@ impl SetRunner {
             events,
             status,
             wedge,
+            leaderships,
             handed_out: None,
         };
         (runner, outputs)
@@ -192,6 +203,10 @@ impl SetRunner {
                             None => status.held.remove(&lease),
                         };
                     }
+                    self.leaderships
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(lease.clone(), leadership.clone());
                     let _ = self.events.send(SetTransition {
                         lease,
                         leadership,

@@ -1,12 +1,12 @@
 //! What a set's handle reads: the status both drivers keep, and the
 //! transitions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use picolease_core::{Epoch, HolderId, LeaseName};
+use picolease_core::{Epoch, HolderId, Leadership, LeaseName};
 
 use super::SetTransition;
 
@@ -75,6 +75,10 @@ impl SetStatus {
 /// The shared state behind a set's handle.
 pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
 
+/// Each lease's last published leadership, as a lone lease's
+/// `leadership()` reads its own.
+pub(crate) type Leaderships = Arc<Mutex<HashMap<LeaseName, Leadership>>>;
+
 /// What a set's handle reads, the same on both drivers: the transitions
 /// (taken once) and the status.
 ///
@@ -85,6 +89,7 @@ pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
 pub struct SetView {
     pub(super) status: SharedStatus,
     pub(super) wedge: Arc<AtomicBool>,
+    pub(super) leaderships: Leaderships,
     pub(super) transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
 }
 
@@ -108,19 +113,40 @@ impl SetView {
 
     /// A reader of [`SetView::status`] for other threads.
     pub fn status_view(&self) -> SetStatusView {
-        SetStatusView(Arc::clone(&self.status), Arc::clone(&self.wedge))
+        SetStatusView(
+            Arc::clone(&self.status),
+            Arc::clone(&self.wedge),
+            Arc::clone(&self.leaderships),
+        )
+    }
+
+    /// `lease`'s leadership as last published (leader with its epoch, or
+    /// follower with the holder and epoch last seen and why it left;
+    /// [`Leadership::unknown`] before anything was), as a lone lease's
+    /// `leadership()`; `None` for a lease outside the set.
+    pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
+        self.status_view().leadership(lease)
     }
 }
 
 /// A cheap, cloneable reader of a set's [`SetStatus`], for threads that
 /// do not own the handle (an HTTP endpoint, say).
 #[derive(Clone, Debug, Default)]
-pub struct SetStatusView(pub(crate) SharedStatus, Arc<AtomicBool>);
+pub struct SetStatusView(pub(crate) SharedStatus, Arc<AtomicBool>, Leaderships);
 
 impl SetStatusView {
     /// The status as of the set's last step.
     pub fn get(&self) -> SetStatus {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `lease`'s leadership as last published ([`SetView::leadership`]).
+    pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
+        self.2
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(lease)
+            .cloned()
     }
 
     /// Test seam: blocks the set's loop at its next step, for ever, so

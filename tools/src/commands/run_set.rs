@@ -8,13 +8,13 @@
 //! by itself gives its lease up and the process goes on contending. Only a
 //! signal ends `run` (exit 0), or a fatal driver error (exit 1).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::process::ExitCode;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use picolease::set::{SetLeaderContext, SetTransition};
-use picolease::{Config, HolderId, Leadership, LeaseName, TableName, Term, Transition};
+use picolease::{Config, HolderId, LeaseName, TableName, Term, Transition};
 
 use super::child::{ChildEvent, Gated, TermView};
 use super::events::Printer;
@@ -29,9 +29,6 @@ enum Event {
     Signal,
     Child(LeaseName, ChildEvent),
 }
-
-/// Each lease's last published state, for `/leader?name=N`.
-pub type LastSeen = Arc<Mutex<HashMap<String, Leadership>>>;
 
 /// What the single-lease `run` has already settled: the identity, the
 /// timings, the HTTP listener.
@@ -83,7 +80,6 @@ pub fn run(
     let all: BTreeSet<String> = names.iter().map(|n| n.as_str().to_string()).collect();
     let count = names.len();
     let (set, transitions, view) = backend.start_set(table, template, names, gated)?;
-    let last_seen = LastSeen::default();
     let wedge = view.clone();
     super::run::wedge_for_tests(move || wedge.wedge_loop_for_tests());
     if let Some(listener) = listener {
@@ -91,7 +87,6 @@ pub fn run(
         listener.serve_set(crate::http::SetSource {
             status: view,
             names: Arc::new(all),
-            last_seen: Arc::clone(&last_seen),
         })?;
     }
     let forward = tx;
@@ -112,7 +107,6 @@ pub fn run(
         node,
         holder,
         json: args.json,
-        last_seen,
     };
     session(&printers, set, events)
 }
@@ -144,7 +138,6 @@ struct Printers {
     node: String,
     holder: HolderId,
     json: bool,
-    last_seen: LastSeen,
 }
 
 impl Printers {
@@ -206,11 +199,6 @@ fn handle(printers: &Printers, set: Option<&dyn SetContender>, event: Event) -> 
             leadership,
             at,
         }) => {
-            printers
-                .last_seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(lease.as_str().to_string(), leadership.clone());
             printers.for_lease(&lease).transition(&Transition {
                 leadership,
                 at,
