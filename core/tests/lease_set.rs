@@ -422,11 +422,12 @@ fn a_node_over_its_share_gives_the_surplus_up_without_stealing() {
 }
 
 #[test]
-fn no_batch_carries_more_than_max_batch_names_the_rest_follow_at_once() {
+fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
     use picolease_core::MAX_BATCH;
     let names: Vec<LeaseName> = (0..2_500).map(|i| name(&format!("l{i:04}"))).collect();
     let mut s = LeaseSet::new(template(), names, ms(0)).unwrap();
-    // Alone: two surveys, the membership row, then every lease.
+    // Alone: two surveys, the membership row, then every lease, in one
+    // acquire (nothing this node holds waits on it).
     s.handle_timeout(ms(0));
     drain(&mut s);
     s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
@@ -439,43 +440,54 @@ fn no_batch_carries_more_than_max_batch_names_the_rest_follow_at_once() {
     );
     drain(&mut s);
     s.handle_reply(ms(2_502), RequestId(3), BatchReply::Survey(vec![]));
+    let commands = drain(&mut s);
+    let [SetCommand::Execute { batch, .. }] = &commands[..] else {
+        panic!("{commands:?}");
+    };
+    assert_eq!((batch.kind, batch.items.len()), (BatchKind::Acquire, 2_500));
+    let outcomes = batch
+        .items
+        .iter()
+        .map(|(n, _)| acquired(n.as_str(), 1))
+        .collect();
+    s.handle_reply(ms(2_503), RequestId(4), BatchReply::Acquired(outcomes));
+    drain(&mut s);
+    assert_eq!(s.held().count(), 2_500);
+    // The renewals: MAX_BATCH leases a batch, in name order, back to back
+    // (each sent as the last is answered); the membership row rides along
+    // in the first.
+    s.handle_timeout(ms(5_000));
     let mut sizes = Vec::new();
-    let mut request = 4;
     let mut first_names = Vec::new();
-    let mut now = 2_502;
-    loop {
+    let mut now = 5_000;
+    for request in 5.. {
         let commands = drain(&mut s);
-        let Some(SetCommand::Execute { batch, .. }) = commands
-            .iter()
-            .find(|c| matches!(c, SetCommand::Execute { .. }))
-        else {
+        let Some(batch) = commands.iter().find_map(|c| match c {
+            SetCommand::Execute { batch, .. } if batch.kind == BatchKind::Renew => Some(batch),
+            _ => None,
+        }) else {
             break;
         };
-        assert_eq!(batch.kind, BatchKind::Acquire);
-        sizes.push(batch.items.len());
-        first_names.push(batch.items[0].0.as_str().to_string());
-        let outcomes = batch
+        let leases: Vec<&str> = batch
             .items
             .iter()
-            .map(|(n, _)| acquired(n.as_str(), 1))
+            .map(|(n, _)| n.as_str())
+            .filter(|n| *n != member())
+            .collect();
+        sizes.push(leases.len());
+        first_names.push(leases[0].to_string());
+        if request == 5 {
+            assert!(batch.items.iter().any(|(n, _)| n.as_str() == member()));
+        }
+        let matched = batch
+            .items
+            .iter()
+            .map(|(n, _)| n.as_str().to_string())
             .collect();
         now += 1;
-        s.handle_reply(ms(now), RequestId(request), BatchReply::Acquired(outcomes));
-        request += 1;
+        s.handle_reply(ms(now), RequestId(request), BatchReply::Matched(matched));
     }
-    // Three batches, back to back, each in name order.
     assert_eq!(sizes, vec![MAX_BATCH, MAX_BATCH, 500]);
     assert_eq!(first_names, vec!["l0000", "l1000", "l2000"]);
     assert_eq!(s.held().count(), 2_500);
-    // The renewals are split the same way (the membership row first).
-    s.handle_timeout(ms(5_000));
-    let commands = drain(&mut s);
-    let renew = commands
-        .iter()
-        .find_map(|c| match c {
-            SetCommand::Execute { batch, .. } if batch.kind == BatchKind::Renew => Some(batch),
-            _ => None,
-        })
-        .expect("a renew batch");
-    assert_eq!(renew.items.len(), MAX_BATCH);
 }
