@@ -1,7 +1,7 @@
 //! Lease sets in the drivers (DESIGN §9): the part both databases share.
 //!
 //! A driver of a set owns one [`LeaseSet`](picolease_core::LeaseSet) and
-//! one statement connection. [`SetRunner`] (`runner.rs`) carries the set's
+//! one statement connection. `SetRunner` (`runner.rs`) carries the set's
 //! commands out (starting and stopping the work of each lease on its own
 //! threads, publishing each lease's transitions) and hands the driver the
 //! one batch to run; the driver runs it on its connection (SQLite: on its
