@@ -228,5 +228,8 @@ fn parse(spec: &str) -> Result<Spec<'_>, NameSpecError> {
 }
 
 #[cfg(test)]
+#[path = "name_spec_error_tests.rs"]
+mod error_tests;
+#[cfg(test)]
 #[path = "name_spec_tests.rs"]
 mod tests;
