@@ -71,24 +71,24 @@ async fn next_notice(notices: &mut Option<mpsc::Receiver<Notice>>) -> Option<Not
 /// behind a failed one.
 async fn execute(
     link: Arc<Link>,
-    runner_config: BatchConfig,
+    config: BatchConfig,
     batch: Execute,
 ) -> (BatchReply, Option<PgError>) {
     let Execute { batch, .. } = batch;
     let json = batch.json();
     let bindings = BatchBindings {
-        holder: runner_config.holder.as_str(),
-        ttl_millis: runner_config.ttl_millis,
+        holder: config.holder.as_str(),
+        ttl_millis: config.ttl_millis,
         batch: &json,
-        stale_millis: runner_config.stale_millis,
+        stale_millis: config.stale_millis,
     };
-    let deadline = tokio::time::Instant::now() + runner_config.timeout;
+    let deadline = tokio::time::Instant::now() + config.timeout;
     let rows = link
-        .execute_batch(batch.kind, &bindings, deadline, runner_config.timeout)
+        .execute_batch(batch.kind, &bindings, deadline, config.timeout)
         .await;
     match rows.and_then(|rows| {
         link.statements()
-            .decode_batch_reply(batch.kind, &runner_config.holder, &rows)
+            .decode_batch_reply(batch.kind, &config.holder, &rows)
             .map_err(|source| PgError::Row {
                 table: link.statements().table().to_string(),
                 source,
@@ -127,9 +127,10 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
         stale_millis: runner.set.stale_millis(),
         timeout,
     };
+    // At most one: the set asks for a batch only once the last one was
+    // answered (the reply was taken from here) or given up on (its
+    // `Cancel` comes first in the same `carry_out`, and drops it).
     let mut in_flight: Option<BatchInFlight> = None;
-    // The batch the set asked for, until the one in flight has ended.
-    let mut queued: Option<Execute> = None;
     let mut fatal = None;
     let mut handle_gone = false;
     // A release batch freed rows: successors may be acquiring them.
@@ -139,23 +140,16 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
     loop {
         let carried = runner.carry_out();
         if let Some(request) = carried.cancel {
-            if queued.as_ref().is_some_and(|q| q.request == request) {
-                queued = None;
-            }
             if let Some((_, kind, future)) = in_flight.take_if(|(r, _, _)| *r == request) {
                 drop(future);
                 abandon(&link, kind, timeout);
             }
         }
-        if let Some(execute) = carried.execute {
-            queued = Some(execute);
-        }
-        if in_flight.is_none() {
-            if let Some(next) = queued.take() {
-                let (request, kind) = (next.request, next.batch.kind);
-                let future = execute(Arc::clone(&link), batch_config.clone(), next);
-                in_flight = Some((request, kind, future.boxed()));
-            }
+        if let Some(next) = carried.execute {
+            debug_assert!(in_flight.is_none(), "the set asked for a second batch");
+            let (request, kind) = (next.request, next.batch.kind);
+            let future = execute(Arc::clone(&link), batch_config.clone(), next);
+            in_flight = Some((request, kind, future.boxed()));
         }
         if runner.set.is_finished() {
             break;

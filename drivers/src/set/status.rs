@@ -125,7 +125,11 @@ impl SetView {
     /// [`Leadership::unknown`] before anything was), as a lone lease's
     /// `leadership()`; `None` for a lease outside the set.
     pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
-        self.status_view().leadership(lease)
+        self.leaderships
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(lease)
+            .cloned()
     }
 }
 
