@@ -43,7 +43,7 @@ fn start(path: &std::path::Path, holder: &str, running: &Running) -> SqliteLease
                 .unwrap()
                 .entry(key.clone())
                 .or_default()
-                .push(who);
+                .push(who.clone());
             let twice = running.lock().unwrap()[&key].len() > 1;
             assert!(!twice, "lease {key} worked twice");
             ctx.cancellation.wait();
@@ -52,7 +52,9 @@ fn start(path: &std::path::Path, holder: &str, running: &Running) -> SqliteLease
                 .unwrap()
                 .get_mut(&key)
                 .unwrap()
-                .retain(|h| h != ctx.holder.as_str());
+                // The entry it pushed, whatever its label (a work whose
+                // term ended before it read its deadline is labelled so).
+                .retain(|h| *h != who);
         })
         .start()
         .expect("start")
