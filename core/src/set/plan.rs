@@ -1,0 +1,179 @@
+//! The fair share: how many leases this node aims for, the surplus it
+//! gives up and the free leases it competes for.
+
+use super::{share, LeaseSet, Seen, SetCommand, Slot};
+use crate::time::Instant;
+
+impl LeaseSet {
+    /// How many leases this node aims for as of `now` (its fair share), or
+    /// `None` before the second survey. The first survey may miss nodes
+    /// that started at the same moment (their membership rows not yet
+    /// written); planning from it, the first node of a cluster started
+    /// together would take every lease and then give most of them back.
+    /// One interval later every node that started with it is visible.
+    pub fn target(&self, now: Instant) -> Option<usize> {
+        if self.surveys < 2 {
+            return None;
+        }
+        let live = self.members(now);
+        let rank = live
+            .iter()
+            .position(|h| *h == self.template.holder)
+            .unwrap_or(0);
+        Some(share::target(self.member, live.len(), rank))
+    }
+
+    /// How many more leases this node is after as of `now`: its target
+    /// minus what it holds and what it is already trying for. A driver
+    /// uses it to look for releases only while there is something to take
+    /// (SQLite's change check).
+    pub fn deficit(&self, now: Instant) -> usize {
+        let Some(target) = self.target(now) else {
+            return 0;
+        };
+        let have = self.slots[..self.member]
+            .iter()
+            .filter(|s| {
+                !s.yielding && (s.machine.leadership().is_leader() || s.machine.is_contending())
+            })
+            .count();
+        target.saturating_sub(have)
+    }
+
+    /// Whether the driver should look for other connections' commits as
+    /// of `now` (SQLite: watch the file or poll its change counter, then
+    /// [`LeaseSet::handle_survey_request`]): only while this node is under
+    /// its share is there something a release could give it.
+    pub fn wants_changes(&self, now: Instant) -> bool {
+        !self.finished && !self.shutting_down && self.deficit(now) > 0
+    }
+
+    /// After every input: plan the share, send the next batch, finish.
+    pub(super) fn settle(&mut self, now: Instant) {
+        if self.finished {
+            return;
+        }
+        self.plan(now);
+        if self.in_flight.is_none() {
+            self.send_next(now);
+        }
+        if self.shutting_down
+            && self.in_flight.is_none()
+            && self.slots.iter().all(|s| s.machine.is_finished())
+        {
+            self.finished = true;
+            self.commands.push_back(SetCommand::Finished);
+        }
+    }
+
+    /// The fair share: give up the surplus, compete for the deficit.
+    pub(super) fn plan(&mut self, now: Instant) {
+        if self.shutting_down {
+            return;
+        }
+        let Some(target) = self.target(now) else {
+            return;
+        };
+        let leases = self.member;
+        let held: Vec<usize> = (0..leases)
+            .filter(|&i| self.slots[i].machine.leadership().is_leader() && !self.slots[i].yielding)
+            .collect();
+        if held.len() > target {
+            let mut surplus = held;
+            surplus.sort_by_key(|&i| self.slots[i].preference);
+            for &i in &surplus[..surplus.len() - target] {
+                self.slots[i].yielding = true;
+                self.slots[i].machine.handle_shutdown(now);
+                self.drain(now, i);
+            }
+            return;
+        }
+        let is_candidate = |s: &Slot| {
+            !s.yielding
+                && s.rest_until.is_none_or(|t| t <= now)
+                && !s.machine.is_finished()
+                && !s.machine.leadership().is_leader()
+                && !s.machine.is_contending()
+        };
+        let mut competing: Vec<usize> = (0..leases)
+            .filter(|&i| {
+                let s = &self.slots[i];
+                !s.yielding && !s.machine.leadership().is_leader() && s.machine.is_contending()
+            })
+            .collect();
+        let want = target - held.len();
+        if competing.len() > want {
+            // Fewer needed (a lease was won, the share shrank): stop the
+            // attempts this node prefers least that are not in flight.
+            competing.sort_by_key(|&i| self.slots[i].preference);
+            let mut extra = competing.len() - want;
+            for &i in &competing {
+                if extra == 0 {
+                    break;
+                }
+                if !self.slots[i].machine.is_busy() {
+                    self.slots[i].machine.set_contending(now, false);
+                    self.drain(now, i);
+                    extra -= 1;
+                }
+            }
+            return;
+        }
+        let need = want - competing.len();
+        if need == 0 || self.resurvey {
+            return;
+        }
+        self.rank_first_for(now);
+        // The leases this node ranks first for, then the others; within
+        // each, free or lapsed rows before rows never seen, the most
+        // preferred first.
+        let mut candidates: Vec<(u8, std::cmp::Reverse<u64>, usize)> = (0..leases)
+            .filter(|&i| is_candidate(&self.slots[i]))
+            .filter_map(|i| {
+                let rank = match self.slots[i].seen {
+                    Seen::Free => 0,
+                    Seen::Held { until: Some(t) } if t <= now => 0,
+                    Seen::Unknown => 1,
+                    Seen::Held { .. } => return None,
+                };
+                let rank = if self.ranks_first.get(i).copied().unwrap_or(false) {
+                    rank
+                } else {
+                    rank + 2
+                };
+                Some((rank, std::cmp::Reverse(self.slots[i].preference), i))
+            })
+            .collect();
+        // Only the best `need` are wanted: select them in linear time
+        // (a set may have 100,000 leases and plans after every input).
+        if candidates.len() > need {
+            candidates.select_nth_unstable(need);
+            candidates.truncate(need);
+        }
+        candidates.sort_unstable();
+        for &(_, _, i) in &candidates {
+            self.slots[i].machine.set_contending(now, true);
+            self.slots[i].machine.handle_release_notice(now);
+            self.drain(now, i);
+        }
+    }
+
+    /// Recomputes which leases this node ranks first for, when the live
+    /// members changed: O(leases × members), once per membership change.
+    fn rank_first_for(&mut self, now: Instant) {
+        let live = self.members(now);
+        if live == self.ranked_among && self.ranks_first.len() == self.member {
+            return;
+        }
+        let me = &self.template.holder;
+        self.ranks_first = self.slots[..self.member]
+            .iter()
+            .map(|slot| {
+                live.iter()
+                    .filter(|h| *h != me)
+                    .all(|h| share::preference(h, slot.name.as_str()) < slot.preference)
+            })
+            .collect();
+        self.ranked_among = live;
+    }
+}

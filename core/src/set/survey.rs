@@ -1,0 +1,101 @@
+//! The survey: one read per interval of the live membership rows and the
+//! free or stale lease rows, and what the set learns from it.
+
+use std::time::Duration;
+
+use super::{LeaseSet, Seen};
+use crate::names::HolderId;
+use crate::sql::{LeaseRow, MEMBER_PREFIX};
+use crate::time::Instant;
+
+impl LeaseSet {
+    /// The survey's staleness bound in milliseconds: a lease row with less
+    /// time left than this was not renewed for at least an interval, so
+    /// the survey lists it (with the free and lapsed ones) and this node
+    /// can try it right at its expiry. ttl − 2·interval, at least one
+    /// interval.
+    pub fn stale_millis(&self) -> i64 {
+        let stale = self
+            .template
+            .ttl
+            .saturating_sub(self.template.interval * 2)
+            .max(self.template.interval);
+        i64::try_from(stale.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Survey at once: the database changed in a way the driver cannot
+    /// attribute to a lease (the SQLite change check), or notices may have
+    /// been lost (PostgreSQL's listener reconnected).
+    pub fn handle_survey_request(&mut self, now: Instant) {
+        if self.finished {
+            return;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
+            return;
+        }
+        self.next_survey = self.next_survey.min(now);
+        self.settle(now);
+    }
+
+    pub(super) fn on_survey(&mut self, now: Instant, sent_at: Instant, rows: &[LeaseRow]) {
+        self.surveys = self.surveys.saturating_add(1);
+        self.resurvey = false;
+        self.next_survey = sent_at + self.template.interval;
+        self.members.clear();
+        self.wakeups.clear();
+        let resting = self
+            .slots
+            .iter()
+            .filter_map(|s| s.rest_until)
+            .filter(|&t| t > now);
+        self.wakeups.extend(resting);
+        let stale = Duration::from_millis(self.stale_millis().unsigned_abs());
+        let mut listed = vec![false; self.member];
+        for row in rows {
+            let left = row.expires_in_ms.unwrap_or(0);
+            let until = sent_at + Duration::from_millis(left.max(0).unsigned_abs());
+            if let Some(holder) = row.name.strip_prefix(MEMBER_PREFIX) {
+                if holder == self.template.holder.as_str() || row.holder.is_none() || left <= 0 {
+                    continue;
+                }
+                if let Ok(holder) = HolderId::new(holder) {
+                    self.members.push((holder, until));
+                    if until < sent_at + stale {
+                        self.wakeups.push(until);
+                    }
+                }
+                continue;
+            }
+            let Some(&i) = self.index.get(&row.name) else {
+                continue;
+            };
+            if i == self.member {
+                continue;
+            }
+            listed[i] = true;
+            let slot = &mut self.slots[i];
+            if slot.machine.leadership().is_leader() {
+                continue;
+            }
+            let free = row.holder.is_none() || left <= 0;
+            slot.seen = if free {
+                Seen::Free
+            } else {
+                self.wakeups.push(until);
+                Seen::Held { until: Some(until) }
+            };
+            slot.machine.handle_row_seen(now, sent_at, row);
+            self.drain(now, i);
+        }
+        for (i, listed) in listed.into_iter().enumerate() {
+            if !listed && self.slots[i].seen != Seen::Unknown {
+                // Not free and not stale: someone renews it on time.
+                self.slots[i].seen = Seen::Held { until: None };
+            }
+        }
+        self.wakeups.sort_unstable();
+        self.wakeups.dedup();
+        self.wakeups.retain(|&t| t > now);
+    }
+}
