@@ -19,7 +19,8 @@
 //! search stores.
 
 use super::bounds::TICK;
-use super::world::{parse_holder, Delivery, Node, Request, World, LEASE};
+use super::channel::{Delivery, Request};
+use super::world::{parse_holder, Node, World, LEASE};
 use crate::names::Epoch;
 use crate::protocol::{Demotion, Failure, Operation, Reply, RequestId, Role};
 use crate::sim::DB_EPOCH_MS;

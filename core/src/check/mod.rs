@@ -88,6 +88,9 @@
 
 mod bounds;
 mod canon;
+mod channel;
+mod invariants;
+mod relation;
 mod replay;
 mod search;
 mod step;
