@@ -6,7 +6,14 @@
 //! ```
 //!
 //! Mutations (feature `mutants`): deadline-from-reply, no-deadline,
-//! stale-reply, renew-ignores-epoch, work-kept.
+//! stale-reply, renew-ignores-epoch, work-kept, set-yield-keeps-work,
+//! acquire-batch-takes-held.
+//!
+//! `LEASES=N` checks lease sets of N leases instead (`Bounds::for_set`):
+//!
+//! ```text
+//! LEASES=2 cargo run --release -p picolease-core --features sim --example check -- 2 0 60
+//! ```
 
 use picolease_core::check::{check, replay, Bounds, Budget};
 
@@ -14,7 +21,15 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let number = |i: usize| args.get(i).and_then(|a| a.parse::<usize>().ok());
     let nodes = number(0).unwrap_or(2);
-    let mut bounds = Bounds::default_for(nodes);
+    let leases = std::env::var("LEASES")
+        .ok()
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut bounds = if leases > 0 {
+        Bounds::for_set(nodes, leases)
+    } else {
+        Bounds::default_for(nodes)
+    };
     if let Some(f) = number(1) {
         bounds.faults = f;
     }
@@ -32,6 +47,8 @@ fn main() {
             "stale-reply" => Mutation::StaleReplyAccepted,
             "renew-ignores-epoch" => Mutation::RenewIgnoresEpoch,
             "work-kept" => Mutation::WorkKeptOnDemotion,
+            "set-yield-keeps-work" => Mutation::SetYieldKeepsWork,
+            "acquire-batch-takes-held" => Mutation::AcquireBatchTakesHeld,
             other => {
                 eprintln!("unknown mutation {other}");
                 std::process::exit(2);

@@ -733,6 +733,13 @@ pub enum Mutation {
     RenewIgnoresEpoch,
     /// (e) A demotion does not stop the gated work.
     WorkKeptOnDemotion,
+    /// (f) A lease set giving a lease up for the share (surplus) swallows
+    /// its `StopWork`, so the release goes out with the work still running
+    /// (consulted by `LeaseSet`, not by `LeaseState`).
+    SetYieldKeepsWork,
+    /// (g) The model database's batch acquire takes every named row, held
+    /// or not (consulted by `sim::ModelDb::acquire_batch`): a set steals.
+    AcquireBatchTakesHeld,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

@@ -90,6 +90,39 @@ fn twins_sharing_a_holder_id_are_found() {
     finds_at(&bounds, &[Property::Validity, Property::MutualExclusion]);
 }
 
+/// (g) Lease sets (2 nodes × 2 leases, `Bounds::for_set`): a batch acquire
+/// that takes rows held by another node. A node that surveyed before the
+/// other's membership row existed takes both leases; the other, planning
+/// its share of one, reaches for one of them and, through the planted
+/// statement, takes it while it is held: no stealing breaks (24 steps).
+#[test]
+fn a_set_acquire_that_takes_held_rows_is_found() {
+    let mut bounds = Bounds::for_set(2, 2);
+    bounds.mutation = Mutation::AcquireBatchTakesHeld;
+    finds_at(&bounds, &[Property::Stealing, Property::MutualExclusion]);
+}
+
+/// (f) Lease sets: giving a lease up for the share without stopping its
+/// work. The node that took both leases yields one when it sees the other
+/// node; its release goes out with the work running, and the lease's
+/// follower publication finds it (gating, 32 steps, about a million
+/// states: tens of seconds).
+#[test]
+fn a_set_that_yields_a_lease_with_its_work_running_is_found() {
+    let mut bounds = Bounds::for_set(2, 2);
+    // Deeper than the real machine's test (depth 30): the bug shows at 32.
+    bounds.depth = 40;
+    bounds.mutation = Mutation::SetYieldKeepsWork;
+    finds_at(
+        &bounds,
+        &[
+            Property::Gating,
+            Property::StopLead,
+            Property::MutualExclusion,
+        ],
+    );
+}
+
 /// The real machine with a stop lead (and twins) holds every property in
 /// the whole 2-node space within one fault (about 2 million states, half a
 /// minute).

@@ -166,7 +166,7 @@ impl Fingerprinter {
 /// A 128-bit hash of the encoding: two independent multiply-rotate lanes
 /// (much faster than SipHash, which took a tenth of the search), each
 /// finished with MurmurHash3's avalanche. The length goes in first.
-fn hash128(values: &[i64]) -> u128 {
+pub(super) fn hash128(values: &[i64]) -> u128 {
     const K1: u64 = 0x9e37_79b9_7f4a_7c15;
     const K2: u64 = 0xc2b2_ae3d_27d4_eb4f;
     let mut a = 0x243f_6a88_85a3_08d3_u64 ^ values.len() as u64;

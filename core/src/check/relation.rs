@@ -82,13 +82,6 @@ impl World {
         }
     }
 
-    /// Whether the step is enabled here.
-    pub(crate) fn enabled(&self, setup: &Setup, step: Step) -> bool {
-        let mut steps = Vec::new();
-        self.steps(setup, &mut steps);
-        steps.contains(&step)
-    }
-
     /// The database clock may advance unless a head message would outlive
     /// the delivery bound, or a live clock would fall out of its drift
     /// window.

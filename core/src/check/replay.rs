@@ -4,6 +4,8 @@
 use std::fmt;
 
 use super::bounds::{Bounds, BoundsError};
+use super::search::Model;
+use super::set::SetWorld;
 use super::step::{Step, UnknownStep};
 use super::world::{Log, Setup, World};
 use super::Violation;
@@ -127,18 +129,36 @@ pub fn replay(trace: &str, bounds: &Bounds) -> Result<Replay, TraceParseError> {
     let mut unbounded = bounds.clone();
     unbounded.faults = usize::MAX;
     let setup = Setup::new(unbounded);
-    let mut world = World::new(&setup)?;
+    if setup.bounds.leases > 0 {
+        play(&setup, SetWorld::new(&setup)?, &steps, &parts)
+    } else {
+        play(&setup, World::new(&setup)?, &steps, &parts)
+    }
+}
+
+/// Plays `steps` (whose texts are `parts`) from `world`.
+fn play<M: Model>(
+    setup: &Setup,
+    mut world: M,
+    steps: &[Step],
+    parts: &[&str],
+) -> Result<Replay, TraceParseError> {
+    let bad = |index: usize, text: &str, problem: TraceProblem| TraceParseError::Step {
+        index: index + 1,
+        text: text.chars().take(40).collect(),
+        problem,
+    };
     let mut out = Replay {
         steps: Vec::with_capacity(steps.len()),
         violation: None,
     };
     for (i, &step) in steps.iter().enumerate() {
-        if !world.enabled(&setup, step) {
+        if !world.enabled(setup, step) {
             return Err(bad(
                 i,
                 parts[i],
                 TraceProblem::NotEnabled {
-                    state: world.describe(),
+                    state: world.describe(setup),
                 },
             ));
         }
@@ -146,11 +166,11 @@ pub fn replay(trace: &str, bounds: &Bounds) -> Result<Replay, TraceParseError> {
             enabled: true,
             lines: Vec::new(),
         };
-        let found = world.apply(&setup, step, &mut log);
+        let found = world.apply(setup, step, &mut log);
         out.steps.push(ReplayStep {
             step: step.to_string(),
             effects: log.lines,
-            state: world.describe(),
+            state: world.describe(setup),
         });
         if let Some(mut v) = found {
             let text: Vec<String> = steps[..=i].iter().map(Step::to_string).collect();

@@ -6,9 +6,63 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant as WallClock;
 
 use super::canon::Fingerprinter;
+use super::set::{SetFingerprinter, SetWorld};
 use super::step::Step;
 use super::world::{Log, Setup, World};
 use super::{Budget, Progress, Report, Violation};
+
+/// A model the search explores and a replay plays: the lone-lease
+/// [`World`] or the lease-set [`SetWorld`], on the same steps.
+pub(super) trait Model: Clone {
+    /// Reused buffers for fingerprints.
+    type Fingerprinter: Default;
+    /// Every step enabled here, in a fixed order.
+    fn steps(&self, setup: &Setup, out: &mut Vec<Step>);
+    /// Applies an enabled step; `Some` on the first property violated.
+    fn apply(&mut self, setup: &Setup, step: Step, log: &mut Log) -> Option<Violation>;
+    /// The state's fingerprint, up to the model's symmetries.
+    fn fingerprint(&self, fp: &mut Self::Fingerprinter, setup: &Setup) -> u128;
+    /// One line on the state, for replays.
+    fn describe(&self, setup: &Setup) -> String;
+    /// Whether the step is enabled here.
+    fn enabled(&self, setup: &Setup, step: Step) -> bool {
+        let mut steps = Vec::new();
+        self.steps(setup, &mut steps);
+        steps.contains(&step)
+    }
+}
+
+impl Model for World {
+    type Fingerprinter = Fingerprinter;
+    fn steps(&self, setup: &Setup, out: &mut Vec<Step>) {
+        World::steps(self, setup, out);
+    }
+    fn apply(&mut self, setup: &Setup, step: Step, log: &mut Log) -> Option<Violation> {
+        World::apply(self, setup, step, log)
+    }
+    fn fingerprint(&self, fp: &mut Fingerprinter, setup: &Setup) -> u128 {
+        fp.fingerprint(self, setup.bounds.ttl_ticks, setup.bounds.interval_ticks)
+    }
+    fn describe(&self, _: &Setup) -> String {
+        World::describe(self)
+    }
+}
+
+impl Model for SetWorld {
+    type Fingerprinter = SetFingerprinter;
+    fn steps(&self, setup: &Setup, out: &mut Vec<Step>) {
+        SetWorld::steps(self, setup, out);
+    }
+    fn apply(&mut self, setup: &Setup, step: Step, log: &mut Log) -> Option<Violation> {
+        SetWorld::apply(self, setup, step, log)
+    }
+    fn fingerprint(&self, fp: &mut SetFingerprinter, setup: &Setup) -> u128 {
+        fp.fingerprint(self, setup)
+    }
+    fn describe(&self, setup: &Setup) -> String {
+        SetWorld::describe(self, setup)
+    }
+}
 
 /// Fingerprints are already uniform hashes: use their low bits directly.
 #[derive(Default)]
@@ -53,18 +107,16 @@ impl Tree {
     }
 }
 
-pub(super) fn run(
+pub(super) fn run<M: Model>(
     setup: &Setup,
-    initial: World,
+    initial: M,
     budget: Budget,
     mut progress: impl FnMut(&Progress),
 ) -> Report {
     let started = WallClock::now();
     let bounds = &setup.bounds;
-    let mut fingerprints = Fingerprinter::default();
-    let fp = |f: &mut Fingerprinter, w: &World| {
-        f.fingerprint(w, bounds.ttl_ticks, bounds.interval_ticks)
-    };
+    let mut fingerprints = M::Fingerprinter::default();
+    let fp = |f: &mut M::Fingerprinter, w: &M| w.fingerprint(f, setup);
     let mut seen = Seen::default();
     // Millions of states are the rule: skip the first rounds of growth.
     seen.reserve(1 << 20);
@@ -74,6 +126,7 @@ pub(super) fn run(
     };
     let mut report = Report {
         nodes: bounds.nodes,
+        leases: bounds.leases,
         states: 1,
         transitions: 0,
         depth: 0,

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::bounds::{Bounds, TICK};
 use super::channel::{Channel, Delivery, Request};
 use crate::error::ConfigError;
-use crate::names::{Epoch, HolderId};
+use crate::names::{Epoch, HolderId, LeaseName};
 use crate::sim::{ModelDb, DB_EPOCH_MS};
 use crate::sql::{Dialect, Statements};
 use crate::state::LeaseState;
@@ -21,11 +21,14 @@ pub(super) const LEASE: &str = "check";
 pub(crate) struct Setup {
     pub(super) bounds: Bounds,
     pub(super) statements: Statements,
+    /// The leases of a set check (`Bounds::leases`), none for a lone lease.
+    pub(super) names: Vec<LeaseName>,
 }
 
 impl Setup {
     pub(crate) fn new(bounds: Bounds) -> Self {
         Setup {
+            names: super::set::lease_names(bounds.leases).unwrap_or_default(),
             bounds,
             statements: Statements::new(Dialect::Sqlite, &crate::names::TableName::default()),
         }

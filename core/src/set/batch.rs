@@ -20,6 +20,7 @@ pub const MAX_BATCH: usize = 1_000;
 
 /// The batch in flight: which slots it carries, when it went out and when
 /// the set gives up on it.
+#[derive(Clone, Debug)]
 pub(super) struct InFlight {
     pub(super) id: RequestId,
     pub(super) kind: BatchKind,

@@ -14,6 +14,8 @@ mod plan;
 mod protocol;
 pub mod share;
 mod survey;
+#[cfg(feature = "sim")]
+mod view;
 
 pub use batch::MAX_BATCH;
 pub use protocol::{Batch, BatchKind, BatchReply, SetCommand};
@@ -21,6 +23,8 @@ pub use protocol::{Batch, BatchKind, BatchReply, SetCommand};
 use std::collections::{HashMap, VecDeque};
 
 use batch::InFlight;
+#[cfg(feature = "sim")]
+pub(crate) use view::SeenView;
 
 use crate::config::Config;
 use crate::error::ConfigError;
@@ -46,6 +50,7 @@ enum Seen {
     Held { until: Option<Instant> },
 }
 
+#[derive(Clone, Debug)]
 struct Slot {
     name: LeaseName,
     machine: LeaseState,
@@ -84,6 +89,7 @@ struct Slot {
 /// through stop → release; a node under it tries the free and lapsed
 /// leases it prefers most. The acquire statement never takes a held,
 /// unexpired row, so balancing never steals.
+#[derive(Clone, Debug)]
 pub struct LeaseSet {
     template: Config,
     slots: Vec<Slot>,
@@ -115,6 +121,9 @@ pub struct LeaseSet {
     shutting_down: bool,
     finished: bool,
     commands: VecDeque<SetCommand>,
+    /// A planted bug for the model checker's own tests (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    mutation: crate::state::Mutation,
 }
 
 impl LeaseSet {
@@ -196,11 +205,24 @@ impl LeaseSet {
             shutting_down: false,
             finished: false,
             commands: VecDeque::with_capacity(64),
+            #[cfg(feature = "mutants")]
+            mutation: crate::state::Mutation::None,
         })
     }
 }
 
 impl LeaseSet {
+    /// Plants a bug (feature `mutants`, for the model checker's tests): in
+    /// the set, or in every lease's machine.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn set_mutation(&mut self, mutation: crate::state::Mutation) {
+        self.mutation = mutation;
+        for slot in &mut self.slots {
+            slot.machine.set_mutation(mutation);
+        }
+    }
+
     /// The configuration every lease of the set runs with (its lease name
     /// is the first lease's).
     pub fn config(&self) -> &Config {
@@ -483,6 +505,11 @@ impl LeaseSet {
                     self.commands
                         .push_back(SetCommand::StartWork { lease: name, epoch });
                 }
+                #[cfg(feature = "mutants")]
+                Command::StopWork { .. }
+                    if !member
+                        && self.slots[i].yielding
+                        && self.mutation == crate::state::Mutation::SetYieldKeepsWork => {}
                 Command::StopWork { epoch, reason } if !member => {
                     self.slots[i].stopping = true;
                     self.commands.push_back(SetCommand::StopWork {
@@ -530,6 +557,8 @@ impl LeaseSet {
             config.seed = config.seed.wrapping_add(1);
             if let Ok(mut machine) = LeaseState::new(config, now) {
                 machine.set_contending(now, false);
+                #[cfg(feature = "mutants")]
+                machine.set_mutation(self.mutation);
                 slot.machine = machine;
             }
         } else if !self.shutting_down {

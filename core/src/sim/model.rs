@@ -38,11 +38,17 @@ impl ModelDb {
     }
 
     /// Plants a bug (feature `mutants`): only
-    /// `Mutation::RenewIgnoresEpoch` changes the model.
+    /// `Mutation::RenewIgnoresEpoch` and `Mutation::AcquireBatchTakesHeld`
+    /// change the model.
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
     pub fn set_mutation(&mut self, mutation: crate::state::Mutation) {
         self.mutation = mutation;
+    }
+
+    /// Every row, by name.
+    pub fn rows(&self) -> impl Iterator<Item = (&str, &ModelRow)> {
+        self.rows.iter().map(|(name, row)| (name.as_str(), row))
     }
 
     /// The row of `lease`, if any.
@@ -169,6 +175,15 @@ impl ModelDb {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Vec<Vec<Cell>> {
+        #[cfg(feature = "mutants")]
+        if self.mutation == crate::state::Mutation::AcquireBatchTakesHeld {
+            for name in names {
+                if let Some(row) = self.rows.get_mut(*name) {
+                    // Held by another, unexpired: taken all the same.
+                    row.holder = None;
+                }
+            }
+        }
         names
             .iter()
             .flat_map(|name| {

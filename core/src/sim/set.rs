@@ -475,43 +475,19 @@ impl SetSimulation {
         let holder = self.nodes[node].holder.clone();
         let now_ms = self.db_ms();
         let ttl_ms = self.config.ttl.as_millis() as i64;
-        let names: Vec<&str> = batch.items.iter().map(|(n, _)| n.as_str()).collect();
-        let pairs: Vec<(&str, Epoch)> = batch
-            .items
-            .iter()
-            .map(|(n, e)| (n.as_str(), e.unwrap_or(Epoch::new(0))))
-            .collect();
-        let decoded = match batch.kind {
-            BatchKind::Acquire => {
-                let rows = self
-                    .db
-                    .acquire_batch(&names, holder.as_str(), ttl_ms, now_ms);
-                self.statements
-                    .decode_acquire_batch(&holder, &rows)
-                    .map(BatchReply::Acquired)
-            }
-            BatchKind::Renew => {
-                let rows = self.db.renew_batch(&pairs, holder.as_str(), ttl_ms, now_ms);
-                self.statements
-                    .decode_batch_names(&rows)
-                    .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
-            }
-            BatchKind::Release => {
-                let rows = self.db.release_batch(&pairs, holder.as_str(), now_ms);
-                self.statements
-                    .decode_batch_names(&rows)
-                    .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
-            }
-            BatchKind::Survey => {
-                let stale = self.nodes[node]
-                    .set
-                    .as_ref()
-                    .map_or(0, LeaseSet::stale_millis);
-                let rows = self.db.survey(stale, now_ms);
-                self.statements.decode_survey(&rows).map(BatchReply::Survey)
-            }
-        };
-        decoded.unwrap_or(BatchReply::Failed(Failure::Fatal))
+        let stale = self.nodes[node]
+            .set
+            .as_ref()
+            .map_or(0, LeaseSet::stale_millis);
+        run_batch(
+            &mut self.db,
+            &self.statements,
+            &holder,
+            batch,
+            stale,
+            ttl_ms,
+            now_ms,
+        )
     }
 
     /// Carries out a node's commands.
@@ -604,4 +580,51 @@ impl SetSimulation {
             }
         }
     }
+}
+
+/// Runs `batch` of `holder` on the model database at database time
+/// `now_ms` and decodes its rows with the real decoders, as a driver would
+/// (a row the decoders refuse is a fatal failure). The simulator's and the
+/// model checker's one way to the model database for a lease set; `stale_ms`
+/// is the survey's bound ([`LeaseSet::stale_millis`]).
+pub(crate) fn run_batch(
+    db: &mut ModelDb,
+    statements: &Statements,
+    holder: &HolderId,
+    batch: &Batch,
+    stale_ms: i64,
+    ttl_ms: i64,
+    now_ms: i64,
+) -> BatchReply {
+    let names: Vec<&str> = batch.items.iter().map(|(n, _)| n.as_str()).collect();
+    let pairs: Vec<(&str, Epoch)> = batch
+        .items
+        .iter()
+        .map(|(n, e)| (n.as_str(), e.unwrap_or(Epoch::new(0))))
+        .collect();
+    let decoded = match batch.kind {
+        BatchKind::Acquire => {
+            let rows = db.acquire_batch(&names, holder.as_str(), ttl_ms, now_ms);
+            statements
+                .decode_acquire_batch(holder, &rows)
+                .map(BatchReply::Acquired)
+        }
+        BatchKind::Renew => {
+            let rows = db.renew_batch(&pairs, holder.as_str(), ttl_ms, now_ms);
+            statements
+                .decode_batch_names(&rows)
+                .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
+        }
+        BatchKind::Release => {
+            let rows = db.release_batch(&pairs, holder.as_str(), now_ms);
+            statements
+                .decode_batch_names(&rows)
+                .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
+        }
+        BatchKind::Survey => {
+            let rows = db.survey(stale_ms, now_ms);
+            statements.decode_survey(&rows).map(BatchReply::Survey)
+        }
+    };
+    decoded.unwrap_or(BatchReply::Failed(Failure::Fatal))
 }
