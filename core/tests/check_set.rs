@@ -44,7 +44,8 @@ fn two_nodes_two_leases_hold_every_property_to_depth_32() {
 }
 
 /// With one fault per path (loss, late delivery, stray batch, pause,
-/// crash, restart or shutdown), to depth 26.
+/// crash, restart or shutdown), to depth 26 (2,407,546 states, 6,229,083
+/// transitions, about 3 minutes beside other work, 9.9 GB).
 #[test]
 #[ignore = "minutes long: run with -- --ignored"]
 fn two_nodes_two_leases_hold_every_property_with_one_fault_to_depth_26() {

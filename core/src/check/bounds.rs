@@ -46,7 +46,7 @@ pub struct Bounds {
     pub notify: bool,
     /// Whether a path may begin with the row held by a process that died
     /// just before (a departed leader, under an id no contender has), due
-    /// to lapse a ttl later: the contenders then race for a lapsed row,
+    /// to lapse an interval later: the contenders then race for a lapsed row,
     /// each on its own poll schedule (the step `db:orphan`).
     pub orphan: bool,
     /// Every contender's stop lead `g` ([`Config::stop_lead`]), in ticks:

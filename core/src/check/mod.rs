@@ -112,8 +112,8 @@
 //! that took both leases before it saw the other starts giving one up:
 //! 833,069 states, 1,765,152 transitions, about half a minute) runs in
 //! `cargo test -p picolease-core --features sim --test check_set`; depth
-//! 32 (1,908,999 states, 84 s, 7.5 GB) and 1-fault runs are `#[ignore]`d
-//! there, and
+//! 32 (1,908,999 states, 84 s, 7.5 GB) and 1 fault to depth 26
+//! (2,407,546 states, 182 s, 9.9 GB) are `#[ignore]`d there, and
 //! `LEASES=2 cargo run --release -p picolease-core --features sim --example check -- 2 0 32`
 //! runs any bounds. Two bugs planted behind feature `mutants` are found
 //! (`tests/check_mutants.rs`): a batch acquire that takes held rows (no

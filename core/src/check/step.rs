@@ -12,7 +12,7 @@
 //! | `n0:recv` | the head of the database's messages to node 0 (a reply or a release notice) reaches it | |
 //! | `db:stray` | the stray statement runs | |
 //! | `n0:resume` | node 0 thaws (and runs its timer) | |
-//! | `db:orphan` | first step only (`Bounds::orphan`): the row starts held by a process that died just before, lapsing a ttl later | |
+//! | `db:orphan` | first step only (`Bounds::orphan`): the row (in a set check, every lease's row) starts held by a process that died just before, lapsing an interval later | |
 //! | `lose:db:n0`, `lose:n0` | the head message towards the database / node 0 is lost | yes |
 //! | `late:db:n0`, `late:n0` | that head message is delayed past the delivery bound, without limit | yes |
 //! | `stray:n0` | the head statement from node 0 strays on the server: its cancel will lose the race, and it runs whenever `db:stray` says, out of order | yes |
