@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use picolease::postgres::{PgConnector, PgLeaseSet};
-use picolease::set::SetStatus;
+use picolease::set::SetSnapshot;
 use picolease::sql::{
     batch_names, batch_pairs, BatchBindings, Dialect, Param, Statement, Statements, Value,
 };
@@ -115,10 +115,10 @@ enum Node {
 }
 
 impl Node {
-    fn status(&self) -> SetStatus {
+    fn status(&self) -> SetSnapshot {
         match self {
-            Node::Sqlite(s) => s.status(),
-            Node::Pg(s) => s.status(),
+            Node::Sqlite(s) => s.snapshot(),
+            Node::Pg(s) => s.snapshot(),
         }
     }
 

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::clock::SharedClock;
 use crate::metrics::{Outcome, StatementKind};
-use crate::subscription::{lock, Mailbox, Subscription};
+use crate::subscription::{lock, Fanout, Mailbox, Subscription};
 
 /// How many recent renew latencies a driver keeps (the most recent).
 pub const RENEW_SAMPLES: usize = 1024;
@@ -29,6 +29,9 @@ pub const RENEW_SAMPLES: usize = 1024;
 /// (or an explicit [`crate::RecvError::Lagged`] if it fell too far behind).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
+    /// The lease that changed (in a set's subscription, each transition
+    /// names its own).
+    pub lease: LeaseName,
     /// The new state.
     pub leadership: Leadership,
     /// Wall-clock time of publication (for logs and events).
@@ -43,8 +46,10 @@ pub(crate) struct Attached {
     pub(crate) holder: HolderId,
     /// How long the loop may go without a step before it counts as wedged.
     pub(crate) stall_after: Duration,
+    /// A lone lease's series; none for a set's member (the set has its
+    /// own, `metrics::set`, whatever the number of leases).
     #[cfg(feature = "metrics")]
-    metrics: crate::metrics::Metrics,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// The loop's progress, for health checks.
@@ -67,6 +72,10 @@ struct Progress {
 
 /// The output side of one driver: see the module docs.
 pub(crate) struct Publisher {
+    /// The lease published about (named in every [`Transition`]).
+    lease: LeaseName,
+    /// A set member's: the set's subscribers, who get every transition too.
+    fanout: Option<Arc<Fanout>>,
     /// Replaceable before the driver starts (a test seam; see `Clock`).
     clock: Mutex<SharedClock>,
     /// The leader's deadline on `clock`, while leading: gated work reads it
@@ -94,15 +103,18 @@ impl std::fmt::Debug for Publisher {
 }
 
 impl Publisher {
-    pub(crate) fn new(clock: SharedClock) -> Self {
+    pub(crate) fn new(clock: SharedClock, lease: LeaseName) -> Self {
         Publisher {
+            lease,
+            fanout: None,
             clock: Mutex::new(clock),
             deadline: Mutex::new(None),
             leadership: watch::channel(Leadership::unknown()).0,
             subscribers: Mutex::default(),
             progress: Mutex::default(),
             changed: Condvar::new(),
-            renewals: Mutex::new(VecDeque::with_capacity(RENEW_SAMPLES)),
+            // Grown on the first renewal: a set's members never record any.
+            renewals: Mutex::new(VecDeque::new()),
             attached: OnceLock::new(),
             health: Mutex::new(Health {
                 last_step: std::time::Instant::now(),
@@ -111,6 +123,21 @@ impl Publisher {
             }),
             wedged: AtomicBool::new(false),
         }
+    }
+
+    /// The publisher of one lease of a set: attached at once, without a
+    /// lone lease's metrics, each transition also handed to `fanout`.
+    pub(crate) fn member(clock: SharedClock, config: &Config, fanout: Arc<Fanout>) -> Self {
+        let mut publisher = Publisher::new(clock, config.lease.clone());
+        publisher.fanout = Some(fanout);
+        let _ = publisher.attached.set(Attached {
+            lease: config.lease.clone(),
+            holder: config.holder.clone(),
+            stall_after: stall_after(config),
+            #[cfg(feature = "metrics")]
+            metrics: None,
+        });
+        publisher
     }
 
     /// Learns the lease's name and timings (once, when the handle is
@@ -122,18 +149,24 @@ impl Publisher {
             holder: config.holder.clone(),
             stall_after: stall_after(config),
             #[cfg(feature = "metrics")]
-            metrics: crate::metrics::Metrics::register(config.lease.as_str()),
+            metrics: Some(crate::metrics::Metrics::register(config.lease.as_str())),
         };
         if self.attached.set(attached).is_err() {
             return;
         }
         // Anything published before (the driver may start first).
         #[cfg(feature = "metrics")]
-        if let Some(attached) = self.attached.get() {
+        if let Some(metrics) = self.metrics() {
             let now = self.leadership();
-            attached.metrics.leadership(&now, health.led.is_some());
+            metrics.leadership(&now, health.led.is_some());
         }
         health.last_step = std::time::Instant::now();
+    }
+
+    /// A lone lease's metrics, once attached.
+    #[cfg(feature = "metrics")]
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        self.attached.get().and_then(|a| a.metrics.as_ref())
     }
 
     /// The lease's name and timings, once attached.
@@ -170,8 +203,8 @@ impl Publisher {
             }
         }
         #[cfg(feature = "metrics")]
-        if let Some(attached) = self.attached.get() {
-            attached.metrics.statement(statement, elapsed, outcome);
+        if let Some(metrics) = self.metrics() {
+            metrics.statement(statement, elapsed, outcome);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (statement, elapsed);
@@ -181,6 +214,7 @@ impl Publisher {
     /// subscriber, every blocking waiter.
     pub(crate) fn publish(&self, leadership: Leadership) {
         let transition = Transition {
+            lease: self.lease.clone(),
             leadership: leadership.clone(),
             at: SystemTime::now(),
             instant: std::time::Instant::now(),
@@ -191,8 +225,8 @@ impl Publisher {
             let became_leader = leadership.is_leader() && health.led != Some(epoch);
             health.led = leadership.is_leader().then_some(epoch);
             #[cfg(feature = "metrics")]
-            if let Some(attached) = self.attached.get() {
-                attached.metrics.leadership(&leadership, became_leader);
+            if let Some(metrics) = self.metrics() {
+                metrics.leadership(&leadership, became_leader);
             }
             #[cfg(not(feature = "metrics"))]
             let _ = became_leader;
@@ -206,6 +240,9 @@ impl Publisher {
             }
             alive
         });
+        if let Some(fanout) = &self.fanout {
+            fanout.push(&transition);
+        }
         lock(&self.progress).generation += 1;
         self.changed.notify_all();
     }
@@ -245,8 +282,8 @@ impl Publisher {
         *lock(&self.deadline) = deadline;
         lock(&self.health).last_step = std::time::Instant::now();
         #[cfg(feature = "metrics")]
-        if let Some(attached) = self.attached.get() {
-            attached.metrics.remaining(self.time_left());
+        if let Some(metrics) = self.metrics() {
+            metrics.remaining(self.time_left());
         }
     }
 
@@ -281,7 +318,7 @@ impl Publisher {
         }
         Subscription {
             mailbox,
-            source: Arc::clone(self),
+            source: Some(Arc::clone(self)),
         }
     }
 

@@ -4,6 +4,10 @@ use crate::subscription::{RecvError, SUBSCRIPTION_CAPACITY};
 use crate::Snapshot;
 use picolease_core::{Epoch, Role};
 
+fn lease() -> LeaseName {
+    LeaseName::new("jobs").unwrap()
+}
+
 fn leading(epoch: u64) -> Leadership {
     Leadership {
         role: Role::Leader,
@@ -15,7 +19,7 @@ fn leading(epoch: u64) -> Leadership {
 
 #[test]
 fn a_subscriber_sees_every_change_in_order_then_closed() {
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     let mut sub = publisher.subscribe();
     for epoch in 1..=3 {
         publisher.publish(leading(epoch));
@@ -32,7 +36,7 @@ fn a_subscriber_sees_every_change_in_order_then_closed() {
 
 #[test]
 fn a_subscriber_that_never_reads_is_bounded_and_told_what_it_missed() {
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     let mut sub = publisher.subscribe();
     let extra = 10u64;
     for epoch in 0..(SUBSCRIPTION_CAPACITY as u64 + extra) {
@@ -49,7 +53,7 @@ fn a_subscriber_that_never_reads_is_bounded_and_told_what_it_missed() {
 
 #[test]
 fn a_dropped_subscription_is_forgotten_and_a_late_one_is_closed() {
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     drop(publisher.subscribe());
     publisher.publish(leading(1));
     assert!(lock(&publisher.subscribers).is_empty());
@@ -64,7 +68,7 @@ fn a_dropped_subscription_is_forgotten_and_a_late_one_is_closed() {
 
 #[test]
 fn renew_latencies_keep_the_most_recent() {
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     for ms in 0..(RENEW_SAMPLES as u64 + 5) {
         publisher.record_renewal(Duration::from_millis(ms));
     }
@@ -75,7 +79,7 @@ fn renew_latencies_keep_the_most_recent() {
 
 #[test]
 fn an_async_reader_wakes_on_publication() {
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     let mut sub = publisher.subscribe();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -105,7 +109,7 @@ fn attached_config() -> Config {
 fn metrics_are_registered_at_zero_and_follow_the_output_side() {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     metrics::with_local_recorder(&recorder, || publisher.attach(&attached_config()));
     let value = |series: &str| -> Option<f64> {
         handle
@@ -166,7 +170,7 @@ fn metrics_are_registered_at_zero_and_follow_the_output_side() {
 
 #[test]
 fn the_snapshot_shows_role_holder_progress_and_success() {
-    let publisher = Arc::new(Publisher::new(crate::clock::system()));
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     let view = crate::LeaseView::new(attached_config(), Arc::clone(&publisher));
     let snapshot = view.snapshot();
     assert_eq!(snapshot.lease.as_str(), "m");
@@ -188,7 +192,11 @@ fn the_snapshot_shows_role_holder_progress_and_success() {
     // A failure is progress, not success.
     std::thread::sleep(Duration::from_millis(20));
     publisher.record_statement(Operation::Acquire, Duration::ZERO, Outcome::Transient);
-    let snapshot = publisher.subscribe().snapshots().snapshot();
+    let snapshot = publisher
+        .subscribe()
+        .snapshots()
+        .expect("a lease's")
+        .snapshot();
     assert!(snapshot.since_progress < snapshot.since_success.unwrap());
     let stalled = Snapshot {
         since_progress: Duration::from_millis(1_001),

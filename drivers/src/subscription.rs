@@ -1,5 +1,5 @@
-//! Subscriptions: every leadership change of one lease, in order,
-//! bounded, readable from blocking and async code.
+//! Subscriptions: every leadership change of one lease (or of every lease
+//! of a set), in order, bounded, readable from blocking and async code.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -44,19 +44,36 @@ struct Queue {
 }
 
 /// One subscriber's bounded queue, readable from blocking and async code.
-#[derive(Default)]
 pub(crate) struct Mailbox {
     queue: Mutex<Queue>,
+    /// How many transitions it keeps before dropping the oldest.
+    capacity: usize,
     /// Wakes a blocking reader.
     ready: Condvar,
     /// Wakes an async reader.
     notify: Notify,
 }
 
+impl Default for Mailbox {
+    fn default() -> Self {
+        Mailbox::with_capacity(SUBSCRIPTION_CAPACITY)
+    }
+}
+
 impl Mailbox {
+    /// A mailbox that keeps up to `capacity` transitions (at least one).
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Mailbox {
+            queue: Mutex::default(),
+            capacity: capacity.max(1),
+            ready: Condvar::new(),
+            notify: Notify::new(),
+        }
+    }
+
     pub(crate) fn push(&self, transition: Transition) {
         let mut queue = lock(&self.queue);
-        if queue.items.len() == SUBSCRIPTION_CAPACITY {
+        if queue.items.len() >= self.capacity {
             queue.items.pop_front();
             queue.missed += 1;
         }
@@ -85,16 +102,76 @@ impl Mailbox {
     }
 }
 
-/// Every leadership change of one lease from the moment of subscribing,
-/// in order. Bounded: a subscriber that stops reading holds at most
+/// The subscribers of a whole lease set: every member's publisher pushes
+/// each of its transitions here too, so one [`Subscription`] reads every
+/// lease's changes in the order they were published.
+pub(crate) struct Fanout {
+    mailboxes: Mutex<Vec<Arc<Mailbox>>>,
+    closed: std::sync::atomic::AtomicBool,
+    /// Each subscriber's bound: [`SUBSCRIPTION_CAPACITY`] plus two per
+    /// lease, so a reader that keeps reading never lags when every lease
+    /// changes at once (the first survey of a set publishes all of them).
+    capacity: usize,
+}
+
+impl Fanout {
+    /// The fan-out of a set of `leases` leases.
+    pub(crate) fn for_leases(leases: usize) -> Self {
+        Fanout {
+            mailboxes: Mutex::default(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            capacity: SUBSCRIPTION_CAPACITY.saturating_add(leases.saturating_mul(2)),
+        }
+    }
+
+    /// A new subscriber, from now on (closed at once if the set finished).
+    pub(crate) fn subscribe(&self) -> Subscription {
+        let mailbox = Arc::new(Mailbox::with_capacity(self.capacity));
+        let mut mailboxes = lock(&self.mailboxes);
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            mailbox.close();
+        } else {
+            mailboxes.push(Arc::clone(&mailbox));
+        }
+        Subscription {
+            mailbox,
+            source: None,
+        }
+    }
+
+    /// Hands `transition` to every live subscriber, forgetting dropped ones.
+    pub(crate) fn push(&self, transition: &Transition) {
+        lock(&self.mailboxes).retain(|mailbox| {
+            let alive = Arc::strong_count(mailbox) > 1;
+            if alive {
+                mailbox.push(transition.clone());
+            }
+            alive
+        });
+    }
+
+    /// The set has stopped: subscribers read what is left, then `Closed`.
+    pub(crate) fn close(&self) {
+        let mut mailboxes = lock(&self.mailboxes);
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        for mailbox in mailboxes.drain(..) {
+            mailbox.close();
+        }
+    }
+}
+
+/// Every leadership change of one lease (a lease handle's `subscribe()`)
+/// or of every lease of a set (a set handle's), from the moment of
+/// subscribing, in order; each [`Transition`] names its lease. Bounded: a subscriber that stops reading holds at most
 /// [`SUBSCRIPTION_CAPACITY`] changes, and learns how many it missed.
 ///
 /// Read it from blocking code ([`Subscription::recv_timeout`], the
 /// iterator) or async code ([`Subscription::recv`]).
 pub struct Subscription {
     pub(crate) mailbox: Arc<Mailbox>,
-    /// The publisher it reads from (for [`Subscription::snapshots`]).
-    pub(crate) source: Arc<crate::publish::Publisher>,
+    /// The lease's publisher it reads from (for [`Subscription::snapshots`]);
+    /// `None` for a set's subscription, which reads every member's.
+    pub(crate) source: Option<Arc<crate::publish::Publisher>>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -110,9 +187,13 @@ impl std::fmt::Debug for Subscription {
 
 impl Subscription {
     /// A reader of the lease's [`crate::Snapshot`] (the same as the
-    /// handle's `snapshots()`), for code that holds only the subscription.
-    pub fn snapshots(&self) -> crate::Snapshots {
-        crate::Snapshots::new(Arc::clone(&self.source))
+    /// handle's `snapshots()`), for code that holds only the subscription;
+    /// `None` for a lease set's subscription (read the set's own
+    /// `snapshots()`).
+    pub fn snapshots(&self) -> Option<crate::Snapshots> {
+        self.source
+            .as_ref()
+            .map(|source| crate::Snapshots::new(Arc::clone(source)))
     }
 
     /// Changes waiting to be read (for tests of the bound).

@@ -39,22 +39,25 @@ fn start(table: &TableName, holder: &str, names: Vec<LeaseName>, running: &Runni
     PgLeaseSet::builder(template(holder), names, connector)
         .table(table.clone())
         .while_leader(move |ctx| {
-            let key = ctx.lease.to_string();
-            running
-                .lock()
-                .unwrap()
-                .entry(key.clone())
-                .or_default()
-                .push(ctx.holder.to_string());
-            let twice = running.lock().unwrap()[&key].len() > 1;
-            assert!(!twice, "lease {key} worked twice");
-            ctx.cancellation.wait();
-            running
-                .lock()
-                .unwrap()
-                .get_mut(&key)
-                .unwrap()
-                .retain(|h| h != ctx.holder.as_str());
+            let running = Arc::clone(&running);
+            async move {
+                let key = ctx.lease().to_string();
+                running
+                    .lock()
+                    .unwrap()
+                    .entry(key.clone())
+                    .or_default()
+                    .push(ctx.holder().to_string());
+                let twice = running.lock().unwrap()[&key].len() > 1;
+                assert!(!twice, "lease {key} worked twice");
+                ctx.cancelled().await;
+                running
+                    .lock()
+                    .unwrap()
+                    .get_mut(&key)
+                    .unwrap()
+                    .retain(|h| h != ctx.holder().as_str());
+            }
         })
         .start()
         .expect("start")
@@ -70,7 +73,7 @@ async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool)
 }
 
 fn counts(sets: &[&PgLeaseSet]) -> Vec<usize> {
-    sets.iter().map(|s| s.status().held.len()).collect()
+    sets.iter().map(|s| s.snapshot().held.len()).collect()
 }
 
 /// Backends named `picolease` whose last query names `table` (the
@@ -102,9 +105,9 @@ async fn three_pg_nodes_share_thirty_leases_over_two_connections_each() {
     .await;
     eprintln!(
         "balanced after {took:?}; statements {:?}",
-        [&a, &b, &c].map(|s| s.status().statements)
+        [&a, &b, &c].map(|s| s.snapshot().statements)
     );
-    assert_eq!(a.status().members.len(), 3);
+    assert_eq!(a.snapshot().members.len(), 3);
     // Work runs exactly once per held lease.
     let workers = |running: &Running| {
         running
@@ -154,7 +157,7 @@ async fn three_pg_nodes_share_thirty_leases_over_two_connections_each() {
         stopping_at.elapsed()
     );
     assert!(took < Duration::from_secs(1), "{took:?}");
-    let statements = a.status().statements;
+    let statements = a.snapshot().statements;
     a.shutdown().await.unwrap();
     eprintln!("node-a sent {statements} statements");
     assert_eq!(workers(&running), 0, "work stopped on shutdown");
@@ -175,7 +178,7 @@ async fn two_pg_nodes_share_a_thousand_leases() {
     .await;
     eprintln!(
         "1,000 leases on 2 nodes balanced after {took:?}; statements {:?}",
-        [&a, &b].map(|s| s.status().statements)
+        [&a, &b].map(|s| s.snapshot().statements)
     );
     let backends = picolease_backends(&admin, &table).await;
     eprintln!("pg_stat_activity: {backends} picolease backends for 2 sets of 1,000 leases");
@@ -185,9 +188,9 @@ async fn two_pg_nodes_share_a_thousand_leases() {
     );
     // Settled: a few more seconds add a renew batch per interval, not one
     // statement per lease.
-    let before = [&a, &b].map(|s| s.status().statements);
+    let before = [&a, &b].map(|s| s.snapshot().statements);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = [&a, &b].map(|s| s.status().statements);
+    let after = [&a, &b].map(|s| s.snapshot().statements);
     eprintln!(
         "statements over 2 s settled: {:?}",
         [after[0] - before[0], after[1] - before[1]]
@@ -235,15 +238,19 @@ async fn a_pg_set_reconnects_after_a_reset_and_a_stall() {
 
     // Both of a's connections reset: the next batch reconnects, in time
     // to renew, and the listener comes back.
-    let held = a.status().held;
+    let held = a.snapshot().held;
     proxy.reset();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     eprintln!(
         "after a reset: {} connections accepted in all, a holds {}",
         proxy.accepted(),
-        a.status().held.len()
+        a.snapshot().held.len()
     );
-    assert_eq!(a.status().held, held, "a kept its terms through the reset");
+    assert_eq!(
+        a.snapshot().held,
+        held,
+        "a kept its terms through the reset"
+    );
     assert_eq!(proxy.accepted(), 4, "both connections made again, once");
 
     // A stall: a's batches time out (and are cancelled), its leases lapse
@@ -263,7 +270,7 @@ async fn a_pg_set_reconnects_after_a_reset_and_a_stall() {
     let taken = stalled_at.elapsed();
     eprintln!(
         "stalled: a held nothing after {let_go:?} ({} statements sent), b held 10 after {taken:?} (ttl 1 s)",
-        a.status().statements
+        a.snapshot().statements
     );
     assert!(let_go < Duration::from_secs(2), "a held on for {let_go:?}");
     assert!(

@@ -32,11 +32,11 @@ fn start(path: &std::path::Path, holder: &str, running: &Running) -> SqliteLease
     let running = Arc::clone(running);
     SqliteLeaseSet::builder(template(holder), leases(30), Database::file(path))
         .while_leader(move |ctx| {
-            let key = ctx.lease.to_string();
+            let key = ctx.lease().to_string();
             // The work starts with its term's deadline in hand.
             let who = match ctx.deadline() {
-                Some(_) => ctx.holder.to_string(),
-                None => format!("{} without a deadline", ctx.holder),
+                Some(_) => ctx.holder().to_string(),
+                None => format!("{} without a deadline", ctx.holder()),
             };
             running
                 .lock()
@@ -46,7 +46,7 @@ fn start(path: &std::path::Path, holder: &str, running: &Running) -> SqliteLease
                 .push(who.clone());
             let twice = running.lock().unwrap()[&key].len() > 1;
             assert!(!twice, "lease {key} worked twice");
-            ctx.cancellation.wait();
+            ctx.cancellation().wait();
             running
                 .lock()
                 .unwrap()
@@ -78,16 +78,16 @@ fn three_sqlite_nodes_share_thirty_leases_and_take_over_a_crashed_ones() {
     let b = start(&path, "node-b", &running);
     let c = start(&path, "node-c", &running);
     let counts = |sets: &[&SqliteLeaseSet]| -> Vec<usize> {
-        sets.iter().map(|s| s.status().held.len()).collect()
+        sets.iter().map(|s| s.snapshot().held.len()).collect()
     };
     let took = wait_until("balanced 10/10/10", Duration::from_secs(10), || {
         counts(&[&a, &b, &c]) == vec![10, 10, 10]
     });
     eprintln!(
         "balanced after {took:?}; statements {:?}",
-        [&a, &b, &c].map(|s| s.status().statements)
+        [&a, &b, &c].map(|s| s.snapshot().statements)
     );
-    assert_eq!(a.status().members.len(), 3);
+    assert_eq!(a.snapshot().members.len(), 3);
     // Per lease, `leadership(lease)` says what the set published: leader
     // at the held epoch on exactly the node whose status holds it.
     for lease in leases(30) {
@@ -95,7 +95,7 @@ fn three_sqlite_nodes_share_thirty_leases_and_take_over_a_crashed_ones() {
             .iter()
             .filter_map(|set| {
                 let leadership = set.leadership(&lease).expect("published");
-                let held = set.status().held.get(&lease).copied();
+                let held = set.snapshot().held.get(&lease).copied();
                 assert_eq!(leadership.leader_epoch(), held, "{lease}");
                 held
             })

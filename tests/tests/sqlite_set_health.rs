@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use picolease::set::SetStatus;
+use picolease::set::SetSnapshot;
 use picolease::sqlite::{Database, SqliteLease, SqliteLeaseSet};
 use picolease::{Config, HolderId, LeaseName};
 
@@ -44,9 +44,9 @@ fn a_live_sets_loop_keeps_stepping_and_is_never_wedged() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leases.db");
     let a = start(&path, "a");
-    wait_for("a holds the lease", || a.status().held.len() == 1);
+    wait_for("a holds the lease", || a.snapshot().held.len() == 1);
     let b = start(&path, "b");
-    wait_for("b sees both members", || b.status().members.len() == 2);
+    wait_for("b sees both members", || b.snapshot().members.len() == 2);
 
     // The single lease's bound for the same timings: interval 200 ms +
     // 2 × request timeout + the backoff cap.
@@ -62,10 +62,10 @@ fn a_live_sets_loop_keeps_stepping_and_is_never_wedged() {
     let stall_after = single.snapshots().snapshot().stall_after;
     drop(single);
 
-    let views = [a.status_view(), b.status_view()];
+    let views = [a.snapshots(), b.snapshots()];
     let mut last: Vec<Instant> = views
         .iter()
-        .map(|v| v.get().last_step.expect("a driver stamps it"))
+        .map(|v| v.snapshot().last_step.expect("a driver stamps it"))
         .collect();
     // Over five intervals and more: every look finds a fresh step, and
     // each node's last step moves on (the leader renews, the follower
@@ -74,7 +74,7 @@ fn a_live_sets_loop_keeps_stepping_and_is_never_wedged() {
     let mut advanced = [0usize; 2];
     while Instant::now() < until {
         for (i, view) in views.iter().enumerate() {
-            let status: SetStatus = view.get();
+            let status: SetSnapshot = view.snapshot();
             assert_eq!(status.stall_after, stall_after);
             assert!(!status.is_wedged(), "{i}: {status:?}");
             assert!(status.since_progress() < stall_after, "{i}: {status:?}");
@@ -88,13 +88,16 @@ fn a_live_sets_loop_keeps_stepping_and_is_never_wedged() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(advanced.iter().all(|&n| n >= 3), "{advanced:?}");
-    assert_eq!(a.status().held.len(), 1, "a kept the lease");
-    assert!(b.status().held.is_empty(), "b holds nothing and is healthy");
+    assert_eq!(a.snapshot().held.len(), 1, "a kept the lease");
+    assert!(
+        b.snapshot().held.is_empty(),
+        "b holds nothing and is healthy"
+    );
 
     // A finished set is stopped, not wedged.
-    let view = b.status_view();
+    let view = b.snapshots();
     b.shutdown().unwrap();
-    let status = view.get();
+    let status = view.snapshot();
     assert!(status.finished && !status.is_wedged(), "{status:?}");
     a.shutdown().unwrap();
 }

@@ -88,18 +88,6 @@ impl TermContext for picolease::sqlite::LeaderContext {
     }
 }
 
-impl TermContext for picolease::set::SetLeaderContext {
-    fn deadline(&self) -> Option<Duration> {
-        picolease::set::SetLeaderContext::deadline(self)
-    }
-    fn is_cancelled(&self) -> bool {
-        picolease::set::SetLeaderContext::is_cancelled(self)
-    }
-    fn sleep(&self, timeout: Duration) -> bool {
-        picolease::set::SetLeaderContext::sleep(self, timeout)
-    }
-}
-
 /// A gated work of `style`, recording under `key` its last deadline and
 /// its end.
 fn work(style: Style, key: String, ends: &Ends, ctx: &dyn TermContext) {
@@ -246,25 +234,25 @@ fn lease_set(style: Style, obstacle: Obstacle) {
         let set = SqliteLeaseSet::builder(config("s0"), names.clone(), Database::file(&path))
             .while_leader(move |ctx| {
                 // One busy poller at most: the machine has two cores.
-                let style = match (style, ctx.lease.as_str()) {
+                let style = match (style, ctx.lease().as_str()) {
                     (Style::Polls, "s0") => Style::Polls,
                     _ => Style::Sleeps,
                 };
-                work(style, ctx.lease.to_string(), &recorded, &ctx);
+                work(style, ctx.lease().to_string(), &recorded, &ctx);
             })
             .start()
             .unwrap();
         wait_until("the set holds its three leases", || {
-            set.status().held.len() == 3
+            set.snapshot().held.len() == 3
         });
         let clear = obstruct(&path, obstacle);
         wait_until("every work ends", || ends.lock().unwrap().len() == 3);
         let what = format!("lease set, {style:?}, {obstacle:?}, round {round}");
-        check_demoted(&ends, &what, || set.status().held.is_empty());
+        check_demoted(&ends, &what, || set.snapshot().held.is_empty());
         worst = worst.max(check_ends(&ends, 3, &what));
         clear();
         wait_until("the set leads again once the obstacle is gone", || {
-            set.status().held.len() == 3
+            set.snapshot().held.len() == 3
         });
         set.shutdown().unwrap();
     }

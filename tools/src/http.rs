@@ -15,7 +15,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeSet;
 
-use picolease::set::{SetStatus, SetStatusView};
+use picolease::set::{SetSnapshot, SetSnapshots};
 use picolease::{HolderId, Snapshot, Snapshots};
 use serde_json::json;
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -95,7 +95,7 @@ impl Listener {
 /// What `/leader` and `/healthz` read for `run` with several names.
 pub struct SetSource {
     /// The set's status (held leases, members, share).
-    pub status: SetStatusView,
+    pub status: SetSnapshots,
     /// Every lease of the set.
     pub names: Arc<BTreeSet<String>>,
 }
@@ -133,7 +133,7 @@ fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle)
             .find_map(|pair| pair.strip_prefix("name="))
             .map(percent_decode)
     });
-    let status = source.status.get();
+    let status = source.status.snapshot();
     let response = match (path, name) {
         ("/metrics", _) => with(
             text(200, metrics.render()),
@@ -194,7 +194,7 @@ fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle)
 /// lease's; the same `status`,
 /// `since_progress_ms` and `stall_after_ms` as the single-lease answer,
 /// and the set's share.
-fn set_healthz(status: &SetStatus) -> (u16, serde_json::Value) {
+fn set_healthz(status: &SetSnapshot) -> (u16, serde_json::Value) {
     let since_progress = status.since_progress();
     let (code, word) = if status.is_wedged() {
         (503, "wedged")
@@ -216,7 +216,7 @@ fn set_healthz(status: &SetStatus) -> (u16, serde_json::Value) {
 
 /// This process's holder id as the set's status knows it (every held
 /// lease is held by it).
-fn status_holder(status: &SetStatus) -> Option<&str> {
+fn status_holder(status: &SetSnapshot) -> Option<&str> {
     status.me.as_ref().map(HolderId::as_str)
 }
 

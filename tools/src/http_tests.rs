@@ -32,11 +32,11 @@ fn listen_values() {
 fn a_sets_healthz_turns_503_once_its_loop_is_wedged() {
     let stall_after = std::time::Duration::from_millis(1_000);
     let ago = |ms| std::time::Instant::now().checked_sub(std::time::Duration::from_millis(ms));
-    let healthy = SetStatus {
+    let healthy = SetSnapshot {
         last_step: ago(10),
         stall_after,
         target: Some(5),
-        ..SetStatus::default()
+        ..SetSnapshot::default()
     };
     let (code, value) = set_healthz(&healthy);
     assert_eq!(code, 200, "{value}");
@@ -48,7 +48,7 @@ fn a_sets_healthz_turns_503_once_its_loop_is_wedged() {
         "{value}"
     );
 
-    let wedged = SetStatus {
+    let wedged = SetSnapshot {
         last_step: ago(2_000),
         ..healthy.clone()
     };
@@ -60,7 +60,7 @@ fn a_sets_healthz_turns_503_once_its_loop_is_wedged() {
         "{value}"
     );
 
-    let stopped = SetStatus {
+    let stopped = SetSnapshot {
         finished: true,
         ..wedged
     };

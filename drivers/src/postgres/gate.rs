@@ -124,8 +124,9 @@ pub(crate) struct Gate {
     current: Option<Running>,
     /// The last stopped term's tasks (and, through it, every earlier one).
     stopped: Done,
-    /// The fence statement, rendered once for the lease table.
-    statements: Statements,
+    /// The fence statement, rendered once for the lease table (shared by
+    /// every member of a set).
+    statements: Arc<Statements>,
     lease: LeaseName,
     holder: HolderId,
     publisher: Arc<Publisher>,
@@ -138,9 +139,9 @@ fn done() -> Done {
 impl Gate {
     pub(crate) fn new(
         tasks: Vec<GatedTask>,
-        statements: &Statements,
-        lease: &LeaseName,
-        holder: &HolderId,
+        statements: Arc<Statements>,
+        lease: LeaseName,
+        holder: HolderId,
         publisher: Arc<Publisher>,
     ) -> Self {
         Gate {
@@ -148,9 +149,9 @@ impl Gate {
             tasks,
             current: None,
             stopped: done(),
-            statements: statements.clone(),
-            lease: lease.clone(),
-            holder: holder.clone(),
+            statements,
+            lease,
+            holder,
         }
     }
 
@@ -211,6 +212,12 @@ impl Gate {
         self.stopped.clone()
     }
 
+    /// True once every stopped term's tasks have finished (looked at
+    /// without waiting).
+    pub(crate) fn has_stopped(&self) -> bool {
+        self.stopped.clone().now_or_never().is_some()
+    }
+
     /// Stops whatever runs (the driver is ending) and returns the future
     /// of everything finishing.
     pub(crate) fn stop_all(&mut self) -> Done {
@@ -262,5 +269,25 @@ impl Drop for Gate {
         if let Some(term) = &self.current {
             term.context.token.cancel();
         }
+    }
+}
+
+/// A set's member runs its work through the lone lease's gate.
+impl crate::set::TermGate for Gate {
+    fn start(&mut self, epoch: Epoch) {
+        Gate::start(self, epoch);
+    }
+
+    fn stop(&mut self, epoch: Epoch) {
+        Gate::stop(self, epoch);
+    }
+
+    fn stop_all(&mut self) {
+        // The set looks at `has_stopped` instead of awaiting this.
+        drop(Gate::stop_all(self));
+    }
+
+    fn has_stopped(&mut self) -> bool {
+        Gate::has_stopped(self)
     }
 }

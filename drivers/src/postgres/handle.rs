@@ -106,9 +106,9 @@ impl PgLeaseBuilder {
             link,
             gate: Gate::new(
                 self.tasks,
-                &statements,
-                &self.config.lease,
-                &self.config.holder,
+                Arc::clone(&statements),
+                self.config.lease.clone(),
+                self.config.holder.clone(),
                 Arc::clone(&self.publisher),
             ),
             lease_name,
@@ -167,12 +167,13 @@ impl PgLease {
     /// connections come from `connector`: a [`super::PgConnector`], or any
     /// async closure that returns a connected `tokio_postgres::Client`.
     pub fn builder(config: Config, connector: impl Connect) -> PgLeaseBuilder {
+        let publisher = Arc::new(Publisher::new(crate::clock::system(), config.lease.clone()));
         PgLeaseBuilder {
+            publisher,
             config,
             connector: Arc::new(connector),
             options: PgOptions::default(),
             tasks: Vec::new(),
-            publisher: Arc::new(Publisher::new(crate::clock::system())),
         }
     }
 

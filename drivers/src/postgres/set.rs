@@ -1,8 +1,9 @@
 //! A lease set on PostgreSQL (DESIGN §9): one tokio task, one statement
 //! connection and one `LISTEN` connection, whatever the number of leases.
 //!
-//! The task owns a [`LeaseSet`] through the shared `SetRunner` (which runs
-//! each lease's work on threads and publishes transitions). Each batch the
+//! The task owns a [`LeaseSet`] through the shared `SetRunner` (which
+//! publishes each lease's transitions and runs each lease's work as tasks
+//! behind a lone lease's gate, with a lone lease's `LeaderContext`). Each batch the
 //! set asks for runs on the statement connection with the prepared
 //! statement of its kind, bounded by the request timeout; while no batch is
 //! due, the task waits for the set's next timeout, a control message from
@@ -23,7 +24,8 @@
 //! connection is re-established 500 ms after it breaks; the set then
 //! surveys at once, since notifications sent meanwhile were lost.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, LeaseName, LeaseSet};
@@ -31,12 +33,17 @@ use tokio::sync::mpsc;
 
 use super::backoff::backoff_cap;
 use super::connect::Connect;
+use super::driver::LastError;
 use super::error::PgError;
+use super::fence::Fence;
+use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify::{spawn_listener, Interest};
 use super::options::{pg_option_methods, PgOptions};
 pub(crate) use super::set_task::Control;
-use crate::set::{SetLeaderContext, SetRunner, SetView, SetWork};
+use crate::clock::{Clock, SharedClock};
+use crate::set::{SetRunner, SetView};
+use crate::subscription::{Fanout, Subscription};
 
 /// How many release notices may wait for the set's task before the
 /// listener waits for it (a node giving up its surplus frees hundreds of
@@ -50,7 +57,9 @@ pub struct PgLeaseSetBuilder {
     leases: Vec<LeaseName>,
     connector: Arc<dyn Connect>,
     options: PgOptions,
-    works: Vec<SetWork>,
+    tasks: Vec<GatedTask>,
+    clock: SharedClock,
+    fanout: Arc<Fanout>,
 }
 
 impl std::fmt::Debug for PgLeaseSetBuilder {
@@ -66,12 +75,35 @@ impl std::fmt::Debug for PgLeaseSetBuilder {
 impl PgLeaseSetBuilder {
     pg_option_methods!();
 
-    /// Work to run, on its own thread, for each lease this node leads
-    /// (blocking code: it must return soon after its context is
-    /// cancelled). Several may be registered.
-    pub fn while_leader(mut self, work: impl Fn(SetLeaderContext) + Send + Sync + 'static) -> Self {
-        self.works.push(Arc::new(work));
+    /// Registers work to run while this node leads a lease of the set, as
+    /// a lone lease's ([`super::PgLeaseBuilder::while_leader`]): `task` is
+    /// spawned at the start of each term of each lease with that term's
+    /// [`LeaderContext`] (the lease, epoch, fence, fenced transactions,
+    /// deadline), and must return soon after the term ends
+    /// (`ctx.cancelled()` completes then). A lease's new term's tasks start
+    /// only after its previous term's have returned; the lease is released
+    /// only after they have. Several may be registered.
+    pub fn while_leader<F, Fut>(mut self, task: F) -> Self
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.push(gated_task(task));
         self
+    }
+
+    /// Times deadlines on `clock` instead of the system's suspend-aware
+    /// clock: a test seam (a clock that jumps, as a suspend would), as a
+    /// lone lease's.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Every lease's leadership changes from the start on, in order
+    /// ([`SetView::subscribe`]).
+    pub fn subscribe(&self) -> Subscription {
+        self.fanout.subscribe()
     }
 
     /// Validates the set and spawns its task on the current tokio runtime
@@ -91,12 +123,24 @@ impl PgLeaseSetBuilder {
                     notifications,
                     linger,
                 },
-            works,
+            tasks,
+            clock,
+            fanout,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
         let statements = Arc::new(Statements::new(Dialect::Postgres, &table));
         let (control, inbox) = mpsc::unbounded_channel();
-        let (runner, outputs) = SetRunner::new(set, works);
+        let holder = template.holder.clone();
+        let (runner, outputs) = SetRunner::new(set, clock, fanout, |lease, publisher| {
+            Gate::new(
+                tasks.clone(),
+                Arc::clone(&statements),
+                lease.clone(),
+                holder.clone(),
+                Arc::clone(publisher),
+            )
+        });
+        let last_error: LastError = Arc::new(Mutex::new(None));
         // The lone lease's link and listener: one adapter per database.
         let link = Arc::new(Link::new(
             Arc::clone(&connector),
@@ -120,11 +164,14 @@ impl PgLeaseSetBuilder {
             listener,
             inbox,
             linger,
+            last_error: Arc::clone(&last_error),
         }));
         Ok(PgLeaseSet {
+            statements,
             control,
             task: Some(task),
             outputs,
+            last_error,
         })
     }
 }
@@ -133,19 +180,21 @@ impl PgLeaseSetBuilder {
 /// share between the live nodes. Made with [`PgLeaseSet::builder`].
 ///
 /// It runs as one tokio task with one statement connection and one
-/// `LISTEN` connection. Each lease's work runs on threads of its own.
+/// `LISTEN` connection. Each lease's work runs as tasks of its own.
 /// Dropping the handle asks for a shutdown (releasing every lease) and
 /// returns at once; the task finishes in the background.
 pub struct PgLeaseSet {
+    statements: Arc<Statements>,
     control: mpsc::UnboundedSender<Control>,
     task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
     outputs: SetView,
+    last_error: LastError,
 }
 
 impl std::fmt::Debug for PgLeaseSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgLeaseSet")
-            .field("status", &self.status())
+            .field("snapshot", &self.snapshot())
             .finish_non_exhaustive()
     }
 }
@@ -160,12 +209,31 @@ impl PgLeaseSet {
         connector: impl Connect,
     ) -> PgLeaseSetBuilder {
         PgLeaseSetBuilder {
-            template,
-            leases,
             connector: Arc::new(connector),
             options: PgOptions::default(),
-            works: Vec::new(),
+            tasks: Vec::new(),
+            clock: crate::clock::system(),
+            fanout: Arc::new(Fanout::for_leases(leases.len())),
+            template,
+            leases,
         }
+    }
+
+    /// The fence of `lease`'s current term, if this node leads it (as a
+    /// lone lease's [`super::PgLease::fence`]).
+    pub fn fence(&self, lease: &LeaseName) -> Option<Fence> {
+        let epoch = self.leadership(lease)?.leader_epoch()?;
+        Some(Fence::new(&self.statements, lease, self.holder(), epoch))
+    }
+
+    /// The most recent error met (a failed connect, a failed or timed-out
+    /// batch, …), cleared by the next successful batch, as a lone lease's
+    /// [`super::PgLease::last_error`].
+    pub fn last_error(&self) -> Option<PgError> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Gives `lease` up (its work stops, then it is released); this node
@@ -186,14 +254,30 @@ impl PgLeaseSet {
     /// the task. Returns the fatal error that finished the set, if any.
     pub async fn shutdown(mut self) -> Result<(), PgError> {
         let _ = self.control.send(Control::Shutdown);
-        match self.task.take() {
-            Some(task) => task.await.unwrap_or_else(|e| {
-                Err(PgError::Stopped {
-                    reason: e.to_string(),
-                })
-            }),
-            None => Ok(()),
-        }
+        self.join().await
+    }
+
+    /// Waits until the set stops by itself, which it does only on a fatal
+    /// error (a missing or malformed table, refused credentials): returns
+    /// that error, as a lone lease's [`super::PgLease::stopped`]. Does not
+    /// give up the handle, so it can race a signal in `select!` and the
+    /// set still be shut down after. Cancel-safe; once it has returned,
+    /// later calls (and `shutdown`) return `Ok(())` at once.
+    pub async fn stopped(&mut self) -> Result<(), PgError> {
+        self.join().await
+    }
+
+    async fn join(&mut self) -> Result<(), PgError> {
+        let Some(task) = self.task.as_mut() else {
+            return Ok(());
+        };
+        let outcome = task.await;
+        self.task = None;
+        outcome.unwrap_or_else(|e| {
+            Err(PgError::Stopped {
+                reason: e.to_string(),
+            })
+        })
     }
 
     /// Stops at once without releasing anything, as a crash would: the
@@ -205,8 +289,7 @@ impl PgLeaseSet {
     }
 }
 
-/// What the set publishes: its transitions and status
-/// ([`SetView::transitions`], [`SetView::status`], [`SetView::status_view`]).
+/// What the set publishes, per lease and as a whole: [`SetView`].
 impl std::ops::Deref for PgLeaseSet {
     type Target = SetView;
     fn deref(&self) -> &SetView {

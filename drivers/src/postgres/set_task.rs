@@ -6,9 +6,9 @@
 //! deadline passes while a statement hangs ends on time (its work is
 //! cancelled then, not when the statement gives up). The task keeps no
 //! timeout of its own: past a batch's give-up the set says `Cancel`, and
-//! the task drops the batch and cancels it on the server. The work threads
-//! are joined at the end on tokio's blocking pool, so the runtime's
-//! threads are never blocked.
+//! the task drops the batch and cancels it on the server. Each lease's work
+//! is a lone lease's tasks; at the end the task waits for them without
+//! blocking the runtime.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +19,16 @@ use picolease_core::sql::BatchBindings;
 use picolease_core::{BatchKind, BatchReply, Failure, LeaseName, RequestId};
 use tokio::sync::mpsc;
 
+use super::driver::LastError;
 use super::error::PgError;
+use super::gate::Gate;
 use super::link::{batch_name, Link};
 use super::notify::Notice;
-use crate::set::{Execute, SetRunner};
+use crate::set::{Execute, SetRunner, REAP_EVERY};
+
+/// The runner of a PostgreSQL set: each lease's work behind a lone
+/// lease's gate.
+type Runner = SetRunner<Gate>;
 
 /// What the handle asks of the task.
 pub(crate) enum Control {
@@ -33,7 +39,7 @@ pub(crate) enum Control {
 
 /// Everything the task owns.
 pub(crate) struct SetTask {
-    pub(crate) runner: SetRunner,
+    pub(crate) runner: Runner,
     pub(crate) link: Arc<Link>,
     pub(crate) notices: Option<mpsc::Receiver<Notice>>,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
@@ -41,6 +47,8 @@ pub(crate) struct SetTask {
     /// How long the connections stay open after a release batch freed
     /// rows (`DEFAULT_LINGER`).
     pub(crate) linger: Duration,
+    /// The last batch's error, cleared by a batch that succeeds.
+    pub(crate) last_error: LastError,
 }
 
 /// A batch running on the statement connection: its id, its kind and its
@@ -117,6 +125,7 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
         listener,
         mut inbox,
         linger,
+        last_error,
     } = task;
     let config = runner.set.config();
     let me = config.holder.clone();
@@ -172,6 +181,7 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
                 let Some((request, kind, _)) = in_flight.take() else {
                     unreachable!("an outcome comes from the batch in flight");
                 };
+                *last_error.lock().unwrap_or_else(|e| e.into_inner()) = error.clone();
                 if let Some(error) = error {
                     match reply {
                         BatchReply::Failed(Failure::Fatal) => {
@@ -227,10 +237,11 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
     }
     drop(notices);
     drop(link);
-    let stopped = tokio::task::spawn_blocking(move || runner.stop_all()).await;
-    if let Err(e) = stopped {
-        tracing::error!(error = %e, "picolease: stopping the set's work failed");
+    runner.stop_all();
+    while !runner.has_stopped() {
+        tokio::time::sleep(REAP_EVERY).await;
     }
+    runner.finish();
     match fatal {
         Some(error) => Err(error),
         None => Ok(()),
@@ -240,11 +251,7 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
 /// Notifications come in bursts (a node giving up its surplus frees
 /// hundreds of leases in one commit): take every one already here, and let
 /// the set plan once for all of them.
-fn take_notices(
-    runner: &mut SetRunner,
-    first: Notice,
-    mut more: Option<&mut mpsc::Receiver<Notice>>,
-) {
+fn take_notices(runner: &mut Runner, first: Notice, mut more: Option<&mut mpsc::Receiver<Notice>>) {
     let now = runner.now();
     let mut released = Vec::new();
     let mut resubscribed = false;

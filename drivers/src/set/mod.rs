@@ -2,48 +2,56 @@
 //!
 //! A driver of a set owns one [`LeaseSet`](picolease_core::LeaseSet) and
 //! one statement connection. `SetRunner` (`runner.rs`) carries the set's
-//! commands out (starting and stopping the work of each lease on its own
-//! threads, publishing each lease's transitions) and hands the driver the
-//! one batch to run; the driver runs it on its connection (SQLite: on its
-//! thread; PostgreSQL: in its task) and feeds the result back. What the
-//! work is handed is in `context.rs`, what the handle reads in
-//! `status.rs`. Nothing here decides anything.
+//! commands out and hands the driver the one batch to run; the driver runs
+//! it on its connection (SQLite: on its thread; PostgreSQL: in its task)
+//! and feeds the result back. Each lease of the set is a lone lease's
+//! output and work side: its own `Publisher` (leadership, watch,
+//! deadline), and its own gate (the driver's, through [`TermGate`]), so
+//! set work gets the very `LeaderContext` lease work gets. What the
+//! handle reads is in `view.rs`. Nothing here decides anything.
 
-mod context;
 mod runner;
-mod status;
+mod view;
 
-use std::sync::Arc;
-use std::time::SystemTime;
-
-use picolease_core::{Leadership, LeaseName};
+use picolease_core::Epoch;
 
 pub use crate::cancellation::Cancellation;
-pub use context::SetLeaderContext;
-pub(crate) use runner::{Execute, SetRunner};
-pub use status::{SetStatus, SetStatusView, SetView};
+pub(crate) use runner::{Execute, SetRunner, REAP_EVERY};
+pub use view::{SetSnapshot, SetSnapshots, SetView};
 
-/// One lease's change, as a set's driver publishes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SetTransition {
-    /// The lease.
-    pub lease: LeaseName,
-    /// Its new state.
-    pub leadership: Leadership,
-    /// Wall-clock time of publication.
-    pub at: SystemTime,
+/// One lease's gated work, as the set starts and stops it: the gate of a
+/// lone lease of the same driver (SQLite: threads; PostgreSQL: tasks).
+pub(crate) trait TermGate: Send + 'static {
+    /// `StartWork`: starts every registered work for the term `epoch`.
+    fn start(&mut self, epoch: Epoch);
+    /// `StopWork`: signals the term `epoch`'s work to stop (no wait).
+    fn stop(&mut self, epoch: Epoch);
+    /// Signals whatever runs to stop (the driver is ending).
+    fn stop_all(&mut self);
+    /// True once every work told to stop has returned (never waits).
+    fn has_stopped(&mut self) -> bool;
 }
-
-/// Gated work of a set: run on its own thread for each lease this node
-/// leads, until the context is cancelled.
-pub type SetWork = Arc<dyn Fn(SetLeaderContext) + Send + Sync + 'static>;
 
 /// The template of the set tests: holder `me`, ttl 1 s.
 #[cfg(test)]
 pub(crate) fn test_template() -> picolease_core::Config {
     picolease_core::Config::with_ttl(
-        LeaseName::new("unused").expect("valid"),
+        picolease_core::LeaseName::new("unused").expect("valid"),
         picolease_core::HolderId::new("me").expect("valid"),
         std::time::Duration::from_secs(1),
     )
+}
+
+/// A gate with no work, for the runner's tests.
+#[cfg(test)]
+pub(crate) struct NoWork;
+
+#[cfg(test)]
+impl TermGate for NoWork {
+    fn start(&mut self, _: Epoch) {}
+    fn stop(&mut self, _: Epoch) {}
+    fn stop_all(&mut self) {}
+    fn has_stopped(&mut self) -> bool {
+        true
+    }
 }

@@ -1,39 +1,40 @@
 //! `SetRunner`: carries a `LeaseSet`'s commands out for either driver.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use picolease_core::{Batch, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand};
+use picolease_core::{
+    Batch, Config, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand,
+};
+use tokio::sync::watch;
 
-use super::context::{Deadlines, SetLeaderContext};
-use super::status::{Leaderships, SetStatus, SetView, SharedStatus};
-use super::{SetTransition, SetWork};
-use crate::cancellation::Cancellation;
-use crate::view::Term;
+use super::view::{SetSnapshot, SetView, SharedSnapshot};
+use super::TermGate;
+use crate::clock::SharedClock;
+use crate::publish::Publisher;
+use crate::subscription::Fanout;
 
-struct LeaseWork {
-    cancellation: Cancellation,
-    threads: Vec<JoinHandle<()>>,
+/// One lease of the set: a lone lease's publisher and gate.
+struct Member<G> {
+    publisher: Arc<Publisher>,
+    gate: G,
 }
 
 /// Carries a [`LeaseSet`]'s commands out for a driver.
-pub(crate) struct SetRunner {
+pub(crate) struct SetRunner<G> {
     pub(crate) set: LeaseSet,
-    /// The set's time zero on the boot-time clock, which counts suspend.
+    clock: SharedClock,
+    /// The set's time zero on `clock`.
     origin: Duration,
-    deadlines: Deadlines,
     holder: HolderId,
-    works: Vec<SetWork>,
-    running: HashMap<LeaseName, LeaseWork>,
-    /// Work told to stop whose threads have not all returned yet.
-    stopping: Vec<(LeaseName, Vec<JoinHandle<()>>)>,
-    events: mpsc::Sender<SetTransition>,
-    status: SharedStatus,
-    /// Each lease's last publication, for `leadership(lease)`.
-    leaderships: Leaderships,
+    members: HashMap<LeaseName, Member<G>>,
+    /// Leases whose work was told to stop and has not all returned yet.
+    stopping: Vec<LeaseName>,
+    snapshot: SharedSnapshot,
+    held: watch::Sender<BTreeMap<LeaseName, Epoch>>,
+    fanout: Arc<Fanout>,
     /// Test seam: set, the loop blocks in its next `carry_out`.
     wedge: Arc<AtomicBool>,
     /// When the batch in flight was handed to the driver, and its kind.
@@ -66,50 +67,71 @@ pub(crate) struct Carried {
 /// How often a driver looks whether stopping work has returned.
 pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
 
-impl SetRunner {
-    /// A runner for `set` and the outputs its handle reads.
-    pub(crate) fn new(set: LeaseSet, works: Vec<SetWork>) -> (Self, SetView) {
-        let (events, transitions) = mpsc::channel();
-        let status = SharedStatus::new(Mutex::new(SetStatus {
-            me: Some(set.config().holder.clone()),
+impl<G: TermGate> SetRunner<G> {
+    /// A runner for `set`, timed on `clock`, whose subscribers are
+    /// `fanout`'s, each lease's work behind the gate `gate` makes for its
+    /// publisher; and the view its handle reads.
+    pub(crate) fn new(
+        set: LeaseSet,
+        clock: SharedClock,
+        fanout: Arc<Fanout>,
+        mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
+    ) -> (Self, SetView) {
+        let template = set.config().clone();
+        let snapshot = SharedSnapshot::new(Mutex::new(SetSnapshot {
+            me: Some(template.holder.clone()),
             last_step: Some(std::time::Instant::now()),
-            stall_after: crate::publish::stall_after(set.config()),
-            ..SetStatus::default()
+            stall_after: crate::publish::stall_after(&template),
+            ..SetSnapshot::default()
         }));
         let wedge = Arc::default();
-        // Every lease of the set is known from the start, as a lone
-        // lease's `leadership()` is: unknown until a step tells.
-        let leaderships = Leaderships::new(Mutex::new(
-            set.leases()
-                .map(|lease| (lease.clone(), picolease_core::Leadership::unknown()))
-                .collect(),
-        ));
-        let outputs = SetView {
-            status: Arc::clone(&status),
+        let mut members = HashMap::new();
+        let mut publishers = HashMap::new();
+        for lease in set.leases() {
+            let config = Config {
+                lease: lease.clone(),
+                ..template.clone()
+            };
+            let publisher = Arc::new(Publisher::member(
+                Arc::clone(&clock),
+                &config,
+                Arc::clone(&fanout),
+            ));
+            let member = Member {
+                gate: gate(lease, &publisher),
+                publisher: Arc::clone(&publisher),
+            };
+            publishers.insert(lease.clone(), publisher);
+            members.insert(lease.clone(), member);
+        }
+        let (held, held_view) = watch::channel(BTreeMap::new());
+        let view = SetView {
+            template: template.clone(),
+            snapshot: Arc::clone(&snapshot),
             wedge: Arc::clone(&wedge),
-            leaderships: Arc::clone(&leaderships),
-            transitions: Mutex::new(Some(transitions)),
+            publishers: Arc::new(publishers),
+            fanout: Arc::clone(&fanout),
+            held: held_view,
         };
         let runner = SetRunner {
-            holder: set.config().holder.clone(),
+            holder: template.holder,
             set,
-            origin: crate::clock::boottime(),
-            deadlines: Deadlines::default(),
-            works,
-            running: HashMap::new(),
+            origin: clock.now(),
+            clock,
+            members,
             stopping: Vec::new(),
-            events,
-            status,
+            snapshot,
+            held,
+            fanout,
             wedge,
-            leaderships,
             handed_out: None,
         };
-        (runner, outputs)
+        (runner, view)
     }
 
     /// Now on the set's clock.
     pub(crate) fn now(&self) -> Instant {
-        let elapsed = crate::clock::boottime().saturating_sub(self.origin);
+        let elapsed = self.clock.now().saturating_sub(self.origin);
         Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
     }
 
@@ -128,116 +150,150 @@ impl SetRunner {
         }
     }
 
-    /// Reports the work that has stopped since the last look.
-    pub(crate) fn reap(&mut self) {
+    /// Reports the work that has stopped since the last look; true if any
+    /// had.
+    pub(crate) fn reap(&mut self) -> bool {
+        if self.stopping.is_empty() {
+            return false;
+        }
         let now = self.now();
         let mut stopped = Vec::new();
-        self.stopping.retain_mut(|(lease, threads)| {
-            threads.retain(|t| !t.is_finished());
-            if threads.is_empty() {
+        let members = &mut self.members;
+        self.stopping.retain(|lease| {
+            let done = members
+                .get_mut(lease)
+                .is_none_or(|member| member.gate.has_stopped());
+            if done {
                 stopped.push(lease.clone());
-                false
-            } else {
-                true
             }
+            !done
         });
-        for lease in stopped {
+        for lease in &stopped {
             self.set.handle_work_stopped(now, lease.as_str());
         }
+        !stopped.is_empty()
     }
 
     /// Carries out every command up to the next batch, which it returns
     /// for the driver to run (at most one is ever outstanding) with the
     /// batch the set gave up on, if any, and stamps the loop's progress
-    /// ([`SetStatus::last_step`]).
+    /// ([`SetSnapshot::last_step`]). Work that stopped at once (none was
+    /// running) is reported in the same call.
     pub(crate) fn carry_out(&mut self) -> Carried {
         while self.wedge.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(100));
         }
         let mut carried = Carried::default();
-        while let Some(command) = self.set.poll_command() {
-            match command {
-                SetCommand::Execute {
-                    request,
-                    batch,
-                    end_by,
-                } => {
-                    self.status
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .statements += 1;
-                    self.handed_out = Some((std::time::Instant::now(), batch.kind));
-                    carried.execute = Some(Execute {
-                        request,
-                        batch,
-                        end_by,
-                    });
-                }
-                SetCommand::Cancel { request } => {
-                    if carried
-                        .execute
-                        .as_ref()
-                        .is_some_and(|e| e.request == request)
-                    {
-                        carried.execute = None;
-                    } else {
-                        carried.cancel = Some(request);
-                    }
-                    if let Some((_, kind)) = self.handed_out.take() {
-                        #[cfg(feature = "metrics")]
-                        crate::metrics::set::batch_timed_out(kind);
-                        #[cfg(not(feature = "metrics"))]
-                        let _ = kind;
-                    }
-                }
-                SetCommand::StartWork { lease, epoch } => self.start_work(lease, epoch),
-                SetCommand::StopWork { lease, .. } => self.stop_work(lease),
-                SetCommand::Publish { lease, leadership } => {
-                    tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
-                    #[cfg(feature = "metrics")]
-                    crate::metrics::set::leadership(&lease, &leadership);
-                    {
-                        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-                        match leadership.leader_epoch() {
-                            Some(epoch) => status.held.insert(lease.clone(), epoch),
-                            None => status.held.remove(&lease),
-                        };
-                    }
-                    self.leaderships
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(lease.clone(), leadership.clone());
-                    let _ = self.events.send(SetTransition {
-                        lease,
-                        leadership,
-                        at: SystemTime::now(),
-                    });
-                }
-                SetCommand::Finished => {
-                    self.status
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .finished = true;
-                }
+        let mut held_changed = false;
+        loop {
+            while let Some(command) = self.set.poll_command() {
+                held_changed |= self.carry(command, &mut carried);
+            }
+            if !self.reap() {
+                break;
             }
         }
         let now = self.now();
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        status.last_step = Some(std::time::Instant::now());
-        status.members = self.set.members(now);
-        status.target = self.set.target(now);
+        let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        snapshot.last_step = Some(std::time::Instant::now());
+        snapshot.members = self.set.members(now);
+        snapshot.target = self.set.target(now);
         #[cfg(feature = "metrics")]
-        crate::metrics::set::share(status.held.len(), status.target, status.members.len());
-        let mut deadlines = self.deadlines.lock().unwrap_or_else(|p| p.into_inner());
-        deadlines.clear();
-        for (lease, &epoch) in &status.held {
-            if let Some(at) = self.boottime_deadline(lease) {
-                deadlines.insert(lease.clone(), (epoch, at));
+        crate::metrics::set::share(snapshot.held.len(), snapshot.target, snapshot.members.len());
+        if held_changed {
+            self.held.send_replace(snapshot.held.clone());
+        }
+        // Each held lease's deadline to its publisher, where its work
+        // reads it (a lease that stopped being held was given none when
+        // its demotion was published).
+        for lease in snapshot.held.keys() {
+            let deadline = self.clock_deadline(lease);
+            if let Some(member) = self.members.get(lease) {
+                member.publisher.set_deadline(deadline);
             }
         }
-        drop(deadlines);
-        drop(status);
+        drop(snapshot);
         carried
+    }
+
+    /// Carries out one command; true if it changed what this node holds.
+    fn carry(&mut self, command: SetCommand, carried: &mut Carried) -> bool {
+        match command {
+            SetCommand::Execute {
+                request,
+                batch,
+                end_by,
+            } => {
+                self.snapshot
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .statements += 1;
+                self.handed_out = Some((std::time::Instant::now(), batch.kind));
+                carried.execute = Some(Execute {
+                    request,
+                    batch,
+                    end_by,
+                });
+            }
+            SetCommand::Cancel { request } => {
+                if carried
+                    .execute
+                    .as_ref()
+                    .is_some_and(|e| e.request == request)
+                {
+                    carried.execute = None;
+                } else {
+                    carried.cancel = Some(request);
+                }
+                if let Some((_, kind)) = self.handed_out.take() {
+                    #[cfg(feature = "metrics")]
+                    crate::metrics::set::batch_timed_out(kind);
+                    #[cfg(not(feature = "metrics"))]
+                    let _ = kind;
+                }
+            }
+            SetCommand::StartWork { lease, epoch } => {
+                // The work reads its deadline as soon as it starts: publish
+                // it now, not only at the end of this step.
+                let deadline = self.clock_deadline(&lease);
+                if let Some(member) = self.members.get_mut(&lease) {
+                    member.publisher.set_deadline(deadline);
+                    member.gate.start(epoch);
+                }
+            }
+            SetCommand::StopWork { lease, epoch, .. } => {
+                if let Some(member) = self.members.get_mut(&lease) {
+                    member.gate.stop(epoch);
+                }
+                self.stopping.push(lease);
+            }
+            SetCommand::Publish { lease, leadership } => {
+                tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
+                #[cfg(feature = "metrics")]
+                crate::metrics::set::leadership(&lease, &leadership);
+                {
+                    let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+                    match leadership.leader_epoch() {
+                        Some(epoch) => snapshot.held.insert(lease.clone(), epoch),
+                        None => snapshot.held.remove(&lease),
+                    };
+                }
+                if let Some(member) = self.members.get(&lease) {
+                    if !leadership.is_leader() {
+                        member.publisher.set_deadline(None);
+                    }
+                    member.publisher.publish(leadership);
+                }
+                return true;
+            }
+            SetCommand::Finished => {
+                self.snapshot
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .finished = true;
+            }
+        }
+        false
     }
 
     /// How long from now until `end_by` (an instant of the set's clock):
@@ -266,114 +322,45 @@ impl SetRunner {
         self.set.handle_reply(now, request, reply);
     }
 
-    /// `lease`'s term deadline on the boot-time clock, as work reads it.
-    fn boottime_deadline(&self, lease: &LeaseName) -> Option<Duration> {
+    /// `lease`'s term deadline on the set's clock, as its work reads it.
+    fn clock_deadline(&self, lease: &LeaseName) -> Option<Duration> {
         let at = self.set.deadline(lease.as_str())?;
         Some(self.origin + Duration::from_nanos(at.as_nanos()))
     }
 
-    fn start_work(&mut self, lease: LeaseName, epoch: Epoch) {
-        self.stop_work(lease.clone());
-        let cancellation = Cancellation::default();
-        let context = SetLeaderContext {
-            term: Term::new(lease.clone(), self.holder.clone(), epoch),
-            lease: lease.clone(),
-            holder: self.holder.clone(),
-            epoch,
-            cancellation: cancellation.clone(),
-            deadlines: Arc::clone(&self.deadlines),
-        };
-        // The work reads its deadline as soon as its thread starts: record
-        // it now, not only at the end of this step (a work that found none
-        // would take its term as already over and never start).
-        if let Some(at) = self.boottime_deadline(&lease) {
-            self.deadlines
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(lease.clone(), (epoch, at));
-        }
-        let threads = self
-            .works
-            .iter()
-            .filter_map(|work| {
-                let work = Arc::clone(work);
-                let context = context.clone();
-                std::thread::Builder::new()
-                    .name(format!("picolease-work-{lease}"))
-                    .spawn(move || work(context))
-                    .map_err(|e| tracing::error!(lease = %lease, "could not start the work: {e}"))
-                    .ok()
-            })
-            .collect();
-        self.running.insert(
-            lease,
-            LeaseWork {
-                cancellation,
-                threads,
-            },
-        );
-    }
-
-    fn stop_work(&mut self, lease: LeaseName) {
-        match self.running.remove(&lease) {
-            Some(running) => {
-                running.cancellation.cancel();
-                self.stopping.push((lease, running.threads));
-            }
-            None => self.stopping.push((lease, Vec::new())),
-        }
-    }
-
-    /// Stops every lease's work and waits for it (the driver's end).
+    /// Tells every lease's work to stop (the driver's end); the driver then
+    /// waits until [`SetRunner::has_stopped`] and calls
+    /// [`SetRunner::finish`].
     pub(crate) fn stop_all(&mut self) {
-        let leases: Vec<LeaseName> = self.running.keys().cloned().collect();
-        for lease in leases {
-            self.stop_work(lease);
+        for member in self.members.values_mut() {
+            member.publisher.set_deadline(None);
+            member.gate.stop_all();
         }
-        for (_, threads) in self.stopping.drain(..) {
-            for thread in threads {
-                let _ = thread.join();
-            }
+    }
+
+    /// True once every lease's work has returned.
+    pub(crate) fn has_stopped(&mut self) -> bool {
+        self.members
+            .values_mut()
+            .all(|member| member.gate.has_stopped())
+    }
+
+    /// The set has ended: every subscriber reads what is left, then
+    /// `Closed`; the snapshot says finished, holding nothing.
+    pub(crate) fn finish(&mut self) {
+        {
+            let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+            snapshot.held.clear();
+            snapshot.finished = true;
         }
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        status.held.clear();
-        status.finished = true;
+        self.held.send_replace(BTreeMap::new());
+        for member in self.members.values() {
+            member.publisher.finish();
+        }
+        self.fanout.close();
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::set::test_template as template;
-
-    #[test]
-    fn carry_out_stamps_the_last_step_with_the_sets_bound() {
-        let set = LeaseSet::new(
-            template(),
-            vec![LeaseName::new("a").unwrap(), LeaseName::new("b").unwrap()],
-            picolease_core::Instant::ZERO,
-        )
-        .unwrap();
-        let (mut runner, outputs) = SetRunner::new(set, Vec::new());
-        let view = outputs.status_view();
-        let started = view.get();
-        assert_eq!(
-            started.stall_after,
-            crate::publish::stall_after(&template())
-        );
-        let first = started.last_step.expect("stamped at the start");
-        assert!(!started.is_wedged());
-        std::thread::sleep(Duration::from_millis(5));
-        let now = runner.now();
-        runner.set.handle_timeout(now);
-        assert!(
-            runner.carry_out().execute.is_some(),
-            "the first batch goes out"
-        );
-        let stepped = view.get();
-        assert!(stepped.last_step.unwrap() > first);
-        assert!(stepped.since_progress() < started.stall_after);
-        assert!(!stepped.is_wedged());
-    }
-}
+#[path = "runner_tests.rs"]
+mod tests;

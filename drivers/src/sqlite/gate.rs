@@ -111,9 +111,15 @@ impl Deadline {
 /// A gated closure.
 pub(crate) type Work = Arc<dyn Fn(LeaderContext) + Send + Sync + 'static>;
 
-/// The registered closures and the threads of the current (or last) term.
+/// The registered closures and the threads of the current (or last) term
+/// of one lease: a lone lease's, or one member's of a set.
 pub(crate) struct Gate {
     publisher: Arc<Publisher>,
+    /// The fence statement's table, the lease and this node's holder id:
+    /// what each term's [`Fence`] is made of.
+    statements: Arc<Statements>,
+    lease: LeaseName,
+    holder: HolderId,
     works: Vec<Work>,
     /// Threads of the current term.
     running: Vec<JoinHandle<()>>,
@@ -124,9 +130,17 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    pub(crate) fn new(publisher: Arc<Publisher>) -> Self {
+    pub(crate) fn new(
+        publisher: Arc<Publisher>,
+        statements: Arc<Statements>,
+        lease: LeaseName,
+        holder: HolderId,
+    ) -> Self {
         Gate {
             publisher,
+            statements,
+            lease,
+            holder,
             works: Vec::new(),
             running: Vec::new(),
             stopped: Vec::new(),
@@ -147,19 +161,14 @@ impl Gate {
 
     /// Starts every closure for the term `epoch` (after joining the last
     /// term's threads).
-    pub(crate) fn start(
-        &mut self,
-        statements: &Statements,
-        lease: &LeaseName,
-        holder: &HolderId,
-        epoch: Epoch,
-    ) {
+    pub(crate) fn start(&mut self, epoch: Epoch) {
         // A StartWork always follows a StopWork; stop anyway, defensively.
         self.stop();
         self.join_stopped();
+        let (lease, holder) = (&self.lease, &self.holder);
         let context = LeaderContext {
             term: Term::new(lease.clone(), holder.clone(), epoch),
-            fence: Fence::new(statements, lease, holder, epoch),
+            fence: Fence::new(&self.statements, lease, holder, epoch),
             cancellation: Cancellation::default(),
             deadline: Deadline(Arc::clone(&self.publisher)),
         };
@@ -179,6 +188,17 @@ impl Gate {
         self.stopped.append(&mut self.running);
     }
 
+    /// True once the work told to stop has returned (it is then joined
+    /// without waiting).
+    pub(crate) fn has_stopped(&mut self) -> bool {
+        if self.stopped.iter().all(JoinHandle::is_finished) {
+            self.join_stopped();
+            true
+        } else {
+            false
+        }
+    }
+
     /// Waits for stopped work to finish. A closure that panicked is logged.
     pub(crate) fn join_stopped(&mut self) {
         for handle in self.stopped.drain(..) {
@@ -193,9 +213,10 @@ impl Gate {
 /// started is logged (the term goes on without it).
 fn spawn(index: usize, work: &Work, context: LeaderContext) -> Option<JoinHandle<()>> {
     let epoch = context.epoch();
+    let name = format!("picolease-work-{}-{index}", context.lease());
     let work = Arc::clone(work);
     match std::thread::Builder::new()
-        .name(format!("picolease-work-{index}"))
+        .name(name)
         .spawn(move || work(context))
     {
         Ok(handle) => Some(handle),
@@ -203,5 +224,24 @@ fn spawn(index: usize, work: &Work, context: LeaderContext) -> Option<JoinHandle
             tracing::error!(epoch = epoch.get(), "cannot start gated work {index}: {e}");
             None
         }
+    }
+}
+
+/// A set's member runs its work through the lone lease's gate.
+impl crate::set::TermGate for Gate {
+    fn start(&mut self, epoch: Epoch) {
+        Gate::start(self, epoch);
+    }
+
+    fn stop(&mut self, _: Epoch) {
+        Gate::stop(self);
+    }
+
+    fn stop_all(&mut self) {
+        Gate::stop(self);
+    }
+
+    fn has_stopped(&mut self) -> bool {
+        Gate::has_stopped(self)
     }
 }

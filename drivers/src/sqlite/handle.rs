@@ -170,11 +170,17 @@ impl std::fmt::Debug for SqliteLease {
 impl SqliteLease {
     /// A contender for `config` (lease, holder id, timings) on `database`.
     pub fn builder(config: Config, database: Database) -> SqliteLeaseBuilder {
-        let publisher = Arc::new(Publisher::new(crate::clock::system()));
+        let publisher = Arc::new(Publisher::new(crate::clock::system(), config.lease.clone()));
+        let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
         SqliteLeaseBuilder {
+            gate: Gate::new(
+                Arc::clone(&publisher),
+                statements,
+                config.lease.clone(),
+                config.holder.clone(),
+            ),
             config,
             database,
-            gate: Gate::new(Arc::clone(&publisher)),
             publisher,
             notices: Notices::Watch,
         }

@@ -4,15 +4,24 @@
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
 
 use super::changes::{ChangeSource, Notices};
 use super::error::Error;
+use super::fence::Fence;
+use super::gate::{Gate, LeaderContext, Work};
 use super::open::Database;
 use super::table::LeaseTable;
 use super::thread::DriverThread;
 use super::watchdog::Watchdog;
-use crate::set::{Execute, SetLeaderContext, SetRunner, SetView, SetWork};
+use crate::clock::{Clock, SharedClock};
+use crate::set::{Execute, SetRunner, SetView};
+use crate::subscription::{Fanout, Subscription};
+
+/// The runner of a SQLite set: each lease's work behind a lone lease's
+/// gate.
+type Runner = SetRunner<Gate>;
 
 enum Control {
     Shutdown,
@@ -28,15 +37,37 @@ pub struct SqliteLeaseSetBuilder {
     template: Config,
     leases: Vec<LeaseName>,
     database: Database,
-    works: Vec<SetWork>,
+    works: Vec<Work>,
     notices: Notices,
+    clock: SharedClock,
+    fanout: Arc<Fanout>,
 }
 
 impl SqliteLeaseSetBuilder {
-    /// Work to run, on its own thread, for each lease this node leads.
-    pub fn while_leader(mut self, work: impl Fn(SetLeaderContext) + Send + Sync + 'static) -> Self {
+    /// Registers work to run while this node leads a lease of the set, as
+    /// a lone lease's ([`super::SqliteLeaseBuilder::while_leader`]): it is
+    /// started on its own thread at the start of each term of each lease
+    /// with that term's [`LeaderContext`] (the lease, epoch, fence and
+    /// deadline), and must return soon after the term ends
+    /// ([`LeaderContext::sleep`] wakes at once then). The lease is
+    /// released only after it has returned. Several may be registered.
+    pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
         self.works.push(Arc::new(work));
         self
+    }
+
+    /// Times deadlines on `clock` instead of the system's suspend-aware
+    /// clock: a test seam (a clock that jumps, as a suspend would), as a
+    /// lone lease's.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Every lease's leadership changes from the start on, in order
+    /// ([`SetView::subscribe`]).
+    pub fn subscribe(&self) -> Subscription {
+        self.fanout.subscribe()
     }
 
     /// Release notifications (on by default), as a lone lease's
@@ -67,12 +98,27 @@ impl SqliteLeaseSetBuilder {
             mut database,
             works,
             notices,
+            clock,
+            fanout,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
         let (table, watchdog) =
             super::watchdog::open_watched(&mut database, template.request_timeout)?;
         let (control, inbox) = mpsc::channel();
-        let (runner, outputs) = SetRunner::new(set, works);
+        let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
+        let holder = template.holder.clone();
+        let (runner, outputs) = SetRunner::new(set, clock, fanout, |lease, publisher| {
+            let mut gate = Gate::new(
+                Arc::clone(publisher),
+                Arc::clone(&statements),
+                lease.clone(),
+                holder.clone(),
+            );
+            for work in &works {
+                gate.add(Arc::clone(work));
+            }
+            gate
+        });
         let connection = Connection { table, watchdog };
         let waker = control.clone();
         let changes = ChangeSource::start(notices, &database.location, move || {
@@ -82,7 +128,7 @@ impl SqliteLeaseSetBuilder {
             run(runner, connection, inbox, changes)
         })?;
         Ok(SqliteLeaseSet {
-            template,
+            statements,
             control,
             thread,
             outputs,
@@ -95,7 +141,7 @@ impl SqliteLeaseSetBuilder {
 ///
 /// Dropping the handle asks for a shutdown and waits for it at most a ttl.
 pub struct SqliteLeaseSet {
-    template: Config,
+    statements: Arc<Statements>,
     control: mpsc::Sender<Control>,
     thread: DriverThread,
     outputs: SetView,
@@ -110,12 +156,21 @@ impl SqliteLeaseSet {
         database: Database,
     ) -> SqliteLeaseSetBuilder {
         SqliteLeaseSetBuilder {
+            fanout: Arc::new(Fanout::for_leases(leases.len())),
             template,
             leases,
             database,
             works: Vec::new(),
             notices: Notices::Watch,
+            clock: crate::clock::system(),
         }
+    }
+
+    /// The fence of `lease`'s current term, if this node leads it (as a
+    /// lone lease's [`super::SqliteLease::fence`]).
+    pub fn fence(&self, lease: &LeaseName) -> Option<Fence> {
+        let epoch = self.leadership(lease)?.leader_epoch()?;
+        Some(Fence::new(&self.statements, lease, self.holder(), epoch))
     }
 
     /// Gives `lease` up (its work stops, then it is released); this node
@@ -141,8 +196,7 @@ impl SqliteLeaseSet {
     }
 }
 
-/// What the set publishes: its transitions and status
-/// ([`SetView::transitions`], [`SetView::status`], [`SetView::status_view`]).
+/// What the set publishes, per lease and as a whole: [`SetView`].
 impl std::ops::Deref for SqliteLeaseSet {
     type Target = SetView;
     fn deref(&self) -> &SetView {
@@ -154,7 +208,7 @@ impl Drop for SqliteLeaseSet {
     fn drop(&mut self) {
         if self.thread.is_joinable() {
             let _ = self.control.send(Control::Shutdown);
-            let until = std::time::Instant::now() + self.template.ttl;
+            let until = std::time::Instant::now() + self.outputs.config().ttl;
             while !self.thread.is_finished() && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -177,7 +231,7 @@ impl Connection {
     /// I/O, as for a lone lease's renew), then reads the database clock
     /// for the set's clock-step check before the reply counts. Returns
     /// the fatal error a failed batch ended the set with, if any.
-    fn execute(&self, runner: &mut SetRunner, execute: Execute) -> Option<Error> {
+    fn execute(&self, runner: &mut Runner, execute: Execute) -> Option<Error> {
         let Execute {
             request,
             batch,
@@ -219,7 +273,7 @@ impl Connection {
 }
 
 fn run(
-    mut runner: SetRunner,
+    mut runner: Runner,
     connection: Connection,
     inbox: mpsc::Receiver<Control>,
     changes: ChangeSource,
@@ -278,6 +332,10 @@ fn run(
         runner.set.handle_timeout(now);
     }
     runner.stop_all();
+    while !runner.has_stopped() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    runner.finish();
     match fatal {
         Some(error) => Err(error),
         None => Ok(()),

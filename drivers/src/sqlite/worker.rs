@@ -160,9 +160,7 @@ impl Worker {
                     // A synchronous statement has already returned.
                     Command::Cancel { .. } => {}
                     Command::StartWork { epoch } => {
-                        let statements = self.table.statements();
-                        self.gate
-                            .start(statements, &self.lease, &self.holder, epoch);
+                        self.gate.start(epoch);
                     }
                     Command::StopWork { .. } => self.gate.stop(),
                     Command::Publish(leadership) => {

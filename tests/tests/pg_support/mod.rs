@@ -132,6 +132,8 @@ impl Recorder {
     /// an aborted driver publishes nothing.
     pub fn mark_crash(&self, name: &str) {
         let t = Transition {
+            // The recorder's log is of one lease; the name is not read.
+            lease: LeaseName::new("crashed").unwrap(),
             leadership: Leadership::unknown(),
             at: std::time::SystemTime::now(),
             instant: Instant::now(),

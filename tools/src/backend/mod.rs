@@ -13,7 +13,7 @@ pub mod sqlite;
 
 use std::sync::Arc;
 
-use picolease::set::{SetLeaderContext, SetStatusView, SetTransition};
+use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
 use picolease::sqlite::Location;
 use picolease::{redact_url, Config, Epoch, LeaseName, Subscription, TableName};
@@ -36,6 +36,14 @@ pub trait Contender {
 /// A started contender and every transition it publishes from its start.
 pub type Started = (Box<dyn Contender>, Subscription);
 
+/// The snapshots of the lease a lone lease's subscription reads (a set's
+/// subscription has none: its snapshots come with [`StartedSet`]).
+pub fn lease_snapshots(subscription: &Subscription) -> Result<picolease::Snapshots, CliError> {
+    subscription
+        .snapshots()
+        .ok_or_else(|| CliError::runtime("the subscription is a lease set's, not a lease's"))
+}
+
 /// A running lease set of either backend, as `run` sees it.
 pub trait SetContender {
     /// Gives `lease` up (its CMD ended by itself); the set goes on.
@@ -46,16 +54,10 @@ pub trait SetContender {
     fn shutdown(self: Box<Self>) -> Result<(), CliError>;
 }
 
-/// A started set: its handle, every lease's transitions from the start,
-/// and a reader of its status.
-pub type StartedSet = (
-    Box<dyn SetContender>,
-    std::sync::mpsc::Receiver<SetTransition>,
-    SetStatusView,
-);
-
-/// Gated work of a set: CMD for one lease's term.
-pub type SetGated = Arc<dyn Fn(SetLeaderContext) + Send + Sync>;
+/// A started set: its handle, every lease's transitions from the start
+/// (each naming its lease), and a reader of its snapshot and of each
+/// lease's leadership.
+pub type StartedSet = (Box<dyn SetContender>, Subscription, SetSnapshots);
 
 /// The database a URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,13 +147,13 @@ impl Backend {
 
     /// `run` with several names: starts one set contending for `leases`
     /// with the timings and holder of `template`, with `gated` (CMD) as
-    /// each lease's work.
+    /// each lease's work, as a lone lease's.
     pub fn start_set(
         &self,
         table: &TableName,
         template: Config,
         leases: Vec<LeaseName>,
-        gated: Option<SetGated>,
+        gated: Option<Arc<Gated>>,
     ) -> Result<StartedSet, CliError> {
         match self {
             Backend::Sqlite(location) => {

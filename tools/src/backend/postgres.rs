@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use futures::future::{BoxFuture, FutureExt};
 use picolease::postgres::{
     self, LeaderContext, PgConnector, PgError, PgLease, PgLeaseBuilder, PgLeaseSet,
 };
@@ -136,14 +137,7 @@ pub fn start(
     let mut builder = PgLease::builder(config, connector).table(table.clone());
     let transitions = builder.subscribe();
     if let Some(gated) = gated {
-        builder = builder.while_leader(move |ctx: LeaderContext| {
-            let gated = gated.clone();
-            async move {
-                // CMD is supervised by blocking code shared with SQLite; the
-                // task (and so the driver's next statement) waits for it.
-                let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
-            }
-        });
+        builder = builder.while_leader(supervise(gated));
     }
 
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -156,6 +150,19 @@ pub fn start(
         thread: Some(thread),
     };
     Ok((Box::new(contender), transitions))
+}
+
+/// CMD as gated work of a lone lease or of each lease of a set: the same
+/// blocking supervisor as on SQLite, on the runtime's blocking pool; the
+/// task (and so the lease's next statement, or its release) waits for it.
+fn supervise(gated: Arc<Gated>) -> impl Fn(LeaderContext) -> BoxFuture<'static, ()> + Send + Sync {
+    move |ctx: LeaderContext| {
+        let gated = Arc::clone(&gated);
+        async move {
+            let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
+        }
+        .boxed()
+    }
 }
 
 /// Starts the driver and shuts it down when asked (or when the handle is
@@ -223,14 +230,15 @@ pub fn start_set(
     table: &TableName,
     template: Config,
     leases: Vec<LeaseName>,
-    gated: Option<super::SetGated>,
+    gated: Option<Arc<Gated>>,
 ) -> Result<super::StartedSet, CliError> {
     let connector = target.connector()?;
     let runtime = runtime()?;
     runtime.block_on(async { connect(&connector, target).await.map(drop) })?;
     let mut builder = PgLeaseSet::builder(template, leases, connector).table(table.clone());
+    let transitions = builder.subscribe();
     if let Some(gated) = gated {
-        builder = builder.while_leader(move |ctx| gated(ctx));
+        builder = builder.while_leader(supervise(gated));
     }
     let (commands, mut inbox) = tokio::sync::mpsc::unbounded_channel();
     let (started_tx, started) = std::sync::mpsc::channel();
@@ -245,7 +253,7 @@ pub fn start_set(
                         return Ok(());
                     }
                 };
-                let _ = started_tx.send(Ok((set.transitions(), set.status_view())));
+                let _ = started_tx.send(Ok(set.snapshots()));
                 loop {
                     match inbox.recv().await {
                         Some(SetCommand::GiveUp(lease)) => set.give_up(&lease),
@@ -255,11 +263,9 @@ pub fn start_set(
             })
         })
         .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    let (transitions, view) = started
+    let view = started
         .recv()
         .map_err(|_| CliError::runtime("the PostgreSQL lease thread stopped at its start"))??;
-    let transitions = transitions
-        .ok_or_else(|| CliError::runtime("the lease set's transitions were already taken"))?;
     let contender = PgSetContender {
         commands,
         thread: Some(thread),

@@ -97,24 +97,23 @@ impl Contender for SqliteLease {
     }
 }
 
-/// Starts a lease set on the blocking driver, with CMD as each lease's work.
+/// Starts a lease set on the blocking driver, with CMD as each lease's
+/// work (the lone lease's `LeaderContext`, so the same supervision).
 pub fn start_set(
     location: &Location,
     table: &TableName,
     template: Config,
     leases: Vec<LeaseName>,
-    gated: Option<super::SetGated>,
+    gated: Option<Arc<Gated>>,
 ) -> Result<super::StartedSet, CliError> {
     let mut builder = SqliteLeaseSet::builder(template, leases, database(location, table));
+    let transitions = builder.subscribe();
     if let Some(gated) = gated {
-        builder = builder.while_leader(move |ctx| gated(ctx));
+        builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
     }
     let set = builder.start()?;
-    let transitions = set
-        .transitions()
-        .ok_or_else(|| CliError::runtime("the lease set's transitions were already taken"))?;
-    let view = set.status_view();
-    Ok((Box::new(set), transitions, view))
+    let snapshots = set.snapshots();
+    Ok((Box::new(set), transitions, snapshots))
 }
 
 impl super::SetContender for SqliteLeaseSet {

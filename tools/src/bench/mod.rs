@@ -106,7 +106,7 @@ fn measure(
     progress.step("renew", 0, renew_samples);
     let (contender, mut changes) = start(backend, table, "renew", "r")?;
     until_leader(&mut changes)?;
-    let snapshots = changes.snapshots();
+    let snapshots = crate::backend::lease_snapshots(&changes)?;
     let mut bare = Vec::with_capacity(renew_samples);
     let pace = TTL / 4;
     while snapshots.renew_latencies().len() < renew_samples {

@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use picolease::Term;
+use picolease::{LeaseName, Term};
 
 use crate::guard::message;
 
@@ -75,15 +75,19 @@ pub enum ChildEvent {
 /// interval away: forwarding within this is never late.
 const FORWARD: Duration = Duration::from_millis(100);
 
+/// Where a supervisor sends its events, with the term's lease.
+type EventSink = dyn Fn(&LeaseName, ChildEvent) + Send + Sync;
+
 /// `-- CMD`, as gated work of either backend: [`Gated::run_term`] runs it
 /// for one term.
 pub struct Gated {
     command: Vec<String>,
     grace: Duration,
     node: String,
-    /// Where events go: straight into `run`'s one queue, so a child's end
-    /// is queued before the driver (which waits for it) can report its own.
-    events: Box<dyn Fn(ChildEvent) + Send + Sync>,
+    /// Where events go, with the lease of the term: straight into `run`'s
+    /// one queue, so a child's end is queued before the driver (which
+    /// waits for it) can report its own.
+    events: Box<EventSink>,
 }
 
 impl std::fmt::Debug for Gated {
@@ -108,12 +112,13 @@ pub trait TermView {
 
 impl Gated {
     /// CMD with its arguments, the grace between SIGTERM and SIGKILL, the
-    /// `--node` value, and where to report.
+    /// `--node` value, and where to report (with the term's lease: one
+    /// `Gated` serves every lease of a set).
     pub fn new(
         command: Vec<String>,
         grace: Duration,
         node: String,
-        events: impl Fn(ChildEvent) + Send + Sync + 'static,
+        events: impl Fn(&LeaseName, ChildEvent) + Send + Sync + 'static,
     ) -> Self {
         Gated {
             command,
@@ -126,7 +131,7 @@ impl Gated {
     /// Runs CMD for one term until it exits by itself or the term ends,
     /// then has the guard stop it; returns once CMD is gone.
     pub fn run_term(&self, view: &impl TermView) {
-        let send = |event| (self.events)(event);
+        let send = |event| (self.events)(view.term().lease(), event);
         let Some(deadline) = view.deadline() else {
             return; // The term was over before its work started.
         };

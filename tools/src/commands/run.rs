@@ -121,7 +121,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
             args.command.clone(),
             grace,
             node.clone(),
-            move |event| {
+            move |_: &LeaseName, event| {
                 let _ = child_tx.send(Event::Child(event));
             },
         )))
@@ -133,11 +133,11 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         json: args.json,
     };
     let (driver, transitions) = backend.start(table, config, gated)?;
+    let snapshots = crate::backend::lease_snapshots(&transitions)?;
     if let Some(listener) = listener {
         tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
-        listener.serve(transitions.snapshots())?;
+        listener.serve(snapshots.clone())?;
     }
-    let snapshots = transitions.snapshots();
     wedge_for_tests(move || snapshots.wedge_loop_for_tests());
     forward_transitions(transitions, tx);
     session(&printer, driver, events)

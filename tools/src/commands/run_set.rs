@@ -13,18 +13,17 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use picolease::set::{SetLeaderContext, SetTransition};
-use picolease::{Config, HolderId, LeaseName, TableName, Term, Transition};
+use picolease::{Config, HolderId, LeaseName, RecvError, TableName, Transition};
 
-use super::child::{ChildEvent, Gated, TermView};
+use super::child::{ChildEvent, Gated};
 use super::events::Printer;
-use crate::backend::{Backend, SetContender, SetGated};
+use crate::backend::{Backend, SetContender};
 use crate::cli::RunArgs;
 use crate::failure::CliError;
 
 /// Everything the loop waits for.
 enum Event {
-    Transition(SetTransition),
+    Transition(Transition),
     DriverEnded,
     Signal,
     Child(LeaseName, ChildEvent),
@@ -62,20 +61,18 @@ pub fn run(
     } = prepared;
     let (tx, events) = mpsc::channel();
     super::run::install_signals_with(tx.clone(), || Event::Signal)?;
-    let gated: Option<SetGated> = if args.command.is_empty() {
+    let gated = if args.command.is_empty() {
         None
     } else {
-        let command = args.command.clone();
-        let node = node.clone();
-        let tx = tx.clone();
-        Some(Arc::new(move |ctx: SetLeaderContext| {
-            let lease = ctx.lease.clone();
-            let tx = tx.clone();
-            let gated = Gated::new(command.clone(), grace, node.clone(), move |event| {
-                let _ = tx.send(Event::Child(lease.clone(), event));
-            });
-            gated.run_term(&SetTerm(ctx));
-        }))
+        let child_tx = tx.clone();
+        Some(Arc::new(Gated::new(
+            args.command.clone(),
+            grace,
+            node.clone(),
+            move |lease: &LeaseName, event| {
+                let _ = child_tx.send(Event::Child(lease.clone(), event));
+            },
+        )))
     };
     let all: BTreeSet<String> = names.iter().map(|n| n.as_str().to_string()).collect();
     let count = names.len();
@@ -91,9 +88,20 @@ pub fn run(
     }
     let forward = tx;
     std::thread::spawn(move || {
-        for transition in transitions {
-            if forward.send(Event::Transition(transition)).is_err() {
-                return;
+        for received in transitions {
+            match received {
+                Ok(transition) => {
+                    if forward.send(Event::Transition(transition)).is_err() {
+                        return;
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "the event printer fell behind; transitions were dropped"
+                    )
+                }
+                Err(_) => break,
             }
         }
         let _ = forward.send(Event::DriverEnded);
@@ -114,23 +122,6 @@ pub fn run(
 impl super::run::IsDriverEnd for Event {
     fn is_driver_end(&self) -> bool {
         matches!(self, Event::DriverEnded)
-    }
-}
-
-/// A set's term, as the CMD supervisor sees it.
-struct SetTerm(SetLeaderContext);
-
-impl TermView for SetTerm {
-    fn term(&self) -> &Term {
-        self.0.term()
-    }
-
-    fn deadline(&self) -> Option<Duration> {
-        self.0.deadline()
-    }
-
-    fn ended(&self, timeout: Duration) -> bool {
-        self.0.sleep(timeout) || self.0.deadline().is_none()
     }
 }
 
@@ -194,16 +185,10 @@ fn session(
 /// once the set is shutting down (nothing to give up any more).
 fn handle(printers: &Printers, set: Option<&dyn SetContender>, event: Event) -> Option<Stop> {
     match event {
-        Event::Transition(SetTransition {
-            lease,
-            leadership,
-            at,
-        }) => {
-            printers.for_lease(&lease).transition(&Transition {
-                leadership,
-                at,
-                instant: std::time::Instant::now(),
-            });
+        Event::Transition(transition) => {
+            printers
+                .for_lease(&transition.lease)
+                .transition(&transition);
         }
         Event::Child(lease, ChildEvent::Started { pid, epoch }) => {
             printers.for_lease(&lease).child(pid, epoch);

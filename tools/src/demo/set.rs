@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use picolease::set::SetStatus;
+use picolease::set::SetSnapshot;
 use picolease::sqlite::{Database, SqliteLeaseSet};
 use picolease::{Config, HolderId, LeaseName};
 
@@ -197,8 +197,8 @@ impl SetDemo {
         let works = Arc::clone(&self.works);
         let node = SqliteLeaseSet::builder(config, self.leases.clone(), self.database.clone())
             .while_leader(move |ctx| {
-                let lease = ctx.lease.to_string();
-                let me = ctx.holder.to_string();
+                let lease = ctx.lease().to_string();
+                let me = ctx.holder().to_string();
                 {
                     let mut works = works.lock().unwrap_or_else(|p| p.into_inner());
                     works.started += 1;
@@ -210,8 +210,8 @@ impl SetDemo {
                     }
                 }
                 // The lease's work would run here; the demo only waits for
-                // the term's end.
-                ctx.cancellation.wait();
+                // the term's end (stopped, or past its deadline).
+                while !ctx.sleep(std::time::Duration::from_secs(60)) {}
                 let mut works = works.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(running) = works.running.get_mut(&lease) {
                     running.retain(|h| *h != me);
@@ -227,7 +227,7 @@ impl SetDemo {
         let mut holders = BTreeMap::new();
         for (name, node) in &self.nodes {
             if let Some(node) = node {
-                for lease in node.status().held.keys() {
+                for lease in node.snapshot().held.keys() {
                     holders.insert(lease.to_string(), name.clone());
                 }
             }
@@ -241,10 +241,10 @@ impl SetDemo {
     fn until_settled(&mut self, what: &str) -> Result<Instant, CliError> {
         let from = Instant::now();
         loop {
-            let statuses: Vec<Option<SetStatus>> = self
+            let statuses: Vec<Option<SetSnapshot>> = self
                 .nodes
                 .iter()
-                .map(|(_, node)| node.as_ref().map(|set| set.status()))
+                .map(|(_, node)| node.as_ref().map(|set| set.snapshot()))
                 .collect();
             let shares: Vec<Option<usize>> = statuses
                 .iter()
@@ -254,7 +254,7 @@ impl SetDemo {
                 self.print_shares(&shares);
                 self.shown = shares.clone();
             }
-            let running: Vec<&SetStatus> = statuses.iter().flatten().collect();
+            let running: Vec<&SetSnapshot> = statuses.iter().flatten().collect();
             let total: usize = running.iter().map(|s| s.held.len()).sum();
             let at_share = running
                 .iter()

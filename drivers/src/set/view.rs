@@ -1,18 +1,23 @@
-//! What a set's handle reads: the status both drivers keep, and the
-//! transitions.
+//! What a set's handle reads, the same on both drivers and, lease by
+//! lease, the same as a lone lease's handle: each lease's leadership, a
+//! watch of the held leases, subscriptions, the set's snapshot.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picolease_core::{Epoch, HolderId, Leadership, LeaseName};
+use picolease_core::{Config, Epoch, HolderId, Leadership, LeaseName};
+use tokio::sync::watch;
 
-use super::SetTransition;
+use crate::publish::Publisher;
+use crate::subscription::{Fanout, Subscription};
 
-/// What a set's handle can read at any time.
+/// What a set knows at one moment: the data behind a set's `/leader` and
+/// `/healthz` (the set's counterpart of a lone lease's
+/// [`crate::Snapshot`], with the same wedged and finished meaning).
 #[derive(Clone, Debug, Default)]
-pub struct SetStatus {
+pub struct SetSnapshot {
     /// This node's holder id.
     pub me: Option<HolderId>,
     /// The leases this node leads, with their epochs.
@@ -46,15 +51,15 @@ pub struct SetStatus {
     pub stall_after: Duration,
 }
 
-impl SetStatus {
-    /// How long since the set's loop last stepped ([`SetStatus::last_step`]);
+impl SetSnapshot {
+    /// How long since the set's loop last stepped ([`SetSnapshot::last_step`]);
     /// zero for a status no driver wrote.
     pub fn since_progress(&self) -> Duration {
         self.since_progress_at(std::time::Instant::now())
     }
 
     /// True when the loop has not stepped for longer than
-    /// [`SetStatus::stall_after`] and the set has not finished (never
+    /// [`SetSnapshot::stall_after`] and the set has not finished (never
     /// merely because this node holds nothing or the database is out of
     /// reach: failed batches are steps too), as the single lease's
     /// [`crate::Snapshot::is_wedged`].
@@ -72,52 +77,49 @@ impl SetStatus {
     }
 }
 
-/// The shared state behind a set's handle.
-pub(crate) type SharedStatus = Arc<Mutex<SetStatus>>;
+/// The shared state behind a set's snapshot.
+pub(crate) type SharedSnapshot = Arc<Mutex<SetSnapshot>>;
 
-/// Each lease's last published leadership, as a lone lease's
-/// `leadership()` reads its own.
-pub(crate) type Leaderships = Arc<Mutex<HashMap<LeaseName, Leadership>>>;
-
-/// What a set's handle reads, the same on both drivers: the transitions
-/// (taken once) and the status.
+/// What a set's handle reads, the same on both drivers.
 ///
 /// Both set handles ([`crate::sqlite::SqliteLeaseSet`],
 /// [`crate::postgres::PgLeaseSet`]) dereference to it, as lease handles
-/// do to [`crate::LeaseView`].
-#[derive(Debug)]
+/// do to [`crate::LeaseView`]; per lease it answers what a lone lease's
+/// handle answers.
 pub struct SetView {
-    pub(super) status: SharedStatus,
+    pub(super) template: Config,
+    pub(super) snapshot: SharedSnapshot,
     pub(super) wedge: Arc<AtomicBool>,
-    pub(super) leaderships: Leaderships,
-    pub(super) transitions: Mutex<Option<mpsc::Receiver<SetTransition>>>,
+    /// Each lease's publisher, as a lone lease's handle reads its own.
+    pub(super) publishers: Arc<HashMap<LeaseName, Arc<Publisher>>>,
+    pub(super) fanout: Arc<Fanout>,
+    pub(super) held: watch::Receiver<BTreeMap<LeaseName, Epoch>>,
+}
+
+impl std::fmt::Debug for SetView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetView")
+            .field("holder", &self.template.holder)
+            .field("leases", &self.publishers.len())
+            .field("held", &self.held.borrow().len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl SetView {
-    /// Every lease's transitions, in order, from the start (the first call
-    /// takes the receiver; later calls get `None`).
-    pub fn transitions(&self) -> Option<mpsc::Receiver<SetTransition>> {
-        self.transitions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+    /// The timings and holder id every lease of the set is contended with.
+    pub fn config(&self) -> &Config {
+        &self.template
     }
 
-    /// What this node holds, whom it sees, its share.
-    pub fn status(&self) -> SetStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// This node's holder id, as stored in the rows (use it in fences).
+    pub fn holder(&self) -> &HolderId {
+        &self.template.holder
     }
 
-    /// A reader of [`SetView::status`] for other threads.
-    pub fn status_view(&self) -> SetStatusView {
-        SetStatusView(
-            Arc::clone(&self.status),
-            Arc::clone(&self.wedge),
-            Arc::clone(&self.leaderships),
-        )
+    /// The leases of the set, in no particular order.
+    pub fn leases(&self) -> impl Iterator<Item = &LeaseName> {
+        self.publishers.keys()
     }
 
     /// `lease`'s leadership as last published (leader with its epoch, or
@@ -125,32 +127,79 @@ impl SetView {
     /// [`Leadership::unknown`] before anything was), as a lone lease's
     /// `leadership()`; `None` for a lease outside the set.
     pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
-        self.leaderships
+        self.publishers.get(lease).map(|p| p.leadership())
+    }
+
+    /// While this node leads `lease`, the time left before it demotes
+    /// itself unless a renewal succeeds first (a lone lease's
+    /// `time_left()`); `None` otherwise.
+    pub fn time_left(&self, lease: &LeaseName) -> Option<Duration> {
+        self.publishers.get(lease).and_then(|p| p.time_left())
+    }
+
+    /// A watch of the leases this node leads, with their epochs, updated
+    /// at every change (usable with or without a tokio runtime); empty
+    /// once the set has finished.
+    pub fn watch(&self) -> watch::Receiver<BTreeMap<LeaseName, Epoch>> {
+        self.held.clone()
+    }
+
+    /// Every lease's leadership changes from now on, in order, each
+    /// [`crate::Transition`] naming its lease; bounded as a lone lease's
+    /// (see [`Subscription`]), at [`crate::SUBSCRIPTION_CAPACITY`] plus
+    /// two per lease. Any number may be taken; a builder's `subscribe()`
+    /// sees them from the start.
+    pub fn subscribe(&self) -> Subscription {
+        self.fanout.subscribe()
+    }
+
+    /// What this node holds, whom it sees, its share, its loop's health.
+    pub fn snapshot(&self) -> SetSnapshot {
+        self.snapshot
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(lease)
-            .cloned()
+            .clone()
+    }
+
+    /// A cheap, cloneable reader of [`SetView::snapshot`] and of each
+    /// lease's leadership, for other threads (an HTTP server's, say); it
+    /// outlives the handle.
+    pub fn snapshots(&self) -> SetSnapshots {
+        SetSnapshots {
+            snapshot: Arc::clone(&self.snapshot),
+            wedge: Arc::clone(&self.wedge),
+            publishers: Arc::clone(&self.publishers),
+        }
     }
 }
 
-/// A cheap, cloneable reader of a set's [`SetStatus`], for threads that
-/// do not own the handle (an HTTP endpoint, say).
-#[derive(Clone, Debug, Default)]
-pub struct SetStatusView(pub(crate) SharedStatus, Arc<AtomicBool>, Leaderships);
+/// A cheap, cloneable reader of a set's [`SetSnapshot`] and of each of its
+/// leases' leadership, for threads that do not own the handle.
+#[derive(Clone)]
+pub struct SetSnapshots {
+    snapshot: SharedSnapshot,
+    wedge: Arc<AtomicBool>,
+    publishers: Arc<HashMap<LeaseName, Arc<Publisher>>>,
+}
 
-impl SetStatusView {
-    /// The status as of the set's last step.
-    pub fn get(&self) -> SetStatus {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+impl std::fmt::Debug for SetSnapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetSnapshots").finish_non_exhaustive()
+    }
+}
+
+impl SetSnapshots {
+    /// The set as of its last step.
+    pub fn snapshot(&self) -> SetSnapshot {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// `lease`'s leadership as last published ([`SetView::leadership`]).
     pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
-        self.2
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(lease)
-            .cloned()
+        self.publishers.get(lease).map(|p| p.leadership())
     }
 
     /// Test seam: blocks the set's loop at its next step, for ever, so
@@ -158,7 +207,7 @@ impl SetStatusView {
     /// [`crate::Snapshots::wedge_loop_for_tests`]). Not for production use.
     #[doc(hidden)]
     pub fn wedge_loop_for_tests(&self) {
-        self.1.store(true, Ordering::SeqCst);
+        self.wedge.store(true, Ordering::SeqCst);
     }
 }
 
@@ -175,10 +224,10 @@ mod tests {
         // lease's bound for the same timings.
         assert_eq!(stall_after, Duration::from_millis(1_000));
         let t0 = std::time::Instant::now();
-        let status = SetStatus {
+        let status = SetSnapshot {
             last_step: Some(t0),
             stall_after,
-            ..SetStatus::default()
+            ..SetSnapshot::default()
         };
         let healthy = t0 + stall_after;
         assert_eq!(status.since_progress_at(healthy), stall_after);
@@ -187,19 +236,19 @@ mod tests {
         let wedged = healthy + Duration::from_millis(1);
         assert!(status.is_wedged_at(wedged));
         // A step brings it back.
-        let stepped = SetStatus {
+        let stepped = SetSnapshot {
             last_step: Some(wedged),
             ..status.clone()
         };
         assert!(!stepped.is_wedged_at(wedged + Duration::from_millis(1)));
         // A finished set is stopped, not wedged; a status no driver wrote
         // is neither.
-        let finished = SetStatus {
+        let finished = SetSnapshot {
             finished: true,
             ..status.clone()
         };
         assert!(!finished.is_wedged_at(wedged));
-        assert_eq!(SetStatus::default().since_progress(), Duration::ZERO);
-        assert!(!SetStatus::default().is_wedged());
+        assert_eq!(SetSnapshot::default().since_progress(), Duration::ZERO);
+        assert!(!SetSnapshot::default().is_wedged());
     }
 }
