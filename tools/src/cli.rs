@@ -131,6 +131,10 @@ pub enum Command {
         /// the check's default bounds, and show the violation it reaches.
         #[arg(long, value_name = "TRACE", conflicts_with_all = ["seed", "ttl", "faults"])]
         replay: Option<String>,
+        /// With --replay: the trace is of `check --leases N` (each node a
+        /// lease set of N leases).
+        #[arg(long, value_name = "N", requires = "replay", default_value_t = 0)]
+        leases: usize,
     },
     /// Exhaustive model check of the core: every schedule of a bounded
     /// world (clock ticks with drift, deliveries, losses, pauses, crashes,
@@ -141,6 +145,12 @@ pub enum Command {
         /// How many nodes: 2 or 3.
         #[arg(long, default_value_t = 2)]
         nodes: usize,
+        /// Check lease sets instead: each node the real `LeaseSet` over
+        /// this many leases (1 to 3), with the per-lease properties and
+        /// the share's (no stealing); bounded by depth (default 30, no
+        /// fault). 0 (the default): one lease per node.
+        #[arg(long, default_value_t = 0)]
+        leases: usize,
         /// The longest path explored, in steps (default: per node count).
         #[arg(long)]
         depth: Option<usize>,
@@ -148,7 +158,8 @@ pub enum Command {
         #[arg(long)]
         faults: Option<usize>,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
-        /// "depth", "complete", "violations": [TRACE, ...]}.
+        /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"
+        /// with `--leases`.
         #[arg(long)]
         json: bool,
     },

@@ -15,14 +15,20 @@ use crate::duration::show;
 use crate::failure::CliError;
 use crate::output::line;
 
-/// The bounds from the command line: the defaults for `nodes`, with the
-/// depth and fault count overridden when given.
+/// The bounds from the command line: the defaults for `nodes` (and, with
+/// `leases` > 0, for a set of that many leases on each), with the depth
+/// and fault count overridden when given.
 pub fn bounds(
     nodes: usize,
+    leases: usize,
     depth: Option<usize>,
     faults: Option<usize>,
 ) -> Result<Bounds, CliError> {
-    let mut bounds = Bounds::default_for(nodes);
+    let mut bounds = if leases == 0 {
+        Bounds::default_for(nodes)
+    } else {
+        Bounds::for_set(nodes, leases)
+    };
     bounds.nodes = nodes;
     if let Some(depth) = depth {
         bounds.depth = depth;
@@ -37,13 +43,18 @@ pub fn bounds(
 /// Runs the check and prints the result.
 pub fn run(
     nodes: usize,
+    leases: usize,
     depth: Option<usize>,
     faults: Option<usize>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    let bounds = bounds(nodes, depth, faults)?;
+    let bounds = bounds(nodes, leases, depth, faults)?;
+    let what = match bounds.leases {
+        0 => String::new(),
+        n => format!(", each a lease set of {n} leases"),
+    };
     eprintln!(
-        "checking {} nodes: ttl {} ticks, interval {} ticks, drift {} ticks, depth {}, {} faults per path (1 tick = 1 ms)",
+        "checking {} nodes{what}: ttl {} ticks, interval {} ticks, drift {} ticks, depth {}, {} faults per path (1 tick = 1 ms)",
         bounds.nodes,
         bounds.ttl_ticks,
         bounds.interval_ticks,
@@ -79,16 +90,21 @@ fn print_progress(progress: &Progress) {
     );
 }
 
-/// The contract of `check --json`: exactly these keys.
+/// The contract of `check --json`: exactly these keys, and `leases` for a
+/// set check.
 fn to_json(report: &Report) -> serde_json::Value {
-    serde_json::json!({
+    let mut json = serde_json::json!({
         "nodes": report.nodes,
         "states": report.states,
         "transitions": report.transitions,
         "depth": report.depth,
         "complete": report.complete,
         "violations": report.violations.iter().map(|v| v.trace.clone()).collect::<Vec<_>>(),
-    })
+    });
+    if report.leases > 0 {
+        json["leases"] = serde_json::json!(report.leases);
+    }
+    json
 }
 
 fn print_report(report: &Report, bounds: &Bounds) {

@@ -35,21 +35,24 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Simulate {
             replay: Some(ref trace),
             nodes,
+            leases,
             ..
-        } => return simulate::replay(trace, nodes.map(usize::from)),
+        } => return simulate::replay(trace, nodes.map(usize::from), leases),
         Command::Simulate {
             nodes,
             seed,
             ttl,
             ref faults,
             replay: None,
+            ..
         } => return simulate::run(usize::from(nodes.unwrap_or(3)), seed, ttl, faults),
         Command::Check {
             nodes,
+            leases,
             depth,
             faults,
             json,
-        } => return check::run(nodes, depth, faults, json),
+        } => return check::run(nodes, leases, depth, faults, json),
         Command::Guard {
             grace_ms,
             deadline_ns,

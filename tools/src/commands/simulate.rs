@@ -22,14 +22,19 @@ const MAX_VIRTUAL_TIME: Duration = Duration::from_secs(24 * 3600);
 const MAX_EVENTS: u128 = 2_000_000;
 
 /// Replays a trace of `picolease check` step by step (the check's default
-/// bounds for `nodes`); exit 1 if it reaches a violation.
-pub fn replay(trace: &str, nodes: Option<usize>) -> Result<ExitCode, CliError> {
+/// bounds for `nodes`, and for sets of `leases` leases when not 0); exit 1
+/// if it reaches a violation.
+pub fn replay(trace: &str, nodes: Option<usize>, leases: usize) -> Result<ExitCode, CliError> {
     // Without --nodes, the trace says how many nodes it needs.
     let nodes = nodes.unwrap_or_else(|| nodes_in(trace).max(2));
-    let bounds = super::check::bounds(nodes, None, None)?;
+    let bounds = super::check::bounds(nodes, leases, None, None)?;
     let replayed = picolease_core::check::replay(trace, &bounds).map_err(CliError::usage)?;
+    let sets = match leases {
+        0 => String::new(),
+        n => format!(", each a lease set of {n}"),
+    };
     line(&format!(
-        "replaying {} steps on {nodes} nodes (ttl {} ticks, interval {} ticks, drift {} ticks; 1 tick = 1 ms)",
+        "replaying {} steps on {nodes} nodes{sets} (ttl {} ticks, interval {} ticks, drift {} ticks; 1 tick = 1 ms)",
         trace.split(';').filter(|s| !s.trim().is_empty()).count(),
         bounds.ttl_ticks,
         bounds.interval_ticks,

@@ -1,0 +1,80 @@
+//! `picolease check --leases N`: the model check over lease sets, from
+//! outside (and the lone-lease contract of `--json` unchanged).
+
+use std::process::{Command, Output};
+
+fn picolease(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_picolease"))
+        .args(args)
+        .output()
+        .expect("run picolease")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON object ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+#[test]
+fn a_shallow_set_check_completes_clean_and_names_its_leases() {
+    let out = picolease(&[
+        "check", "--nodes", "2", "--leases", "2", "--depth", "22", "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("each a lease set of 2 leases"),
+        "progress says what is checked: {stderr}"
+    );
+    let report = json(&out);
+    assert_eq!(report["leases"], 2);
+    assert_eq!(report["nodes"], 2);
+    assert_eq!(report["depth"], 22);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["violations"], serde_json::json!([]));
+    assert!(report["states"].as_u64().unwrap() > 10_000, "{report}");
+}
+
+#[test]
+fn the_lone_lease_checks_json_keeps_exactly_its_keys() {
+    let out = picolease(&["check", "--nodes", "2", "--depth", "8", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let mut keys: Vec<&str> = report
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "complete",
+            "depth",
+            "nodes",
+            "states",
+            "transitions",
+            "violations"
+        ]
+    );
+}
+
+#[test]
+fn bad_set_bounds_are_refused_with_exit_2_naming_the_value() {
+    let out = picolease(&["check", "--nodes", "2", "--leases", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains('9') && stderr.contains("lease"), "{stderr}");
+    // `--leases` on `simulate` only goes with a replay.
+    let out = picolease(&["simulate", "--leases", "2"]);
+    assert_eq!(out.status.code(), Some(2));
+}
