@@ -104,3 +104,111 @@ fn a_jump_past_the_deadline_stops_the_work_before_the_lease_thread_wakes() {
     assert_eq!(demotion, Some(Demotion::Expired));
     lease.shutdown().unwrap();
 }
+
+/// The same for a lease set: each held lease's work reads its own
+/// deadline on the set's clock, so a jump past it stops every lease's work
+/// while the set's thread sleeps, and every lease demotes with `expired`.
+#[test]
+fn a_jump_past_the_deadline_stops_every_lease_of_a_set() {
+    use picolease::sqlite::SqliteLeaseSet;
+    use picolease::Epoch;
+    use std::collections::BTreeMap;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = Duration::from_secs(10);
+    let template = Config::with_ttl(
+        LeaseName::new("template").unwrap(),
+        HolderId::new("sleeper").unwrap(),
+        ttl,
+    );
+    let names: Vec<LeaseName> = ["a", "b"]
+        .iter()
+        .map(|n| LeaseName::new(n).unwrap())
+        .collect();
+    let clock = JumpingClock::default();
+    /// Each term's work as it went: (lease, epoch) → when it stopped, if
+    /// it has (later terms of the same lease get their own entries).
+    type Works = Arc<std::sync::Mutex<BTreeMap<(String, Epoch), Option<Instant>>>>;
+    let works: Works = Arc::default();
+    let builder = SqliteLeaseSet::builder(
+        template,
+        names.clone(),
+        Database::file(dir.path().join("l.db")),
+    )
+    .clock(clock.clone())
+    .while_leader({
+        let works = Arc::clone(&works);
+        move |ctx| {
+            assert!(ctx.time_left() > Duration::ZERO);
+            let term = (ctx.lease().to_string(), ctx.epoch());
+            works.lock().unwrap().insert(term.clone(), None);
+            while !ctx.sleep(Duration::from_millis(5)) {}
+            works.lock().unwrap().insert(term, Some(Instant::now()));
+        }
+    });
+    let mut transitions = builder.subscribe();
+    let set = builder.start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while works.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "the works never both started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for lease in &names {
+        assert!(set.time_left(lease).is_some_and(|l| l > Duration::ZERO));
+        assert!(set.fence(lease).is_some(), "a held lease has a fence");
+    }
+    let held = set.watch().borrow().clone();
+    assert_eq!(held.len(), 2);
+
+    // Right after a batch the set's thread waits (at most a second); the
+    // machine now sleeps for two ttls.
+    let statements = set.snapshot().statements;
+    while set.snapshot().statements == statements {
+        assert!(Instant::now() < deadline, "no batch");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let jumped_at = Instant::now();
+    clock.jump(ttl * 2);
+    let stop_deadline = Instant::now() + Duration::from_secs(15);
+    let stopped: Vec<Instant> = loop {
+        let works = works.lock().unwrap();
+        let seen: Vec<Instant> = held
+            .iter()
+            .filter_map(|(lease, epoch)| works.get(&(lease.to_string(), *epoch)).copied().flatten())
+            .collect();
+        if seen.len() == 2 {
+            break seen;
+        }
+        assert!(
+            Instant::now() < stop_deadline,
+            "a work never stopped: {works:?}"
+        );
+        drop(works);
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    for at in stopped {
+        let reaction = at.saturating_duration_since(jumped_at);
+        assert!(
+            reaction < Duration::from_millis(500),
+            "a work went on for {reaction:?} after the deadline"
+        );
+    }
+
+    // Every lease demotes with `expired`.
+    let mut demoted = BTreeMap::new();
+    while demoted.len() < 2 {
+        let t = transitions
+            .recv_timeout(Duration::from_secs(15))
+            .expect("transitions keep coming");
+        if t.leadership.role == Role::Follower && t.leadership.reason.is_some() {
+            demoted
+                .entry(t.lease.to_string())
+                .or_insert(t.leadership.reason);
+        }
+    }
+    assert!(
+        demoted.values().all(|r| *r == Some(Demotion::Expired)),
+        "{demoted:?}"
+    );
+    set.shutdown().unwrap();
+}
