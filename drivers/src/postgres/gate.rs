@@ -16,10 +16,13 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use picolease_core::sql::Statements;
 use picolease_core::{Epoch, HolderId, LeaseName};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::error::PgError;
 use super::fence::Fence;
+use super::transaction::FencedTransaction;
 use crate::publish::Publisher;
 use crate::view::Term;
 
@@ -92,6 +95,26 @@ impl LeaderContext {
     /// on it.
     pub fn fence(&self) -> &Fence {
         &self.fence
+    }
+}
+
+/// A fenced transaction of the term (its type and guarantees are in
+/// `transaction.rs`).
+impl LeaderContext {
+    /// Opens a fenced transaction of this term on `client`, bounded by the
+    /// leader's deadline as it stands now ([`LeaderContext::time_left`]);
+    /// see [`Fence::transaction`] for what it guarantees and the bound it
+    /// puts on a takeover's delay. Refused ([`PgError::Fenced`]) once the
+    /// term has ended.
+    pub async fn fenced_transaction<'c>(
+        &self,
+        client: &'c mut Client,
+    ) -> Result<FencedTransaction<'c>, PgError> {
+        if self.is_cancelled() || self.deadline().is_none() {
+            return Err(self.fence().over("the term has ended"));
+        }
+        let deadline = tokio::time::Instant::now() + self.time_left();
+        self.fence().transaction(client, deadline).await
     }
 }
 

@@ -15,6 +15,7 @@ use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify;
 use super::options::{pg_option_methods, PgOptions};
+use super::transaction::FencedTransaction;
 use crate::clock::Clock;
 use crate::publish::Publisher;
 use crate::subscription::Subscription;
@@ -267,6 +268,32 @@ impl PgLease {
             Ok(result) => result,
             Err(e) => Err(PgError::Stopped {
                 reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// A fenced transaction of the current term (its type and guarantees are
+/// in `transaction.rs`).
+impl PgLease {
+    /// Opens a fenced transaction of the current term on `client`, bounded
+    /// by the leader's deadline as it stands now ([`PgLease::fence`],
+    /// [`crate::LeaseView::time_left`]); see [`Fence::transaction`]. Refused
+    /// ([`PgError::Fenced`]) when this node does not lead.
+    pub async fn fenced_transaction<'c>(
+        &self,
+        client: &'c mut tokio_postgres::Client,
+    ) -> Result<FencedTransaction<'c>, PgError> {
+        match (self.fence(), self.time_left()) {
+            (Some(fence), Some(left)) => {
+                fence
+                    .transaction(client, tokio::time::Instant::now() + left)
+                    .await
+            }
+            _ => Err(PgError::Fenced {
+                lease: self.lease().to_string(),
+                epoch: self.leadership().epoch.map_or(0, |e| e.get()),
+                reason: "this node does not lead".to_string(),
             }),
         }
     }

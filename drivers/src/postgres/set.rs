@@ -41,6 +41,7 @@ use super::link::Link;
 use super::notify::{spawn_listener, Interest};
 use super::options::{pg_option_methods, PgOptions};
 pub(crate) use super::set_task::Control;
+use super::transaction::FencedTransaction;
 use crate::clock::{Clock, SharedClock};
 use crate::set::{SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
@@ -224,6 +225,32 @@ impl PgLeaseSet {
     pub fn fence(&self, lease: &LeaseName) -> Option<Fence> {
         let epoch = self.leadership(lease)?.leader_epoch()?;
         Some(Fence::new(&self.statements, lease, self.holder(), epoch))
+    }
+
+    /// Opens a fenced transaction of `lease`'s current term on `client`,
+    /// bounded by its deadline as it stands now, as a lone lease's
+    /// [`super::PgLease::fenced_transaction`] (see [`Fence::transaction`]).
+    /// Refused ([`PgError::Fenced`]) when this node does not lead `lease`.
+    pub async fn fenced_transaction<'c>(
+        &self,
+        lease: &LeaseName,
+        client: &'c mut tokio_postgres::Client,
+    ) -> Result<FencedTransaction<'c>, PgError> {
+        match (self.fence(lease), self.time_left(lease)) {
+            (Some(fence), Some(left)) => {
+                fence
+                    .transaction(client, tokio::time::Instant::now() + left)
+                    .await
+            }
+            _ => Err(PgError::Fenced {
+                lease: lease.to_string(),
+                epoch: self
+                    .leadership(lease)
+                    .and_then(|l| l.epoch)
+                    .map_or(0, |e| e.get()),
+                reason: "this node does not lead it".to_string(),
+            }),
+        }
     }
 
     /// The most recent error met (a failed connect, a failed or timed-out

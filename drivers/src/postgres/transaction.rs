@@ -1,6 +1,9 @@
 //! Fenced transactions: a transaction whose writes land inside the term
 //! or not at all, bounded by the leader's deadline on the server and on
-//! the client (see [`Fence::transaction`]).
+//! the client: how one is opened ([`Fence::transaction`]), and the type
+//! ([`FencedTransaction`]). Gated work opens one through
+//! `LeaderContext::fenced_transaction` (`gate.rs`), a handle through
+//! `PgLease::fenced_transaction` (`handle.rs`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,54 +13,14 @@ use std::time::Duration;
 use futures::future::try_join;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{CancelToken, Client, Row, ToStatement, Transaction};
+use tokio_postgres::{CancelToken, Client, NoTls, Row, ToStatement, Transaction};
 
 use super::error::PgError;
 use super::fence::Fence;
-use super::gate::LeaderContext;
-use super::handle::PgLease;
 
 /// How long a cancel request sent at the deadline may take before it is
 /// given up (it is never waited for by the caller).
 pub(super) const CANCEL_PATIENCE: Duration = Duration::from_secs(5);
-
-impl LeaderContext {
-    /// Opens a fenced transaction of this term on `client`, bounded by the
-    /// leader's deadline as it stands now ([`LeaderContext::time_left`]);
-    /// see [`Fence::transaction`] for what it guarantees and the bound it
-    /// puts on a takeover's delay. Refused ([`PgError::Fenced`]) once the
-    /// term has ended.
-    pub async fn fenced_transaction<'c>(
-        &self,
-        client: &'c mut Client,
-    ) -> Result<FencedTransaction<'c>, PgError> {
-        if self.is_cancelled() || self.deadline().is_none() {
-            return Err(self.fence().over("the term has ended"));
-        }
-        let deadline = Instant::now() + self.time_left();
-        self.fence().transaction(client, deadline).await
-    }
-}
-
-impl PgLease {
-    /// Opens a fenced transaction of the current term on `client`, bounded
-    /// by the leader's deadline as it stands now ([`PgLease::fence`],
-    /// [`crate::LeaseView::time_left`]); see [`Fence::transaction`]. Refused
-    /// ([`PgError::Fenced`]) when this node does not lead.
-    pub async fn fenced_transaction<'c>(
-        &self,
-        client: &'c mut Client,
-    ) -> Result<FencedTransaction<'c>, PgError> {
-        match (self.fence(), self.time_left()) {
-            (Some(fence), Some(left)) => fence.transaction(client, Instant::now() + left).await,
-            _ => Err(PgError::Fenced {
-                lease: self.lease().to_string(),
-                epoch: self.leadership().epoch.map_or(0, |e| e.get()),
-                reason: "this node does not lead".to_string(),
-            }),
-        }
-    }
-}
 
 /// A transaction fenced by a lease term and bounded by the leader's
 /// deadline, opened with [`Fence::transaction`] (or
@@ -289,5 +252,130 @@ pub(super) fn statement_error(during: &'static str, err: &tokio_postgres::Error)
             during,
             reason: err.to_string(),
         },
+    }
+}
+
+impl Fence {
+    /// Opens a fenced transaction on `client` that must end by `deadline`
+    /// (the leader's deadline: `Instant::now()` plus the time left in the
+    /// term, [`LeaderContext::time_left`](super::LeaderContext::time_left); [`LeaderContext::fenced_transaction`](super::LeaderContext::fenced_transaction)
+    /// and [`PgLease::fenced_transaction`](super::PgLease::fenced_transaction) do this for you).
+    ///
+    /// It begins a transaction, sets `statement_timeout` and
+    /// `idle_in_transaction_session_timeout` (`SET LOCAL`) to the time left
+    /// until `deadline`, and evaluates the fence (`SELECT <fence>`), which
+    /// locks the lease row `FOR KEY SHARE` for the whole transaction. If
+    /// the fence no longer holds, or `deadline` has passed, it rolls back
+    /// and returns [`PgError::Fenced`]. Once it returns, no successor can
+    /// take the lease before this transaction ends: everything it commits
+    /// is ordered before the next term (still AND the fence into your
+    /// writes, with [`FencedTransaction::fence`], so that they also stop at
+    /// the lease's expiry).
+    ///
+    /// # The bound on a takeover's delay
+    ///
+    /// While the transaction is open it delays the next term; this is how
+    /// long at most. Let `D` be `deadline` and `L` the time left when the
+    /// transaction began (`L ≤ ttl·(1 − ρ)`); each statement re-arms both
+    /// server timeouts to `D − now` when sent:
+    ///
+    /// - a statement of it running at `D`, client responsive: the client
+    ///   sends a cancel request (cancel token); the server aborts the
+    ///   transaction, which frees the lock, within a round trip of `D`.
+    ///   Later calls and `commit` are refused; dropping sends the ROLLBACK;
+    /// - otherwise (client idle in the transaction, paused, hung or cut
+    ///   off): the server ends a statement by its `statement_timeout`
+    ///   (about `D`) and closes a session idle in the transaction after
+    ///   `idle_in_transaction_session_timeout` (what was left when the last
+    ///   statement was sent, at most `L`): the lock goes by `D + L` at the
+    ///   very worst, and by about `D` when the last statement was short.
+    ///
+    /// The leader's deadline comes before the lease's expiry on the
+    /// database (by the drift allowance), so a successor is delayed by at
+    /// most `L` (≤ ttl) past the expiry, plus one interval if its own
+    /// acquire timed out while waiting. PostgreSQL 15 has no
+    /// `transaction_timeout`; these two settings are what bounds a
+    /// transaction on the server.
+    ///
+    /// When `idle_in_transaction_session_timeout` fires, the server closes
+    /// the *connection*: `client` is then closed and must be replaced.
+    ///
+    /// ```no_run
+    /// # async fn demo(
+    /// #     fence: picolease::postgres::Fence,
+    /// #     mut client: tokio_postgres::Client,
+    /// #     time_left: std::time::Duration,
+    /// # ) -> Result<(), picolease::postgres::PgError> {
+    /// let deadline = tokio::time::Instant::now() + time_left;
+    /// let tx = fence.transaction(&mut client, deadline).await?;
+    /// let sql = format!(
+    ///     "UPDATE jobs SET done = true WHERE id = $1 AND {}",
+    ///     tx.fence().condition(2)
+    /// );
+    /// let job: i64 = 7;
+    /// let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&job];
+    /// params.extend(tx.fence().params());
+    /// if tx.execute(sql.as_str(), &params).await? == 1 {
+    ///     tx.commit().await?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn transaction<'c>(
+        &self,
+        client: &'c mut Client,
+        deadline: Instant,
+    ) -> Result<FencedTransaction<'c>, PgError> {
+        let cancel = client.cancel_token();
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(self.over("the leader's deadline had passed before it began"));
+        }
+        let check = format!("SELECT {}", self.condition(1));
+        let params = self.params();
+        let bounds = timeouts(left);
+        let begin = async {
+            let tx = client.transaction().await?;
+            let (_, row) = try_join(
+                tx.batch_execute(&bounds),
+                tx.query_one(check.as_str(), &params),
+            )
+            .await?;
+            let holds: bool = row.try_get(0)?;
+            Ok::<_, tokio_postgres::Error>((tx, holds))
+        };
+        match until(deadline, begin).await {
+            Some(Ok((tx, true))) => Ok(FencedTransaction {
+                tx,
+                cancel,
+                fence: self.clone(),
+                deadline,
+                over: AtomicBool::new(false),
+                failed: Mutex::new(None),
+            }),
+            Some(Ok((tx, false))) => {
+                drop(tx);
+                Err(self.over(
+                    "the fence no longer holds (the lease was taken over, released or lapsed)",
+                ))
+            }
+            Some(Err(e)) => Err(statement_error("begin of a fenced transaction", &e)),
+            None => {
+                self.send_cancel(cancel);
+                Err(self.over("the leader's deadline passed while it began"))
+            }
+        }
+    }
+
+    /// Asks the server to cancel whatever runs on the connection of
+    /// `token`, in the background.
+    pub(super) fn send_cancel(&self, token: CancelToken) {
+        let cancel = match &self.canceller {
+            Some(connector) => connector.cancel(token),
+            None => Box::pin(async move { token.cancel_query(NoTls).await }),
+        };
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_PATIENCE, cancel).await;
+        });
     }
 }
