@@ -192,11 +192,21 @@ impl TermView for LeaderContext {
         LeaderContext::deadline(self)
     }
 
+    /// Waits on the term's token (woken at once when the driver stops the
+    /// work) or its deadline, whichever comes first, from the runtime's
+    /// blocking pool, where the supervisor runs.
     fn ended(&self, timeout: std::time::Duration) -> bool {
         if self.is_cancelled() {
             return true;
         }
-        std::thread::sleep(timeout.min(self.time_left()));
+        let wait = timeout.min(self.time_left());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let token = self.token().clone();
+                let _ = runtime.block_on(tokio::time::timeout(wait, token.cancelled_owned()));
+            }
+            Err(_) => std::thread::sleep(wait),
+        }
         self.is_cancelled()
     }
 }
