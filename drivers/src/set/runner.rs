@@ -20,6 +20,20 @@ use crate::subscription::Fanout;
 struct Member<G> {
     publisher: Arc<Publisher>,
     gate: G,
+    /// The deadline last handed to the publisher: a step hands it again
+    /// only when it moved (a renewal), which keeps a step cheap when a
+    /// node holds thousands of leases.
+    published: Option<Duration>,
+}
+
+impl<G> Member<G> {
+    /// Hands `deadline` to the publisher unless it already has it.
+    fn publish_deadline(&mut self, deadline: Option<Duration>) {
+        if self.published != deadline {
+            self.published = deadline;
+            self.publisher.set_deadline(deadline);
+        }
+    }
 }
 
 /// Carries a [`LeaseSet`]'s commands out for a driver.
@@ -100,6 +114,7 @@ impl<G: TermGate> SetRunner<G> {
             let member = Member {
                 gate: gate(lease, &publisher),
                 publisher: Arc::clone(&publisher),
+                published: None,
             };
             publishers.insert(lease.clone(), publisher);
             members.insert(lease.clone(), member);
@@ -204,12 +219,15 @@ impl<G: TermGate> SetRunner<G> {
             self.held.send_replace(snapshot.held.clone());
         }
         // Each held lease's deadline to its publisher, where its work
-        // reads it (a lease that stopped being held was given none when
-        // its demotion was published).
+        // reads it, when it moved (a lease that stopped being held was
+        // given none when its demotion was published).
+        let (set, origin, members) = (&self.set, self.origin, &mut self.members);
         for lease in snapshot.held.keys() {
-            let deadline = self.clock_deadline(lease);
-            if let Some(member) = self.members.get(lease) {
-                member.publisher.set_deadline(deadline);
+            let deadline = set
+                .deadline(lease.as_str())
+                .map(|at| origin + Duration::from_nanos(at.as_nanos()));
+            if let Some(member) = members.get_mut(lease) {
+                member.publish_deadline(deadline);
             }
         }
         drop(snapshot);
@@ -257,7 +275,7 @@ impl<G: TermGate> SetRunner<G> {
                 // it now, not only at the end of this step.
                 let deadline = self.clock_deadline(&lease);
                 if let Some(member) = self.members.get_mut(&lease) {
-                    member.publisher.set_deadline(deadline);
+                    member.publish_deadline(deadline);
                     member.gate.start(epoch);
                 }
             }
@@ -278,9 +296,9 @@ impl<G: TermGate> SetRunner<G> {
                         None => snapshot.held.remove(&lease),
                     };
                 }
-                if let Some(member) = self.members.get(&lease) {
+                if let Some(member) = self.members.get_mut(&lease) {
                     if !leadership.is_leader() {
-                        member.publisher.set_deadline(None);
+                        member.publish_deadline(None);
                     }
                     member.publisher.publish(leadership);
                 }
@@ -333,7 +351,7 @@ impl<G: TermGate> SetRunner<G> {
     /// [`SetRunner::finish`].
     pub(crate) fn stop_all(&mut self) {
         for member in self.members.values_mut() {
-            member.publisher.set_deadline(None);
+            member.publish_deadline(None);
             member.gate.stop_all();
         }
     }
