@@ -9,7 +9,8 @@ reason `expired`: the goal is none), and the shares once a second.
     python3 tools/scripts/cli_set_scale.py --db sqlite:///tmp/scale.db --ttl 2s --stagger 1 --load 2
 
 --stagger S starts the processes S seconds apart; --load N keeps N busy
-loops running meanwhile (a loaded machine). The binary is $PICOLEASE, or
+loops running meanwhile (a loaded machine); --logs keeps each process's
+stderr. The binary is $PICOLEASE, or
 target/release/picolease.
 """
 
@@ -34,6 +35,8 @@ def main():
     parser.add_argument("--stagger", type=float, default=0.0)
     parser.add_argument("--load", type=int, default=0)
     parser.add_argument("--table", default="pl_cli_set_scale")
+    parser.add_argument("--logs", action="store_true",
+                        help="keep each process's stderr (its warnings: failed, timed-out batches) and print where")
     args = parser.parse_args()
     binary = os.environ.get("PICOLEASE", "target/release/picolease")
     base = [binary, "--db", args.db, "--table", args.table]
@@ -48,7 +51,8 @@ def main():
             stdout = open(os.path.join(out, "p%d.jsonl" % i), "w")
             procs.append(subprocess.Popen(
                 base + ["run", "--name", names, "--ttl", args.ttl, "--json", "--node", "p%d" % i],
-                stdout=stdout, stderr=subprocess.DEVNULL))
+                stdout=stdout,
+                stderr=open(os.path.join(out, "p%d.log" % i), "w") if args.logs else subprocess.DEVNULL))
             if args.stagger and i + 1 < args.procs:
                 time.sleep(args.stagger)
         last_start_ms = time.time() * 1000
@@ -104,6 +108,8 @@ def main():
         sum(expired.values()), dict(expired) if expired else ""))
     for at, c in shares:
         print("  %5.1f s  %s" % (at, c))
+    if args.logs:
+        print("stderr of each process: %s/p*.log" % out)
     return 1 if expired or balanced is None else 0
 
 
