@@ -24,7 +24,8 @@ pub(super) const CANCEL_PATIENCE: Duration = Duration::from_secs(5);
 
 /// A transaction fenced by a lease term and bounded by the leader's
 /// deadline, opened with [`Fence::transaction`] (or
-/// [`LeaderContext::fenced_transaction`], [`PgLease::fenced_transaction`]).
+/// [`LeaderContext::fenced_transaction`](super::LeaderContext::fenced_transaction),
+/// [`PgLease::fenced_transaction`](super::PgLease::fenced_transaction)).
 ///
 /// While it is open, the lease row is locked `FOR KEY SHARE`: no successor
 /// can take the lease, so whatever it commits is ordered before the next

@@ -6,7 +6,7 @@
 //! it on its connection (SQLite: on its thread; PostgreSQL: in its task)
 //! and feeds the result back. Each lease of the set is a lone lease's
 //! output and work side: its own `Publisher` (leadership, watch,
-//! deadline), and its own gate (the driver's, through [`TermGate`]), so
+//! deadline), and its own gate (the driver's, through `TermGate`), so
 //! set work gets the very `LeaderContext` lease work gets. What the
 //! handle reads is in `view.rs`. Nothing here decides anything.
 
