@@ -209,13 +209,22 @@ fn a_lease_missing_from_a_renew_result_alone_is_lost() {
         RequestId(5),
         BatchReply::Matched(vec!["a".into(), member()]),
     );
-    // Lost, and tried again at once (the row may be free), as a lone
-    // lease does.
+    // Lost: its work is told to stop; the survey due since 5001 ms goes
+    // out, and b is not tried again while its work runs.
     let mut expected = demoted("b", 4, Demotion::Lost);
-    expected.push(execute(6, BatchKind::Acquire, &[("b", None)], 7_502));
+    expected.push(execute(6, BatchKind::Survey, &[], 7_502));
     assert_eq!(drain(&mut s), expected);
     assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
     assert_eq!(s.deadline("b"), None);
+    s.handle_reply(ms(5_003), RequestId(6), BatchReply::Survey(vec![]));
+    assert_eq!(drain(&mut s), vec![], "b's work has not stopped");
+    // Once it has, b is tried again at once (the row may be free), as a
+    // lone lease is: its next term starts after the last one's work.
+    s.handle_work_stopped(ms(5_004), "b");
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(7, BatchKind::Acquire, &[("b", None)], 7_504)]
+    );
 }
 
 #[test]
@@ -316,17 +325,25 @@ fn a_stepped_database_clock_demotes_every_held_lease_with_clock() {
     let mut expected = demoted("a", 1, Demotion::Clock);
     expected.extend(demoted("b", 4, Demotion::Clock));
     assert_eq!(commands[..4], expected[..], "{commands:?}");
-    // Every row competes again at once, in one acquire batch, the
-    // membership row too (its term was measured on the same clock); it is
-    // not a lease and is not published.
+    // The membership row competes again at once (its term was measured
+    // on the same clock; it is not a lease and is not published, and has
+    // no work); the leases once their work has stopped, in one batch.
     assert_eq!(
         commands[4..],
-        [execute(
-            5,
-            BatchKind::Acquire,
-            &[("a", None), ("b", None), (&member(), None)],
-            7_000
-        )]
+        [execute(5, BatchKind::Acquire, &[(&member(), None)], 7_000)]
+    );
+    s.handle_work_stopped(ms(4_501), "a");
+    s.handle_work_stopped(ms(4_501), "b");
+    s.handle_reply(ms(4_502), RequestId(5), BatchReply::Acquired(vec![]));
+    let commands = drain(&mut s);
+    assert!(
+        matches!(
+            &commands[..],
+            [SetCommand::Execute { batch, .. }]
+                if batch.kind == BatchKind::Acquire
+                    && batch.items == [(name("a"), None), (name("b"), None)]
+        ),
+        "{commands:?}"
     );
     assert!(s.held().next().is_none());
 }

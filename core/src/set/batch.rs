@@ -44,6 +44,13 @@ impl LeaseSet {
             }
         };
         match (batch.kind, reply) {
+            (_, BatchReply::Failed(Failure::Fatal)) => {
+                self.fail_items(now, &batch, Failure::Fatal);
+                // The table is gone or malformed: the whole set stops, as
+                // a lone lease does, whichever leases the batch carried (a
+                // survey carries none).
+                self.handle_shutdown(now);
+            }
             (_, BatchReply::Failed(failure)) => self.fail_items(now, &batch, failure),
             (BatchKind::Acquire, BatchReply::Acquired(outcomes)) => {
                 let mut by_name: HashMap<String, Reply> = outcomes.into_iter().collect();
@@ -147,7 +154,10 @@ impl LeaseSet {
         if self.resurvey && !self.shutting_down {
             return self.send(now, BatchKind::Survey, Vec::new());
         }
-        if self.send_due(now, BatchKind::Acquire) {
+        // Nothing is written before the first survey has read the table:
+        // a malformed table stops the set before its membership row is
+        // written into it, as a lone lease's first acquire stops it.
+        if self.surveys > 0 && self.send_due(now, BatchKind::Acquire) {
             return;
         }
         if !self.shutting_down && now >= self.next_survey {
@@ -159,12 +169,16 @@ impl LeaseSet {
     /// every one due within half an interval brought forward, so the
     /// leases of a node keep renewing (and polling) together.
     fn send_due(&mut self, now: Instant, kind: BatchKind) -> bool {
+        // A lease whose last term's work has not stopped yet is not
+        // acquired again: as a lone lease's, the next term starts only
+        // once the work of the last has returned (DESIGN §5).
         let due = |s: &Slot| {
             matches!(
                 (kind, s.queued),
                 (BatchKind::Renew, Some((_, Operation::Renew { .. })))
-                    | (BatchKind::Acquire, Some((_, Operation::Acquire)))
-            )
+            ) || (kind == BatchKind::Acquire
+                && !s.stopping
+                && matches!(s.queued, Some((_, Operation::Acquire))))
         };
         if !self.slots.iter().any(due) {
             return false;
