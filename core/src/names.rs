@@ -88,6 +88,14 @@ impl LeaseName {
     }
 }
 
+/// Looked up by its text: a driver finds a lease named in a statement's
+/// result without building a name (hash and order are the text's).
+impl std::borrow::Borrow<str> for LeaseName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for LeaseName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

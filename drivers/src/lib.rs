@@ -38,6 +38,7 @@ pub use picolease_core::{
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod cancellation;
 mod clock;
+mod health;
 mod metrics;
 mod publish;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

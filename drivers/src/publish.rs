@@ -18,6 +18,7 @@ use picolease_core::{Config, HolderId, Leadership, LeaseName, Operation};
 use tokio::sync::watch;
 
 use crate::clock::SharedClock;
+pub(crate) use crate::health::{stall_after, Health, SharedHealth};
 use crate::metrics::{Outcome, StatementKind};
 use crate::subscription::{lock, Fanout, Mailbox, Subscription};
 
@@ -52,17 +53,6 @@ pub(crate) struct Attached {
     metrics: Option<crate::metrics::Metrics>,
 }
 
-/// The loop's progress, for health checks.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Health {
-    /// The loop's last step (a step of the core, or a statement's outcome).
-    pub(crate) last_step: std::time::Instant,
-    /// The last statement the database answered.
-    pub(crate) last_success: Option<(std::time::Instant, SystemTime)>,
-    /// Whether the last publication was a leader's, and at which epoch.
-    led: Option<u64>,
-}
-
 #[derive(Default)]
 struct Progress {
     /// Bumped on every publication, so a blocking waiter sees changes.
@@ -88,7 +78,9 @@ pub(crate) struct Publisher {
     changed: Condvar,
     renewals: Mutex<VecDeque<Duration>>,
     attached: OnceLock<Attached>,
-    health: Mutex<Health>,
+    health: SharedHealth,
+    /// Whether the last publication was a leader's, and at which epoch.
+    led: Mutex<Option<u64>>,
     /// Test seam: the loop blocks at its next step (see `wedge`).
     wedged: AtomicBool,
 }
@@ -104,6 +96,10 @@ impl std::fmt::Debug for Publisher {
 
 impl Publisher {
     pub(crate) fn new(clock: SharedClock, lease: LeaseName) -> Self {
+        Self::driven_by(clock, lease, Health::shared())
+    }
+
+    fn driven_by(clock: SharedClock, lease: LeaseName, health: SharedHealth) -> Self {
         Publisher {
             lease,
             fanout: None,
@@ -116,19 +112,22 @@ impl Publisher {
             // Grown on the first renewal: a set's members never record any.
             renewals: Mutex::new(VecDeque::new()),
             attached: OnceLock::new(),
-            health: Mutex::new(Health {
-                last_step: std::time::Instant::now(),
-                last_success: None,
-                led: None,
-            }),
+            health,
+            led: Mutex::new(None),
             wedged: AtomicBool::new(false),
         }
     }
 
     /// The publisher of one lease of a set: attached at once, without a
-    /// lone lease's metrics, each transition also handed to `fanout`.
-    pub(crate) fn member(clock: SharedClock, config: &Config, fanout: Arc<Fanout>) -> Self {
-        let mut publisher = Publisher::new(clock, config.lease.clone());
+    /// lone lease's metrics, each transition also handed to `fanout`, its
+    /// health the set loop's.
+    pub(crate) fn member(
+        clock: SharedClock,
+        config: &Config,
+        fanout: Arc<Fanout>,
+        health: SharedHealth,
+    ) -> Self {
+        let mut publisher = Publisher::driven_by(clock, config.lease.clone(), health);
         publisher.fanout = Some(fanout);
         let _ = publisher.attached.set(Attached {
             lease: config.lease.clone(),
@@ -143,7 +142,7 @@ impl Publisher {
     /// Learns the lease's name and timings (once, when the handle is
     /// built): registers its metrics at zero and brings them up to date.
     pub(crate) fn attach(&self, config: &Config) {
-        let mut health = lock(&self.health);
+        let led = lock(&self.led);
         let attached = Attached {
             lease: config.lease.clone(),
             holder: config.holder.clone(),
@@ -158,9 +157,9 @@ impl Publisher {
         #[cfg(feature = "metrics")]
         if let Some(metrics) = self.metrics() {
             let now = self.leadership();
-            metrics.leadership(&now, health.led.is_some());
+            metrics.leadership(&now, led.is_some());
         }
-        health.last_step = std::time::Instant::now();
+        lock(&self.health).last_step = std::time::Instant::now();
     }
 
     /// A lone lease's metrics, once attached.
@@ -194,14 +193,7 @@ impl Publisher {
         outcome: Outcome,
     ) {
         let statement = StatementKind::of(operation);
-        {
-            let mut health = lock(&self.health);
-            let now = std::time::Instant::now();
-            health.last_step = now;
-            if outcome == Outcome::Answered {
-                health.last_success = Some((now, SystemTime::now()));
-            }
-        }
+        Health::step(&self.health, outcome == Outcome::Answered);
         #[cfg(feature = "metrics")]
         if let Some(metrics) = self.metrics() {
             metrics.statement(statement, elapsed, outcome);
@@ -220,10 +212,10 @@ impl Publisher {
             instant: std::time::Instant::now(),
         };
         {
-            let mut health = lock(&self.health);
+            let mut led = lock(&self.led);
             let epoch = leadership.epoch.map_or(0, |e| e.get());
-            let became_leader = leadership.is_leader() && health.led != Some(epoch);
-            health.led = leadership.is_leader().then_some(epoch);
+            let became_leader = leadership.is_leader() && *led != Some(epoch);
+            *led = leadership.is_leader().then_some(epoch);
             #[cfg(feature = "metrics")]
             if let Some(metrics) = self.metrics() {
                 metrics.leadership(&leadership, became_leader);
@@ -385,14 +377,6 @@ impl Publisher {
                 .0;
         }
     }
-}
-
-/// How long the loop may go without a step before a health check calls it
-/// wedged: a follower's poll (the interval), a statement and a timed-out
-/// one (2 × request timeout), and the longest reconnect backoff (the
-/// PostgreSQL driver's cap: the interval, at least 100 ms).
-pub(crate) fn stall_after(config: &Config) -> Duration {
-    config.interval + config.request_timeout * 2 + config.interval.max(Duration::from_millis(100))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use picolease_core::LeaseName;
 use tokio::sync::Notify;
 
 use crate::publish::Transition;
@@ -106,7 +107,8 @@ impl Mailbox {
 /// each of its transitions here too, so one [`Subscription`] reads every
 /// lease's changes in the order they were published.
 pub(crate) struct Fanout {
-    mailboxes: Mutex<Vec<Arc<Mailbox>>>,
+    /// Each subscriber, with the one lease it reads if it reads only one.
+    mailboxes: Mutex<Vec<(Option<LeaseName>, Arc<Mailbox>)>>,
     closed: std::sync::atomic::AtomicBool,
     /// Each subscriber's bound: [`SUBSCRIPTION_CAPACITY`] plus two per
     /// lease, so a reader that keeps reading never lags when every lease
@@ -126,12 +128,18 @@ impl Fanout {
 
     /// A new subscriber, from now on (closed at once if the set finished).
     pub(crate) fn subscribe(&self) -> Subscription {
+        self.subscribe_to(None)
+    }
+
+    /// A new subscriber of `lease`'s transitions only (of every lease's
+    /// with `None`), from now on.
+    pub(crate) fn subscribe_to(&self, lease: Option<LeaseName>) -> Subscription {
         let mailbox = Arc::new(Mailbox::with_capacity(self.capacity));
         let mut mailboxes = lock(&self.mailboxes);
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             mailbox.close();
         } else {
-            mailboxes.push(Arc::clone(&mailbox));
+            mailboxes.push((lease, Arc::clone(&mailbox)));
         }
         Subscription {
             mailbox,
@@ -141,9 +149,9 @@ impl Fanout {
 
     /// Hands `transition` to every live subscriber, forgetting dropped ones.
     pub(crate) fn push(&self, transition: &Transition) {
-        lock(&self.mailboxes).retain(|mailbox| {
+        lock(&self.mailboxes).retain(|(only, mailbox)| {
             let alive = Arc::strong_count(mailbox) > 1;
-            if alive {
+            if alive && only.as_ref().is_none_or(|lease| *lease == transition.lease) {
                 mailbox.push(transition.clone());
             }
             alive
@@ -154,7 +162,7 @@ impl Fanout {
     pub(crate) fn close(&self) {
         let mut mailboxes = lock(&self.mailboxes);
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
-        for mailbox in mailboxes.drain(..) {
+        for (_, mailbox) in mailboxes.drain(..) {
             mailbox.close();
         }
     }

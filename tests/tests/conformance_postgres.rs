@@ -20,13 +20,15 @@ mod pg_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use conformance::set::{RunningSet, SetBackend};
 use conformance::{
     Backend, Contender, Fault, FaultKind, Options, StatusReader, Work, WorkTerm, LEASE, PATIENCE,
 };
 use pg_support::{admin, config, contender, drop_table, unique_table, url_for, wait_for, PG_ADDR};
 use picolease::postgres::{
-    force_release, init, status, Fence, LeaderContext, PgConnector, PgError, PgLease,
+    force_release, init, status, Fence, LeaderContext, PgConnector, PgError, PgLease, PgLeaseSet,
 };
+use picolease::set::SetView;
 use picolease::sql::LeaseRow;
 use picolease::{Config, Epoch, HolderId, Leadership, LeaseName, Subscription, TableName};
 use tokio::runtime::{Handle, Runtime};
@@ -401,6 +403,91 @@ impl Backend for Pg {
 }
 
 conformance_tests!(Pg);
+conformance_tests!(set: Pg);
+
+impl SetBackend for Pg {
+    type Set = PgSetContender;
+
+    fn start_set(
+        &self,
+        template: Config,
+        leases: Vec<LeaseName>,
+        options: Options,
+    ) -> Result<(PgSetContender, Subscription), Fault> {
+        let app = format!("{}_{}", self.table.table(), template.holder);
+        let connector = PgConnector::new(&url_for(PG_ADDR, &app)).unwrap();
+        let mut builder = PgLeaseSet::builder(template, leases, connector)
+            .table(self.table.clone())
+            .auto_create(options.auto_create);
+        for work in options.work {
+            builder = builder.while_leader(gated(work));
+        }
+        let from_start = builder
+            .subscribe_to(&LeaseName::new(LEASE).unwrap())
+            .expect("the lease is in the set");
+        let _entered = self.runtime.enter();
+        let set = builder.start().map_err(fault)?;
+        let contender = PgSetContender {
+            set,
+            handle: self.runtime.handle().clone(),
+        };
+        Ok((contender, from_start))
+    }
+}
+
+/// A running PostgreSQL set, driven through its runtime's handle.
+struct PgSetContender {
+    set: PgLeaseSet,
+    handle: Handle,
+}
+
+impl RunningSet for PgSetContender {
+    type Fence = Fence;
+
+    fn view(&self) -> &SetView {
+        &self.set
+    }
+
+    fn fence(&self, lease: &LeaseName) -> Option<Fence> {
+        self.set.fence(lease)
+    }
+
+    fn fence_epoch(fence: &Fence) -> Epoch {
+        fence.epoch()
+    }
+
+    fn is_finished(&self) -> bool {
+        self.set.is_finished()
+    }
+
+    fn shutdown(self) -> Result<(), Fault> {
+        let PgSetContender { set, handle } = self;
+        handle
+            .block_on(async { tokio::time::timeout(PATIENCE, set.shutdown()).await })
+            .expect("shutdown returns")
+            .map_err(fault)
+    }
+
+    fn abort(self) {
+        self.set.abort();
+    }
+
+    fn into_fatal(self) -> Fault {
+        let PgSetContender { mut set, handle } = self;
+        // `stopped` reports the error and leaves the handle usable.
+        let error = handle
+            .block_on(async { tokio::time::timeout(PATIENCE, set.stopped()).await })
+            .expect("the set stops")
+            .expect_err("with an error");
+        assert!(set.watch().borrow().is_empty());
+        assert_eq!(
+            handle.block_on(set.shutdown()),
+            Ok(()),
+            "reported once, by `stopped`"
+        );
+        fault(error)
+    }
+}
 
 // What only PostgreSQL has. These keep the async form (and the lease name
 // "l") of the suite they come from.

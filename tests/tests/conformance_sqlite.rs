@@ -14,12 +14,14 @@ mod conformance;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use conformance::set::{RunningSet, SetBackend};
 use conformance::{
     leader_of, wait_transition, Backend, Contender, Fault, FaultKind, Options, StatusReader, Work,
     WorkTerm, LEASE, PATIENCE,
 };
+use picolease::set::SetView;
 use picolease::sql::LeaseRow;
-use picolease::sqlite::{Database, Error, Fence, LeaseTable, SqliteLease};
+use picolease::sqlite::{Database, Error, Fence, LeaseTable, SqliteLease, SqliteLeaseSet};
 use picolease::{Config, Demotion, Epoch, HolderId, Leadership, LeaseName, Subscription};
 use tokio::sync::watch;
 
@@ -329,6 +331,63 @@ fn dump(path: &Path) -> Vec<String> {
 }
 
 conformance_tests!(Sqlite);
+conformance_tests!(set: Sqlite);
+
+impl SetBackend for Sqlite {
+    type Set = SqliteLeaseSet;
+
+    fn start_set(
+        &self,
+        template: Config,
+        leases: Vec<LeaseName>,
+        options: Options,
+    ) -> Result<(SqliteLeaseSet, Subscription), Fault> {
+        let database = self.database().auto_create(options.auto_create);
+        let mut builder = SqliteLeaseSet::builder(template, leases, database);
+        for work in options.work {
+            builder = builder.while_leader(gated(work));
+        }
+        let from_start = builder
+            .subscribe_to(&LeaseName::new(LEASE).unwrap())
+            .expect("the lease is in the set");
+        Ok((builder.start().map_err(fault)?, from_start))
+    }
+}
+
+impl RunningSet for SqliteLeaseSet {
+    type Fence = Fence;
+
+    fn view(&self) -> &SetView {
+        self
+    }
+
+    fn fence(&self, lease: &LeaseName) -> Option<Fence> {
+        SqliteLeaseSet::fence(self, lease)
+    }
+
+    fn fence_epoch(fence: &Fence) -> Epoch {
+        fence.epoch()
+    }
+
+    fn is_finished(&self) -> bool {
+        SqliteLeaseSet::is_finished(self)
+    }
+
+    fn shutdown(self) -> Result<(), Fault> {
+        SqliteLeaseSet::shutdown(self).map_err(fault)
+    }
+
+    fn abort(self) {
+        SqliteLeaseSet::abort(self);
+    }
+
+    fn into_fatal(self) -> Fault {
+        match SqliteLeaseSet::shutdown(self) {
+            Err(error) => fault(error),
+            Ok(()) => panic!("the set stopped without an error"),
+        }
+    }
+}
 
 // What only SQLite has.
 

@@ -107,6 +107,14 @@ impl PgLeaseSetBuilder {
         self.fanout.subscribe()
     }
 
+    /// `lease`'s leadership changes from the start on, in order, as a lone
+    /// lease's builder's `subscribe()`; `None` for a lease outside the set.
+    pub fn subscribe_to(&self, lease: &LeaseName) -> Option<Subscription> {
+        self.leases
+            .contains(lease)
+            .then(|| self.fanout.subscribe_to(Some(lease.clone())))
+    }
+
     /// Validates the set and spawns its task on the current tokio runtime
     /// (panics outside one, like `tokio::spawn`). Connecting happens in
     /// the task: connection failures are retried, and a fatal one (bad

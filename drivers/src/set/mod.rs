@@ -13,10 +13,10 @@
 mod runner;
 mod view;
 
-use picolease_core::Epoch;
+use picolease_core::{Batch, Epoch, Instant, RequestId};
 
 pub use crate::cancellation::Cancellation;
-pub(crate) use runner::{Execute, SetRunner, REAP_EVERY};
+pub(crate) use runner::{SetRunner, REAP_EVERY};
 pub use view::{SetSnapshot, SetSnapshots, SetView};
 
 /// One lease's gated work, as the set starts and stops it: the gate of a
@@ -30,6 +30,29 @@ pub(crate) trait TermGate: Send + 'static {
     fn stop_all(&mut self);
     /// True once every work told to stop has returned (never waits).
     fn has_stopped(&mut self) -> bool;
+}
+
+/// A batch for the driver to run, as the set asked for it.
+#[derive(Debug)]
+pub(crate) struct Execute {
+    /// The id to answer with ([`SetRunner::reply`]).
+    pub(crate) request: RequestId,
+    /// What to run.
+    pub(crate) batch: Batch,
+    /// When the statement must have ended by, on the set's clock
+    /// ([`SetCommand::Execute`]).
+    pub(crate) end_by: Instant,
+}
+
+/// What one [`SetRunner::carry_out`] leaves to the driver.
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    /// The next batch to run.
+    pub(crate) execute: Option<Execute>,
+    /// The batch the set gave up on (past its request timeout): the
+    /// driver cancels it on the server and forgets it; its result, should
+    /// it still come, would be ignored by the set.
+    pub(crate) cancel: Option<RequestId>,
 }
 
 /// The template of the set tests: holder `me`, ttl 1 s.

@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picolease_core::{
-    Batch, Config, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand,
+    Config, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand,
 };
 use tokio::sync::watch;
 
 use super::view::{SetSnapshot, SetView, SharedSnapshot};
-use super::TermGate;
+use super::{Carried, Execute, TermGate};
 use crate::clock::SharedClock;
-use crate::publish::Publisher;
+use crate::publish::{Health, Publisher, SharedHealth};
 use crate::subscription::Fanout;
 
 /// One lease of the set: a lone lease's publisher and gate.
@@ -47,35 +47,14 @@ pub(crate) struct SetRunner<G> {
     /// Leases whose work was told to stop and has not all returned yet.
     stopping: Vec<LeaseName>,
     snapshot: SharedSnapshot,
+    /// The loop's health, which every lease's publisher reports.
+    health: SharedHealth,
     held: watch::Sender<BTreeMap<LeaseName, Epoch>>,
     fanout: Arc<Fanout>,
     /// Test seam: set, the loop blocks in its next `carry_out`.
     wedge: Arc<AtomicBool>,
     /// When the batch in flight was handed to the driver, and its kind.
     handed_out: Option<(std::time::Instant, picolease_core::BatchKind)>,
-}
-
-/// A batch for the driver to run, as the set asked for it.
-#[derive(Debug)]
-pub(crate) struct Execute {
-    /// The id to answer with ([`SetRunner::reply`]).
-    pub(crate) request: RequestId,
-    /// What to run.
-    pub(crate) batch: Batch,
-    /// When the statement must have ended by, on the set's clock
-    /// ([`SetCommand::Execute`]).
-    pub(crate) end_by: Instant,
-}
-
-/// What one [`SetRunner::carry_out`] leaves to the driver.
-#[derive(Debug, Default)]
-pub(crate) struct Carried {
-    /// The next batch to run.
-    pub(crate) execute: Option<Execute>,
-    /// The batch the set gave up on (past its request timeout): the
-    /// driver cancels it on the server and forgets it; its result, should
-    /// it still come, would be ignored by the set.
-    pub(crate) cancel: Option<RequestId>,
 }
 
 /// How often a driver looks whether stopping work has returned.
@@ -99,6 +78,7 @@ impl<G: TermGate> SetRunner<G> {
             ..SetSnapshot::default()
         }));
         let wedge = Arc::default();
+        let health = Health::shared();
         let mut members = HashMap::new();
         let mut publishers = HashMap::new();
         for lease in set.leases() {
@@ -110,6 +90,7 @@ impl<G: TermGate> SetRunner<G> {
                 Arc::clone(&clock),
                 &config,
                 Arc::clone(&fanout),
+                Arc::clone(&health),
             ));
             let member = Member {
                 gate: gate(lease, &publisher),
@@ -136,6 +117,7 @@ impl<G: TermGate> SetRunner<G> {
             members,
             stopping: Vec::new(),
             snapshot,
+            health,
             held,
             fanout,
             wedge,
@@ -209,6 +191,7 @@ impl<G: TermGate> SetRunner<G> {
             }
         }
         let now = self.now();
+        Health::step(&self.health, false);
         let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         snapshot.last_step = Some(std::time::Instant::now());
         snapshot.members = self.set.members(now);
@@ -335,7 +318,22 @@ impl<G: TermGate> SetRunner<G> {
         #[cfg(feature = "metrics")]
         crate::metrics::set::batch(kind, elapsed, &reply);
         #[cfg(not(feature = "metrics"))]
-        let _ = (kind, elapsed);
+        let _ = kind;
+        Health::step(
+            &self.health,
+            !matches!(reply, picolease_core::BatchReply::Failed(_)),
+        );
+        if let picolease_core::BatchReply::Matched(renewed) = &reply {
+            if kind == picolease_core::BatchKind::Renew {
+                // Each lease renewed by the batch took the batch's time,
+                // as its lone lease's renew latency would read.
+                for lease in renewed {
+                    if let Some(member) = self.members.get(lease.as_str()) {
+                        member.publisher.record_renewal(elapsed);
+                    }
+                }
+            }
+        }
         let now = self.now();
         self.set.handle_reply(now, request, reply);
     }

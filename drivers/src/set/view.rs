@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::publish::Publisher;
 use crate::subscription::{Fanout, Subscription};
+use crate::view::LeaseView;
 
 /// What a set knows at one moment: the data behind a set's `/leader` and
 /// `/healthz` (the set's counterpart of a lone lease's
@@ -128,6 +129,20 @@ impl SetView {
     /// `leadership()`; `None` for a lease outside the set.
     pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
         self.publishers.get(lease).map(|p| p.leadership())
+    }
+
+    /// `lease` as a lone lease's handle shows it: a [`LeaseView`] with its
+    /// leadership, `watch()`, `subscribe()` (this lease's transitions
+    /// only), `time_left()`, `renew_latencies()` (each renewal batch's time)
+    /// and `snapshot()`, whose progress and last answer are the set loop's
+    /// (it renews every lease). `None` for a lease outside the set.
+    pub fn lease(&self, lease: &LeaseName) -> Option<LeaseView> {
+        let publisher = self.publishers.get(lease)?;
+        let config = Config {
+            lease: lease.clone(),
+            ..self.template.clone()
+        };
+        Some(LeaseView::new(config, Arc::clone(publisher)))
     }
 
     /// While this node leads `lease`, the time left before it demotes

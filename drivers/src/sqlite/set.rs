@@ -70,6 +70,14 @@ impl SqliteLeaseSetBuilder {
         self.fanout.subscribe()
     }
 
+    /// `lease`'s leadership changes from the start on, in order, as a lone
+    /// lease's builder's `subscribe()`; `None` for a lease outside the set.
+    pub fn subscribe_to(&self, lease: &LeaseName) -> Option<Subscription> {
+        self.leases
+            .contains(lease)
+            .then(|| self.fanout.subscribe_to(Some(lease.clone())))
+    }
+
     /// Release notifications (on by default), as a lone lease's
     /// ([`super::SqliteLeaseBuilder::notifications`], the same file
     /// watch): while this node is under its share, another connection's
