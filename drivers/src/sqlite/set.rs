@@ -15,6 +15,7 @@ use super::open::Database;
 use super::table::LeaseTable;
 use super::thread::DriverThread;
 use super::watchdog::Watchdog;
+use super::worker::ConnectionJob;
 use crate::clock::{Clock, SharedClock};
 use crate::set::{Execute, SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
@@ -27,6 +28,8 @@ enum Control {
     Shutdown,
     Abort,
     GiveUp(LeaseName),
+    /// Run a closure on the connection, between two batches.
+    Run(ConnectionJob),
     /// Another connection wrote to the database file (the file watch).
     FileChanged,
 }
@@ -187,6 +190,24 @@ impl SqliteLeaseSet {
         let _ = self.control.send(Control::GiveUp(lease.clone()));
     }
 
+    /// Runs `job` on the set thread's own connection, between two batches,
+    /// and returns its result (`None` if the thread has stopped), as a lone
+    /// lease's [`super::SqliteLease::with_connection`]. The set's loop
+    /// waits for it: keep it short. Meant for measurements and diagnostics
+    /// (e.g. timing a bare statement on the very connection the set
+    /// renews through).
+    pub fn with_connection<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (tx, rx) = mpsc::channel();
+        let job: ConnectionJob = Box::new(move |conn| {
+            let _ = tx.send(job(conn));
+        });
+        self.control.send(Control::Run(job)).ok()?;
+        rx.recv().ok()
+    }
+
     /// True once the set's thread has ended.
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
@@ -319,6 +340,7 @@ fn run(
             Some(Control::FileChanged) => changes.taken(),
             Some(Control::Shutdown) => runner.set.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.set.handle_give_up(now, lease.as_str()),
+            Some(Control::Run(job)) => job(connection.table.connection()),
             Some(Control::Abort) => {
                 tracing::warn!(holder = %me, "aborting without releasing the leases");
                 break;
