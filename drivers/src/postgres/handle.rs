@@ -14,9 +14,9 @@ use super::fence::Fence;
 use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify;
-use super::options::{pg_option_methods, PgOptions};
+use super::options::{pg_option_methods, pg_work_methods, PgOptions};
 use super::transaction::FencedTransaction;
-use crate::clock::Clock;
+use crate::clock::SharedClock;
 use crate::publish::Publisher;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
@@ -27,6 +27,7 @@ pub struct PgLeaseBuilder {
     connector: Arc<dyn Connect>,
     options: PgOptions,
     tasks: Vec<GatedTask>,
+    clock: SharedClock,
     publisher: Arc<Publisher>,
 }
 
@@ -41,28 +42,7 @@ impl std::fmt::Debug for PgLeaseBuilder {
 
 impl PgLeaseBuilder {
     pg_option_methods!();
-
-    /// Registers work to run while this node leads: `task` is spawned at
-    /// the start of every term with the term's [`LeaderContext`] (epoch,
-    /// cancellation, fence), and must return soon after the term ends
-    /// (`ctx.cancelled()` completes then). A new term's tasks start only
-    /// after the previous term's have returned; on shutdown the lease is
-    /// released only after they have. Several may be registered.
-    pub fn while_leader<F, Fut>(mut self, task: F) -> Self
-    where
-        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        self.tasks.push(gated_task(task));
-        self
-    }
-
-    /// Times deadlines on `clock` instead of the system's suspend-aware
-    /// clock: a test seam (a clock that jumps, as a suspend would).
-    pub fn clock(self, clock: impl Clock) -> Self {
-        self.publisher.set_clock(Arc::new(clock));
-        self
-    }
+    pg_work_methods!();
 
     /// Every leadership change from the start on, in order.
     pub fn subscribe(&self) -> Subscription {
@@ -72,6 +52,7 @@ impl PgLeaseBuilder {
     /// Validates the configuration and starts the driver task on the
     /// current tokio runtime (panics outside one, like `tokio::spawn`).
     pub fn start(self) -> Result<PgLease, PgError> {
+        self.publisher.set_clock(Arc::clone(&self.clock));
         let origin = self.publisher.now();
         let lease = LeaseState::new(self.config.clone(), picolease_core::Instant::ZERO)?;
         let statements = Arc::new(Statements::new(Dialect::Postgres, &self.options.table));
@@ -175,6 +156,7 @@ impl PgLease {
             connector: Arc::new(connector),
             options: PgOptions::default(),
             tasks: Vec::new(),
+            clock: crate::clock::system(),
         }
     }
 

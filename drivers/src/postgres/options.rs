@@ -1,6 +1,6 @@
 //! The options a lone lease and a lease set take alike on PostgreSQL:
-//! one struct, and one macro that gives both builders the same four
-//! methods with the same meaning.
+//! one struct, and two macros that give both builders the same methods
+//! with the same meaning (the four options; the work and the clock).
 
 use std::time::Duration;
 
@@ -67,4 +67,34 @@ macro_rules! pg_option_methods {
     };
 }
 
-pub(crate) use pg_option_methods;
+/// The work and clock methods both builders share, for a builder with
+/// fields `tasks: Vec<GatedTask>` and `clock: SharedClock`.
+macro_rules! pg_work_methods {
+    () => {
+        /// Registers work to run while this node leads (in a set: while it
+        /// leads each of its leases): `task` is spawned at the start of
+        /// every term with the term's [`LeaderContext`] (the lease, epoch,
+        /// fence, fenced transactions, deadline), and must return soon
+        /// after the term ends (`ctx.cancelled()` completes then). A
+        /// lease's new term's tasks start only after its previous term's
+        /// have returned; the lease is released only after they have.
+        /// Several may be registered.
+        pub fn while_leader<F, Fut>(mut self, task: F) -> Self
+        where
+            F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+            Fut: std::future::Future<Output = ()> + Send + 'static,
+        {
+            self.tasks.push(super::gate::gated_task(task));
+            self
+        }
+
+        /// Times deadlines on `clock` instead of the system's suspend-aware
+        /// clock: a test seam (a clock that jumps, as a suspend would).
+        pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
+            self.clock = std::sync::Arc::new(clock);
+            self
+        }
+    };
+}
+
+pub(crate) use {pg_option_methods, pg_work_methods};

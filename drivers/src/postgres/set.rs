@@ -24,7 +24,6 @@
 //! connection is re-established 500 ms after it breaks; the set then
 //! surveys at once, since notifications sent meanwhile were lost.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use picolease_core::sql::{Dialect, Statements};
@@ -36,13 +35,13 @@ use super::connect::Connect;
 use super::driver::LastError;
 use super::error::PgError;
 use super::fence::Fence;
-use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
+use super::gate::{Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify::{spawn_listener, Interest};
-use super::options::{pg_option_methods, PgOptions};
+use super::options::{pg_option_methods, pg_work_methods, PgOptions};
 pub(crate) use super::set_task::Control;
 use super::transaction::FencedTransaction;
-use crate::clock::{Clock, SharedClock};
+use crate::clock::SharedClock;
 use crate::set::{SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
 
@@ -75,31 +74,7 @@ impl std::fmt::Debug for PgLeaseSetBuilder {
 
 impl PgLeaseSetBuilder {
     pg_option_methods!();
-
-    /// Registers work to run while this node leads a lease of the set, as
-    /// a lone lease's ([`super::PgLeaseBuilder::while_leader`]): `task` is
-    /// spawned at the start of each term of each lease with that term's
-    /// [`LeaderContext`] (the lease, epoch, fence, fenced transactions,
-    /// deadline), and must return soon after the term ends
-    /// (`ctx.cancelled()` completes then). A lease's new term's tasks start
-    /// only after its previous term's have returned; the lease is released
-    /// only after they have. Several may be registered.
-    pub fn while_leader<F, Fut>(mut self, task: F) -> Self
-    where
-        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        self.tasks.push(gated_task(task));
-        self
-    }
-
-    /// Times deadlines on `clock` instead of the system's suspend-aware
-    /// clock: a test seam (a clock that jumps, as a suspend would), as a
-    /// lone lease's.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
+    pg_work_methods!();
 
     /// Every lease's leadership changes from the start on, in order
     /// ([`SetView::subscribe`]).

@@ -6,14 +6,14 @@ use std::time::Duration;
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, Instant, Leadership, LeaseState};
 
-use super::changes::{ChangeSource, Notices};
+use super::changes::ChangeSource;
 use super::error::Error;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
 use super::open::Database;
+use super::options::{sqlite_option_methods, SqliteOptions};
 use super::thread::DriverThread;
-use super::worker::{ConnectionJob, Control, Worker};
-use crate::clock::Clock;
+use super::worker::{run_on_connection, Control, Worker};
 use crate::publish::Publisher;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
@@ -23,9 +23,8 @@ use crate::view::LeaseView;
 pub struct SqliteLeaseBuilder {
     config: Config,
     database: Database,
-    gate: Gate,
     publisher: Arc<Publisher>,
-    notices: Notices,
+    options: SqliteOptions,
 }
 
 /// How often a follower checks `PRAGMA data_version` for another
@@ -44,45 +43,7 @@ impl std::fmt::Debug for SqliteLeaseBuilder {
 }
 
 impl SqliteLeaseBuilder {
-    /// Registers work to run while this node leads: `work` is started on its
-    /// own thread at the start of every term with the term's
-    /// [`LeaderContext`], and must return soon after the term ends
-    /// ([`LeaderContext::sleep`] wakes at once then). Several may be
-    /// registered.
-    pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
-        self.gate.add(Arc::new(work));
-        self
-    }
-
-    /// Times deadlines on `clock` instead of the system's suspend-aware
-    /// clock: a test seam (a clock that jumps, as a suspend would).
-    pub fn clock(self, clock: impl Clock) -> Self {
-        self.publisher.set_clock(Arc::new(clock));
-        self
-    }
-
-    /// Release notifications (on by default): a follower watches the
-    /// database file (inotify on its directory) and, when another
-    /// connection commits, checks `PRAGMA data_version`, reads the lease's
-    /// row, and tries at once if the row shows the lease free or lapsed. A
-    /// clean handover then takes milliseconds instead of up to one
-    /// interval. Without inotify it polls `PRAGMA data_version` every
-    /// [`DEFAULT_CHANGE_CHECK`] instead. The trade: on a busy file the
-    /// follower also wakes for unrelated writes, each costing one row read
-    /// (never an acquire unless the lease is free). Off: a follower finds a
-    /// release at its next poll.
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notices = if on { Notices::Watch } else { Notices::Off };
-        self
-    }
-
-    /// Release notifications by polling `PRAGMA data_version` every
-    /// `every` (at least 1 ms) instead of watching the file: for
-    /// filesystems whose change notifications miss other writers.
-    pub fn change_check(mut self, every: Duration) -> Self {
-        self.notices = Notices::Poll(every.max(Duration::from_millis(1)));
-        self
-    }
+    sqlite_option_methods!();
 
     /// Every leadership change from the start on, in order.
     pub fn subscribe(&self) -> Subscription {
@@ -96,16 +57,23 @@ impl SqliteLeaseBuilder {
         let SqliteLeaseBuilder {
             config,
             mut database,
-            gate,
             publisher,
-            notices,
+            options,
         } = self;
+        publisher.set_clock(Arc::clone(&options.clock));
+        let mut gate = Gate::new(
+            Arc::clone(&publisher),
+            Arc::new(Statements::new(Dialect::Sqlite, &database.table)),
+            config.lease.clone(),
+            config.holder.clone(),
+        );
+        options.add_works_to(&mut gate);
         let state = LeaseState::new(config.clone(), Instant::ZERO)?;
         let (table, watchdog) =
             super::watchdog::open_watched(&mut database, config.request_timeout)?;
         let (control, inbox) = mpsc::channel();
         let waker = control.clone();
-        let changes = ChangeSource::start(notices, &database.location, move || {
+        let changes = ChangeSource::start(options.notices, &database.location, move || {
             waker.send(Control::FileChanged).is_ok()
         });
         let worker = Worker {
@@ -171,18 +139,11 @@ impl SqliteLease {
     /// A contender for `config` (lease, holder id, timings) on `database`.
     pub fn builder(config: Config, database: Database) -> SqliteLeaseBuilder {
         let publisher = Arc::new(Publisher::new(crate::clock::system(), config.lease.clone()));
-        let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
         SqliteLeaseBuilder {
-            gate: Gate::new(
-                Arc::clone(&publisher),
-                statements,
-                config.lease.clone(),
-                config.holder.clone(),
-            ),
             config,
             database,
             publisher,
-            notices: Notices::Watch,
+            options: SqliteOptions::default(),
         }
     }
 
@@ -236,12 +197,7 @@ impl SqliteLease {
         &self,
         job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
     ) -> Option<R> {
-        let (tx, rx) = mpsc::channel();
-        let job: ConnectionJob = Box::new(move |conn| {
-            let _ = tx.send(job(conn));
-        });
-        self.control.send(Control::Run(job)).ok()?;
-        rx.recv().ok()
+        run_on_connection(|job| self.control.send(Control::Run(job)).is_ok(), job)
     }
 
     /// Stops the gated work, releases the lease if held, and returns when

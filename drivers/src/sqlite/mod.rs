@@ -47,6 +47,7 @@ mod fence;
 mod gate;
 mod handle;
 mod open;
+mod options;
 mod set;
 mod table;
 mod thread;

@@ -7,16 +7,16 @@ use std::time::Duration;
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
 
-use super::changes::{ChangeSource, Notices};
+use super::changes::ChangeSource;
 use super::error::Error;
 use super::fence::Fence;
-use super::gate::{Gate, LeaderContext, Work};
+use super::gate::{Gate, LeaderContext};
 use super::open::Database;
+use super::options::{sqlite_option_methods, SqliteOptions};
 use super::table::LeaseTable;
 use super::thread::DriverThread;
 use super::watchdog::Watchdog;
-use super::worker::ConnectionJob;
-use crate::clock::{Clock, SharedClock};
+use super::worker::{run_on_connection, ConnectionJob};
 use crate::set::{Execute, SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
 
@@ -40,32 +40,12 @@ pub struct SqliteLeaseSetBuilder {
     template: Config,
     leases: Vec<LeaseName>,
     database: Database,
-    works: Vec<Work>,
-    notices: Notices,
-    clock: SharedClock,
+    options: SqliteOptions,
     fanout: Arc<Fanout>,
 }
 
 impl SqliteLeaseSetBuilder {
-    /// Registers work to run while this node leads a lease of the set, as
-    /// a lone lease's ([`super::SqliteLeaseBuilder::while_leader`]): it is
-    /// started on its own thread at the start of each term of each lease
-    /// with that term's [`LeaderContext`] (the lease, epoch, fence and
-    /// deadline), and must return soon after the term ends
-    /// ([`LeaderContext::sleep`] wakes at once then). The lease is
-    /// released only after it has returned. Several may be registered.
-    pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
-        self.works.push(Arc::new(work));
-        self
-    }
-
-    /// Times deadlines on `clock` instead of the system's suspend-aware
-    /// clock: a test seam (a clock that jumps, as a suspend would), as a
-    /// lone lease's.
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
+    sqlite_option_methods!();
 
     /// Every lease's leadership changes from the start on, in order
     /// ([`SetView::subscribe`]).
@@ -81,25 +61,6 @@ impl SqliteLeaseSetBuilder {
             .then(|| self.fanout.subscribe_to(Some(lease.clone())))
     }
 
-    /// Release notifications (on by default), as a lone lease's
-    /// ([`super::SqliteLeaseBuilder::notifications`], the same file
-    /// watch): while this node is under its share, another connection's
-    /// commit makes it check `PRAGMA data_version` and survey at once if
-    /// the file changed. Without inotify it polls `PRAGMA data_version`
-    /// every [`super::DEFAULT_CHANGE_CHECK`] instead. Off: a release is
-    /// found at the next survey, within an interval.
-    pub fn notifications(mut self, on: bool) -> Self {
-        self.notices = if on { Notices::Watch } else { Notices::Off };
-        self
-    }
-
-    /// Release notifications by polling `PRAGMA data_version` every
-    /// `every` (at least 1 ms) instead of watching the file.
-    pub fn change_check(mut self, every: Duration) -> Self {
-        self.notices = Notices::Poll(every.max(Duration::from_millis(1)));
-        self
-    }
-
     /// Validates the set, opens the database (creating the file and table
     /// if allowed) and starts the set's thread.
     pub fn start(self) -> Result<SqliteLeaseSet, Error> {
@@ -107,9 +68,7 @@ impl SqliteLeaseSetBuilder {
             template,
             leases,
             mut database,
-            works,
-            notices,
-            clock,
+            options,
             fanout,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
@@ -118,6 +77,7 @@ impl SqliteLeaseSetBuilder {
         let (control, inbox) = mpsc::channel();
         let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
         let holder = template.holder.clone();
+        let clock = Arc::clone(&options.clock);
         let (runner, outputs) = SetRunner::new(set, clock, fanout, |lease, publisher| {
             let mut gate = Gate::new(
                 Arc::clone(publisher),
@@ -125,14 +85,12 @@ impl SqliteLeaseSetBuilder {
                 lease.clone(),
                 holder.clone(),
             );
-            for work in &works {
-                gate.add(Arc::clone(work));
-            }
+            options.add_works_to(&mut gate);
             gate
         });
         let connection = Connection { table, watchdog };
         let waker = control.clone();
-        let changes = ChangeSource::start(notices, &database.location, move || {
+        let changes = ChangeSource::start(options.notices, &database.location, move || {
             waker.send(Control::FileChanged).is_ok()
         });
         let thread = DriverThread::spawn("picolease-set".into(), "lease set".into(), move || {
@@ -171,9 +129,7 @@ impl SqliteLeaseSet {
             template,
             leases,
             database,
-            works: Vec::new(),
-            notices: Notices::Watch,
-            clock: crate::clock::system(),
+            options: SqliteOptions::default(),
         }
     }
 
@@ -200,12 +156,7 @@ impl SqliteLeaseSet {
         &self,
         job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
     ) -> Option<R> {
-        let (tx, rx) = mpsc::channel();
-        let job: ConnectionJob = Box::new(move |conn| {
-            let _ = tx.send(job(conn));
-        });
-        self.control.send(Control::Run(job)).ok()?;
-        rx.recv().ok()
+        run_on_connection(|job| self.control.send(Control::Run(job)).is_ok(), job)
     }
 
     /// True once the set's thread has ended.
