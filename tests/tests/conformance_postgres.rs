@@ -456,6 +456,10 @@ impl RunningSet for PgSetContender {
         fence.epoch()
     }
 
+    fn add_work(&self, work: Work) {
+        self.set.while_leader(gated(work));
+    }
+
     fn is_finished(&self) -> bool {
         self.set.is_finished()
     }

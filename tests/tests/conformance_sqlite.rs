@@ -369,6 +369,10 @@ impl RunningSet for SqliteLeaseSet {
         fence.epoch()
     }
 
+    fn add_work(&self, work: Work) {
+        SqliteLeaseSet::while_leader(self, gated(work));
+    }
+
     fn is_finished(&self) -> bool {
         SqliteLeaseSet::is_finished(self)
     }

@@ -246,6 +246,19 @@ impl PgLeaseSet {
             .clone()
     }
 
+    /// Registers more work, like [`PgLeaseSetBuilder::while_leader`], as a
+    /// lone lease's handle does: it starts at once in the current term of
+    /// every lease this node leads, and in every later term.
+    pub fn while_leader<F, Fut>(&self, task: F)
+    where
+        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let _ = self
+            .control
+            .send(Control::AddWork(super::gate::gated_task(task)));
+    }
+
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {

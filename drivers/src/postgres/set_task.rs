@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 
 use super::driver::LastError;
 use super::error::PgError;
-use super::gate::Gate;
+use super::gate::{Gate, GatedTask};
 use super::link::{batch_name, Link};
 use super::notify::Notice;
 use crate::set::{Execute, SetRunner, REAP_EVERY};
@@ -35,6 +35,8 @@ pub(crate) enum Control {
     Shutdown,
     Abort,
     GiveUp(LeaseName),
+    /// Register work on every lease (started at once where held).
+    AddWork(GatedTask),
 }
 
 /// Everything the task owns.
@@ -212,6 +214,11 @@ pub(crate) async fn run(task: SetTask) -> Result<(), PgError> {
         match control {
             Some(Control::Shutdown) => runner.set.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.set.handle_give_up(now, lease.as_str()),
+            Some(Control::AddWork(task)) => {
+                for gate in runner.gates() {
+                    gate.add(Arc::clone(&task));
+                }
+            }
             Some(Control::Abort) => {
                 tracing::warn!(holder = %me, "picolease: aborting the set without releasing the leases");
                 break;

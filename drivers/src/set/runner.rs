@@ -354,6 +354,11 @@ impl<G: TermGate> SetRunner<G> {
         }
     }
 
+    /// Every lease's gate (to register work on a running set).
+    pub(crate) fn gates(&mut self) -> impl Iterator<Item = &mut G> {
+        self.members.values_mut().map(|member| &mut member.gate)
+    }
+
     /// True once every lease's work has returned.
     pub(crate) fn has_stopped(&mut self) -> bool {
         self.members

@@ -10,7 +10,7 @@ use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
 use super::changes::ChangeSource;
 use super::error::Error;
 use super::fence::Fence;
-use super::gate::{Gate, LeaderContext};
+use super::gate::{Gate, LeaderContext, Work};
 use super::open::Database;
 use super::options::{sqlite_option_methods, SqliteOptions};
 use super::table::LeaseTable;
@@ -28,6 +28,8 @@ enum Control {
     Shutdown,
     Abort,
     GiveUp(LeaseName),
+    /// Register work on every lease (started at once where held).
+    AddWork(Work),
     /// Run a closure on the connection, between two batches.
     Run(ConnectionJob),
     /// Another connection wrote to the database file (the file watch).
@@ -138,6 +140,13 @@ impl SqliteLeaseSet {
     pub fn fence(&self, lease: &LeaseName) -> Option<Fence> {
         let epoch = self.leadership(lease)?.leader_epoch()?;
         Some(Fence::new(&self.statements, lease, self.holder(), epoch))
+    }
+
+    /// Registers more work, like [`SqliteLeaseSetBuilder::while_leader`],
+    /// as a lone lease's handle does: it starts at once in the current
+    /// term of every lease this node leads, and in every later term.
+    pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
+        let _ = self.control.send(Control::AddWork(Arc::new(work)));
     }
 
     /// Gives `lease` up (its work stops, then it is released); this node
@@ -292,6 +301,11 @@ fn run(
             Some(Control::Shutdown) => runner.set.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.set.handle_give_up(now, lease.as_str()),
             Some(Control::Run(job)) => job(connection.table.connection()),
+            Some(Control::AddWork(work)) => {
+                for gate in runner.gates() {
+                    gate.add(Arc::clone(&work));
+                }
+            }
             Some(Control::Abort) => {
                 tracing::warn!(holder = %me, "aborting without releasing the leases");
                 break;

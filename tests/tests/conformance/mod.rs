@@ -50,7 +50,7 @@
 //! column types, URLs and logins, dropping the handle and the runtime).
 //!
 //! `conformance_tests!` expands to one `#[test]` per case for a backend;
-//! `conformance_tests!(set: Backend)` runs cases 1–10 again over lease sets
+//! `conformance_tests!(set: Backend)` runs every case again over lease sets
 //! of 1 and of 3 leases on the same database (`set.rs`: one lease of a
 //! set must behave as a lone lease).
 
@@ -970,21 +970,17 @@ pub fn case_11_work_added_while_leading_starts_in_the_current_term<B: Backend>()
 /// `#[macro_use] mod conformance;`).
 macro_rules! conformance_tests {
     ($backend:ty) => {
-        conformance_tests!(@set $backend);
-        conformance_tests!(@cases $backend;
-            case_11_work_added_while_leading_starts_in_the_current_term,
-        );
+        conformance_tests!(@all $backend);
     };
     (set: $backend:ident) => {
         mod set_of_1 {
-            conformance_tests!(@set crate::conformance::set::AsSet<crate::$backend, 1>);
+            conformance_tests!(@all crate::conformance::set::AsSet<crate::$backend, 1>);
         }
         mod set_of_3 {
-            conformance_tests!(@set crate::conformance::set::AsSet<crate::$backend, 3>);
+            conformance_tests!(@all crate::conformance::set::AsSet<crate::$backend, 3>);
         }
     };
-    // Every shared case but 11: a set's work is registered on its builder.
-    (@set $backend:ty) => {
+    (@all $backend:ty) => {
         conformance_tests!(@cases $backend;
             case_1_a_single_contender_leads_at_epoch_1_on_a_fresh_database,
             case_2_exactly_one_of_n_contenders_leads_and_the_others_see_it,
@@ -996,6 +992,7 @@ macro_rules! conformance_tests {
             case_8_malformed_rows_are_typed_errors_and_left_untouched,
             case_9_a_missing_table_with_auto_create_off_is_a_typed_error,
             case_10_bad_names_and_timings_are_refused_before_anything_is_written,
+            case_11_work_added_while_leading_starts_in_the_current_term,
         );
     };
     (@cases $backend:ty; $($case:ident),* $(,)?) => {

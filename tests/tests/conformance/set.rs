@@ -11,9 +11,8 @@
 //! `subscribe_to(&lease)`. Gated work runs for every lease of the set; the
 //! cases' hooks see [`LEASE`]'s terms only.
 //!
-//! Three things differ, and the cases ask for them through
-//! [`Contender::has_seen`], [`Contender::FIRST_TERM_SETTLES`] and
-//! `conformance_tests!(set: …)`:
+//! Two things differ, and the cases ask for them through
+//! [`Contender::has_seen`] and [`Contender::FIRST_TERM_SETTLES`]:
 //!
 //! - a set's node reads the row of a lease only while it competes for it
 //!   (its share): a node whose share is full has seen another node's term
@@ -21,9 +20,7 @@
 //!   (its snapshot lists it), not by reading the holder off the row;
 //! - nodes of a set started together may move a lease once before they
 //!   settle (seen on PostgreSQL, not yet explained), so case 2 does not ask
-//!   for the settled term to be the first;
-//! - work is registered on a set's builder only (case 11, work added to a
-//!   running handle, is a lone lease's).
+//!   for the settled term to be the first.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -61,6 +58,8 @@ pub trait RunningSet: Sized {
     fn fence(&self, lease: &LeaseName) -> Option<Self::Fence>;
     /// The epoch a fence holds for.
     fn fence_epoch(fence: &Self::Fence) -> Epoch;
+    /// `while_leader(..)` on the running handle.
+    fn add_work(&self, work: Work);
     /// `is_finished()`.
     fn is_finished(&self) -> bool;
     /// `shutdown()`, waited for.
@@ -163,8 +162,8 @@ impl<S: RunningSet> Contender for SetMember<S> {
         self.lease.renew_latencies()
     }
 
-    fn add_work(&self, _work: Work) {
-        panic!("a set's work is registered on its builder (case 11 is a lone lease's)");
+    fn add_work(&self, work: Work) {
+        self.set.add_work(only_lease(work));
     }
 
     fn is_finished(&self) -> bool {
