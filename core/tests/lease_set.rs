@@ -106,9 +106,10 @@ fn demoted(lease: &str, epoch: u64, reason: Demotion) -> Vec<SetCommand> {
     ]
 }
 
-/// A set that surveyed twice (alone), announced itself at 2.5 s and holds
-/// `a` at epoch 1 and `b` at epoch 4 from the acquire batch sent at
-/// 2502 ms (answered at 2503 ms).
+/// A set that surveyed twice (alone), announced itself right after its
+/// first survey (1 ms, renewed at 2.5 s) and holds `a` at epoch 1 and `b`
+/// at epoch 4 from the acquire batch sent at 2502 ms (answered at
+/// 2503 ms).
 fn holding() -> LeaseSet {
     let mut s = set();
     s.handle_timeout(ms(0));
@@ -116,27 +117,38 @@ fn holding() -> LeaseSet {
         drain(&mut s),
         vec![execute(1, BatchKind::Survey, &[], 2_500)]
     );
+    // The membership row's acquire, issued at the start, goes as soon as
+    // the first survey has read the table, not an interval later.
     s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
-    assert_eq!(drain(&mut s), vec![]);
-    s.handle_timeout(ms(2_500));
     assert_eq!(
         drain(&mut s),
-        vec![execute(2, BatchKind::Acquire, &[(&member(), None)], 5_000)]
+        vec![execute(2, BatchKind::Acquire, &[(&member(), None)], 2_501)]
     );
     s.handle_reply(
-        ms(2_501),
+        ms(2),
         RequestId(2),
         BatchReply::Acquired(vec![acquired(&member(), 1)]),
     );
+    assert_eq!(drain(&mut s), vec![]);
+    // Its term counts from the acquire's issue (0 ms): renewed at 2.5 s,
+    // before the survey due then.
+    s.handle_timeout(ms(2_500));
+    let renew = drain(&mut s);
+    assert!(
+        matches!(&renew[..], [SetCommand::Execute { request: RequestId(3), batch, .. }]
+            if batch.kind == BatchKind::Renew && batch.items == [(name(&member()), Some(Epoch::new(1)))]),
+        "{renew:?}"
+    );
+    s.handle_reply(ms(2_501), RequestId(3), BatchReply::Matched(vec![member()]));
     assert_eq!(
         drain(&mut s),
-        vec![execute(3, BatchKind::Survey, &[], 5_001)]
+        vec![execute(4, BatchKind::Survey, &[], 5_001)]
     );
-    s.handle_reply(ms(2_502), RequestId(3), BatchReply::Survey(vec![]));
+    s.handle_reply(ms(2_502), RequestId(4), BatchReply::Survey(vec![]));
     assert_eq!(
         drain(&mut s),
         vec![execute(
-            4,
+            5,
             BatchKind::Acquire,
             &[("a", None), ("b", None)],
             5_002
@@ -144,7 +156,7 @@ fn holding() -> LeaseSet {
     );
     s.handle_reply(
         ms(2_503),
-        RequestId(4),
+        RequestId(5),
         BatchReply::Acquired(vec![acquired("a", 1), acquired("b", 4)]),
     );
     let mut expected = leader("a", 1);
@@ -177,7 +189,7 @@ fn held_leases_renew_in_one_batch_with_the_membership_row() {
     assert_eq!(
         drain(&mut s),
         vec![execute(
-            5,
+            6,
             BatchKind::Renew,
             &[("a", Some(1)), ("b", Some(4)), (&member(), Some(1))],
             7_500
@@ -185,14 +197,14 @@ fn held_leases_renew_in_one_batch_with_the_membership_row() {
     );
     s.handle_reply(
         ms(5_002),
-        RequestId(5),
+        RequestId(6),
         BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
     );
     // Renewed: nothing to tell; the survey due since 5001 ms (an interval
     // after the last one's send) goes out.
     assert_eq!(
         drain(&mut s),
-        vec![execute(6, BatchKind::Survey, &[], 7_502)]
+        vec![execute(7, BatchKind::Survey, &[], 7_502)]
     );
     // Each lease's deadline counts from the batch's send.
     assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
@@ -206,24 +218,24 @@ fn a_lease_missing_from_a_renew_result_alone_is_lost() {
     drain(&mut s);
     s.handle_reply(
         ms(5_002),
-        RequestId(5),
+        RequestId(6),
         BatchReply::Matched(vec!["a".into(), member()]),
     );
     // Lost: its work is told to stop; the survey due since 5001 ms goes
     // out, and b is not tried again while its work runs.
     let mut expected = demoted("b", 4, Demotion::Lost);
-    expected.push(execute(6, BatchKind::Survey, &[], 7_502));
+    expected.push(execute(7, BatchKind::Survey, &[], 7_502));
     assert_eq!(drain(&mut s), expected);
     assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
     assert_eq!(s.deadline("b"), None);
-    s.handle_reply(ms(5_003), RequestId(6), BatchReply::Survey(vec![]));
+    s.handle_reply(ms(5_003), RequestId(7), BatchReply::Survey(vec![]));
     assert_eq!(drain(&mut s), vec![], "b's work has not stopped");
     // Once it has, b is tried again at once (the row may be free), as a
     // lone lease is: its next term starts after the last one's work.
     s.handle_work_stopped(ms(5_004), "b");
     assert_eq!(
         drain(&mut s),
-        vec![execute(7, BatchKind::Acquire, &[("b", None)], 7_504)]
+        vec![execute(8, BatchKind::Acquire, &[("b", None)], 7_504)]
     );
 }
 
@@ -239,7 +251,7 @@ fn a_batch_past_its_timeout_is_cancelled_and_its_leases_keep_their_deadlines() {
     assert_eq!(
         commands[0],
         SetCommand::Cancel {
-            request: RequestId(5)
+            request: RequestId(6)
         }
     );
     // Nothing demoted: the terms still run to their deadlines, and the
@@ -255,7 +267,7 @@ fn a_batch_past_its_timeout_is_cancelled_and_its_leases_keep_their_deadlines() {
     // A late answer to the abandoned batch is ignored.
     s.handle_reply(
         ms(7_600),
-        RequestId(5),
+        RequestId(6),
         BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
     );
     assert_eq!(drain(&mut s), vec![]);
@@ -330,11 +342,11 @@ fn a_stepped_database_clock_demotes_every_held_lease_with_clock() {
     // no work); the leases once their work has stopped, in one batch.
     assert_eq!(
         commands[4..],
-        [execute(5, BatchKind::Acquire, &[(&member(), None)], 7_000)]
+        [execute(6, BatchKind::Acquire, &[(&member(), None)], 7_000)]
     );
     s.handle_work_stopped(ms(4_501), "a");
     s.handle_work_stopped(ms(4_501), "b");
-    s.handle_reply(ms(4_502), RequestId(5), BatchReply::Acquired(vec![]));
+    s.handle_reply(ms(4_502), RequestId(6), BatchReply::Acquired(vec![]));
     let commands = drain(&mut s);
     assert!(
         matches!(
@@ -357,35 +369,35 @@ fn shutdown_stops_every_work_and_releases_each_lease_once_its_work_has_stopped()
     // The membership row has no work: it is released at once, so the
     // other nodes plan without this one.
     expected.push(execute(
-        5,
+        6,
         BatchKind::Release,
         &[(&member(), Some(1))],
         5_500,
     ));
     assert_eq!(drain(&mut s), expected);
-    s.handle_reply(ms(3_001), RequestId(5), BatchReply::Matched(vec![member()]));
+    s.handle_reply(ms(3_001), RequestId(6), BatchReply::Matched(vec![member()]));
     assert_eq!(drain(&mut s), vec![]);
     // A lease's release waits for its work, and goes as soon as that
     // has stopped.
     s.handle_work_stopped(ms(3_002), "a");
     assert_eq!(
         drain(&mut s),
-        vec![execute(6, BatchKind::Release, &[("a", Some(1))], 5_502)]
+        vec![execute(7, BatchKind::Release, &[("a", Some(1))], 5_502)]
     );
     s.handle_work_stopped(ms(3_003), "b");
     assert_eq!(drain(&mut s), vec![], "one batch at a time");
     s.handle_reply(
         ms(3_004),
-        RequestId(6),
+        RequestId(7),
         BatchReply::Matched(vec!["a".into()]),
     );
     assert_eq!(
         drain(&mut s),
-        vec![execute(7, BatchKind::Release, &[("b", Some(4))], 5_504)]
+        vec![execute(8, BatchKind::Release, &[("b", Some(4))], 5_504)]
     );
     s.handle_reply(
         ms(3_005),
-        RequestId(7),
+        RequestId(8),
         BatchReply::Matched(vec!["b".into()]),
     );
     assert_eq!(drain(&mut s), vec![SetCommand::Finished]);
@@ -401,13 +413,13 @@ fn a_node_over_its_share_gives_the_surplus_up_without_stealing() {
     drain(&mut s);
     s.handle_reply(
         ms(5_001),
-        RequestId(5),
+        RequestId(6),
         BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
     );
     // The survey due since 5001 ms goes out with the renewal's answer.
     assert_eq!(
         drain(&mut s),
-        vec![execute(6, BatchKind::Survey, &[], 7_501)]
+        vec![execute(7, BatchKind::Survey, &[], 7_501)]
     );
     let other = LeaseRow {
         name: format!("{MEMBER_PREFIX}other"),
@@ -415,7 +427,7 @@ fn a_node_over_its_share_gives_the_surplus_up_without_stealing() {
         epoch: Epoch::new(1),
         expires_in_ms: Some(9_000),
     };
-    s.handle_reply(ms(5_003), RequestId(6), BatchReply::Survey(vec![other]));
+    s.handle_reply(ms(5_003), RequestId(7), BatchReply::Survey(vec![other]));
     assert_eq!(s.target(ms(5_003)), Some(1));
     let commands = drain(&mut s);
     // Exactly one lease is given up (stop first; its release waits), the
@@ -448,15 +460,17 @@ fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
     s.handle_timeout(ms(0));
     drain(&mut s);
     s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
-    s.handle_timeout(ms(2_500));
     drain(&mut s);
     s.handle_reply(
-        ms(2_501),
+        ms(2),
         RequestId(2),
         BatchReply::Acquired(vec![acquired(&member(), 1)]),
     );
+    s.handle_timeout(ms(2_500));
     drain(&mut s);
-    s.handle_reply(ms(2_502), RequestId(3), BatchReply::Survey(vec![]));
+    s.handle_reply(ms(2_501), RequestId(3), BatchReply::Matched(vec![member()]));
+    drain(&mut s);
+    s.handle_reply(ms(2_502), RequestId(4), BatchReply::Survey(vec![]));
     let commands = drain(&mut s);
     let [SetCommand::Execute { batch, .. }] = &commands[..] else {
         panic!("{commands:?}");
@@ -467,7 +481,7 @@ fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
         .iter()
         .map(|(n, _)| acquired(n.as_str(), 1))
         .collect();
-    s.handle_reply(ms(2_503), RequestId(4), BatchReply::Acquired(outcomes));
+    s.handle_reply(ms(2_503), RequestId(5), BatchReply::Acquired(outcomes));
     drain(&mut s);
     assert_eq!(s.held().count(), 2_500);
     // The renewals: MAX_BATCH leases a batch, in name order, back to back
@@ -477,7 +491,7 @@ fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
     let mut sizes = Vec::new();
     let mut first_names = Vec::new();
     let mut now = 5_000;
-    for request in 5.. {
+    for request in 6.. {
         let commands = drain(&mut s);
         let Some(batch) = commands.iter().find_map(|c| match c {
             SetCommand::Execute { batch, .. } if batch.kind == BatchKind::Renew => Some(batch),
@@ -493,7 +507,7 @@ fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
             .collect();
         sizes.push(leases.len());
         first_names.push(leases[0].to_string());
-        if request == 5 {
+        if request == 6 {
             assert!(batch.items.iter().any(|(n, _)| n.as_str() == member()));
         }
         let matched = batch

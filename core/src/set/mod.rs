@@ -188,7 +188,7 @@ impl LeaseSet {
         }
         // The membership row always competes: nobody else wants it.
         slots[member].machine.set_contending(now, true);
-        Ok(LeaseSet {
+        let mut set = LeaseSet {
             template,
             slots,
             index,
@@ -207,7 +207,13 @@ impl LeaseSet {
             commands: VecDeque::with_capacity(64),
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
-        })
+        };
+        // Its acquire is issued now and goes right after the first survey:
+        // left in its machine, it would wait for the machine's request
+        // timeout (an interval), and the other nodes started at the same
+        // moment would plan their share without this node.
+        set.drain(now, member);
+        Ok(set)
     }
 }
 

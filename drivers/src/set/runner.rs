@@ -194,8 +194,13 @@ impl<G: TermGate> SetRunner<G> {
         Health::step(&self.health, false);
         let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         snapshot.last_step = Some(std::time::Instant::now());
-        snapshot.members = self.set.members(now);
-        snapshot.target = self.set.target(now);
+        let members = self.set.members(now);
+        let target = self.set.target(now);
+        if members != snapshot.members || target != snapshot.target {
+            tracing::debug!(holder = %self.holder, ?target, ?members, "share planned");
+        }
+        snapshot.members = members;
+        snapshot.target = target;
         #[cfg(feature = "metrics")]
         crate::metrics::set::share(snapshot.held.len(), snapshot.target, snapshot.members.len());
         if held_changed {

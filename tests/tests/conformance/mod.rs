@@ -168,11 +168,7 @@ pub type StatusReader = Arc<dyn Fn() -> Vec<LeaseRow> + Send + Sync>;
 pub trait Contender: Sized {
     /// The driver's fence.
     type Fence: Clone;
-    /// Whether the first term of contenders started together is the one
-    /// they settle on (a lone lease's: a follower never takes over from a
-    /// live leader). A set's share may move a lease once while nodes that
-    /// started together find each other (see `set.rs`).
-    const FIRST_TERM_SETTLES: bool = true;
+
     /// This contender's holder id.
     fn holder(&self) -> &HolderId;
     /// `leadership()`.
@@ -433,11 +429,7 @@ pub fn case_2_exactly_one_of_n_contenders_leads_and_the_others_see_it<B: Backend
         assert!(Instant::now() < deadline, "no agreement: {views:?}");
         std::thread::sleep(Duration::from_millis(20));
     };
-    if B::Lease::FIRST_TERM_SETTLES {
-        assert_eq!(leader.epoch, Some(Epoch::new(1)));
-    } else {
-        assert!(leader.epoch >= Some(Epoch::new(1)), "{leader:?}");
-    }
+    assert_eq!(leader.epoch, Some(Epoch::new(1)));
     let leader_id = leader.holder.clone().expect("a leader names itself");
     for lease in &leases {
         wait_seen(

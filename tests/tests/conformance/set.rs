@@ -11,16 +11,12 @@
 //! `subscribe_to(&lease)`. Gated work runs for every lease of the set; the
 //! cases' hooks see [`LEASE`]'s terms only.
 //!
-//! Two things differ, and the cases ask for them through
-//! [`Contender::has_seen`] and [`Contender::FIRST_TERM_SETTLES`]:
-//!
-//! - a set's node reads the row of a lease only while it competes for it
-//!   (its share): a node whose share is full has seen another node's term
-//!   once it has planned its share with that node among the live members
-//!   (its snapshot lists it), not by reading the holder off the row;
-//! - nodes of a set started together may move a lease once before they
-//!   settle (seen on PostgreSQL, not yet explained), so case 2 does not ask
-//!   for the settled term to be the first.
+//! One thing differs, and the cases ask for it through
+//! [`Contender::has_seen`]: a set's node reads the row of a lease only
+//! while it competes for it (its share), so a node whose share is full has
+//! seen another node's term once it has planned its share with every
+//! running node among the live members (its snapshot lists them) and holds
+//! its whole share, not by reading the holder off the row.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -91,10 +87,6 @@ impl<S: RunningSet> SetMember<S> {
 
 impl<S: RunningSet> Contender for SetMember<S> {
     type Fence = S::Fence;
-    // Seen on PostgreSQL with four nodes started within milliseconds: the
-    // lease's first term (epoch 1) is given up an interval later and the
-    // nodes settle on its second. Not yet explained (DESIGN §9).
-    const FIRST_TERM_SETTLES: bool = false;
 
     fn holder(&self) -> &HolderId {
         self.set.view().holder()
