@@ -37,21 +37,23 @@ fn two_nodes_two_leases_hold_every_property_to_depth_30() {
     bounded(30, 0);
 }
 
-/// Deeper: the depth at which the planted yield bug shows (1,908,999
-/// states, 4,129,815 transitions, under 2 minutes, a few gigabytes).
+/// Deeper by one (3,764,433 states, 8,447,730 transitions, 84 s, about
+/// 14 GB: depth 32, where the planted yield bug shows, outgrew 24 GB once
+/// a node's membership row was written right after its first survey; the
+/// mutant's own test stops at the bug).
 #[test]
-#[ignore = "minutes long: run with -- --ignored"]
-fn two_nodes_two_leases_hold_every_property_to_depth_32() {
-    bounded(32, 0);
+#[ignore = "minutes long, about 14 GB: run with -- --ignored"]
+fn two_nodes_two_leases_hold_every_property_to_depth_31() {
+    bounded(31, 0);
 }
 
 /// With one fault per path (loss, late delivery, stray batch, pause,
-/// crash, restart or shutdown), to depth 26 (2,407,546 states, 6,229,083
-/// transitions, about 3 minutes beside other work, 9.9 GB).
+/// crash, restart or shutdown), to depth 24 (3,620,260 states, 10,116,990
+/// transitions, 100 s).
 #[test]
 #[ignore = "minutes long: run with -- --ignored"]
-fn two_nodes_two_leases_hold_every_property_with_one_fault_to_depth_26() {
-    bounded(26, 1);
+fn two_nodes_two_leases_hold_every_property_with_one_fault_to_depth_24() {
+    bounded(24, 1);
 }
 
 #[test]

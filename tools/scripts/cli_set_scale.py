@@ -3,7 +3,9 @@
 's{0..LEASES-1}' --json` processes on one database, then SIGTERM; prints
 when every lease was first held, when the shares first balanced (max - min
 <= 1), how many terms ended by expiry under a live holder (`follower` with
-reason `expired`: the goal is none), and the shares once a second.
+reason `expired`: the goal is none), how many terms started beyond one per
+lease before the shutdown (leases that moved: none for processes started
+together), and the shares once a second.
 
     python3 tools/scripts/cli_set_scale.py --db postgres://postgres@127.0.0.1:5432/test --ttl 2s
     python3 tools/scripts/cli_set_scale.py --db sqlite:///tmp/scale.db --ttl 2s --stagger 1 --load 2
@@ -58,6 +60,7 @@ def main():
         last_start_ms = time.time() * 1000
         time.sleep(args.seconds)
     finally:
+        stop_ms = time.time() * 1000
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for p in procs:
@@ -106,6 +109,9 @@ def main():
         since(all_held), (last_start_ms - start_ms) / 1000, since(balanced)))
     print("terms ended by expiry under a live holder: %d %s" % (
         sum(expired.values()), dict(expired) if expired else ""))
+    started = sum(1 for e in events if e["event"] == "leader" and e["unix_ms"] < stop_ms)
+    print("terms started before the shutdown: %d (%d beyond one per lease: leases that moved)" % (
+        started, started - args.leases))
     for at, c in shares:
         print("  %5.1f s  %s" % (at, c))
     if args.logs:
