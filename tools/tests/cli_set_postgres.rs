@@ -121,13 +121,20 @@ fn four_processes_share_200_leases_and_take_a_killed_ones_at_expiry() {
         .parse()
         .unwrap()
     };
+    // Counted from a ttl after the balance: the start-up's own statements
+    // (each node's table check and creation, its LISTEN) reach
+    // `pg_stat_database` up to seconds after they ran (PostgreSQL 15
+    // flushes a backend's statistics at most once a second, an idle one's
+    // later), and the shares settle within that (8 to 9.5 commits per
+    // process per second were counted from the balance itself, 4.0 later).
+    std::thread::sleep(ttl);
     let before = commits();
     std::thread::sleep(Duration::from_secs(5));
     let per_process_per_second = (commits() - before) as f64 / 4.0 / 5.0;
     eprintln!("{per_process_per_second:.1} statements per process per second (interval 500 ms)");
-    // At most 3 per interval (6 per second) each, with room for the
-    // statistics' own flushing.
-    assert!(per_process_per_second <= 8.0, "{per_process_per_second}");
+    // At most 3 per interval (6 per second) each: a renew batch and a
+    // survey, and an acquire only while under the share (4.0 measured).
+    assert!(per_process_per_second <= 6.0, "{per_process_per_second}");
 
     // SIGKILL node 3: its 50 leases lapse and the others take them.
     let victim = held(&log, &none)[&3].clone();
