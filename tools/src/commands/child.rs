@@ -13,11 +13,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::process::Stdio;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use picolease::{LeaseName, Term};
 
+use super::events::Printed;
 use crate::guard::message;
 
 /// How CMD ended.
@@ -78,10 +79,18 @@ const FORWARD: Duration = Duration::from_millis(100);
 /// Where a supervisor sends its events, with the term's lease.
 type EventSink = dyn Fn(&LeaseName, ChildEvent) + Send + Sync;
 
+/// How long an ended term's work waits for its `follower` line to be
+/// printed: the printer runs on another thread and needs microseconds;
+/// the bound only keeps a stuck stdout from holding the release.
+const PRINT_WAIT: Duration = Duration::from_millis(200);
+
 /// `-- CMD`, as gated work of either backend: [`Gated::run_term`] runs it
-/// for one term.
+/// for one term. With no CMD it only holds the term's end until the term's
+/// `follower` line is printed (a lone lease's `run`: the release waits for
+/// the work, so no successor's `leader` line can come first).
 pub struct Gated {
     command: Vec<String>,
+    printed: Option<Arc<Printed>>,
     grace: Duration,
     node: String,
     /// Where events go, with the lease of the term: straight into `run`'s
@@ -118,10 +127,12 @@ impl Gated {
         command: Vec<String>,
         grace: Duration,
         node: String,
+        printed: Option<Arc<Printed>>,
         events: impl Fn(&LeaseName, ChildEvent) + Send + Sync + 'static,
     ) -> Self {
         Gated {
             command,
+            printed,
             grace,
             node,
             events: Box::new(events),
@@ -129,8 +140,23 @@ impl Gated {
     }
 
     /// Runs CMD for one term until it exits by itself or the term ends,
-    /// then has the guard stop it; returns once CMD is gone.
+    /// then has the guard stop it; returns once CMD is gone and, if the
+    /// term has ended, its `follower` line is printed.
     pub fn run_term(&self, view: &impl TermView) {
+        if self.command.is_empty() {
+            while !view.ended(FORWARD) {}
+        } else {
+            self.supervise(view);
+        }
+        if let Some(printed) = &self.printed {
+            if view.ended(Duration::ZERO) {
+                let term = view.term();
+                printed.wait_left(term.lease().as_str(), term.epoch().get(), PRINT_WAIT);
+            }
+        }
+    }
+
+    fn supervise(&self, view: &impl TermView) {
         let send = |event| (self.events)(view.term().lease(), event);
         let Some(deadline) = view.deadline() else {
             return; // The term was over before its work started.

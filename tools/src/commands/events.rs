@@ -8,13 +8,55 @@
 //! | `child` | `pid` (CMD's pid, also its process group), `epoch` (its term) |
 //! | `child_exit` | `pid`, `epoch`, and `code` or `signal` (e.g. `"SIGKILL"`) |
 
-use std::time::SystemTime;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime};
 
 use picolease::{HolderId, Leadership, Role, Transition};
 use serde_json::{json, Value};
 
 use super::child::ChildStatus;
 use crate::output::{line, unix_ms};
+
+/// The terms whose `follower` line is out, per lease (the highest epoch
+/// left): a lone lease's gated work returns only once its term's line is
+/// printed ([`super::child::Gated`]), so the release that follows the work
+/// cannot let a successor's `leader` line reach its stdout first.
+#[derive(Debug, Default)]
+pub struct Printed {
+    left: Mutex<HashMap<String, u64>>,
+    changed: Condvar,
+}
+
+impl Printed {
+    fn left(&self, lease: &str, epoch: u64) {
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = left.entry(lease.to_string()).or_insert(0);
+        *seen = (*seen).max(epoch);
+        self.changed.notify_all();
+    }
+
+    /// Waits until the `follower` line of `lease`'s term `epoch` (or a
+    /// later one's) is printed, at most `timeout`; true if it was.
+    pub fn wait_left(&self, lease: &str, epoch: u64, timeout: Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if left.get(lease).is_some_and(|&e| e >= epoch) {
+                return true;
+            }
+            let rest = until.saturating_duration_since(std::time::Instant::now());
+            if rest.is_zero() {
+                return false;
+            }
+            left = self
+                .changed
+                .wait_timeout(left, rest)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
 
 /// Prints one contender's events.
 pub struct Printer {
@@ -26,6 +68,8 @@ pub struct Printer {
     pub holder: HolderId,
     /// JSON lines instead of text.
     pub json: bool,
+    /// Where a printed term end is recorded.
+    pub printed: Arc<Printed>,
 }
 
 impl Printer {
@@ -74,15 +118,18 @@ impl Printer {
                 json!({ "holder": self.holder.as_str(), "epoch": epoch }),
                 format!("{node} leader of \"{lease}\" at epoch {shown}"),
             ),
-            (Role::Follower, Some(reason)) => self.emit(
-                "follower",
-                transition.at,
-                json!({ "holder": self.holder.as_str(), "epoch": epoch, "reason": reason.as_str() }),
-                format!(
-                    "{node} follower of \"{lease}\": left epoch {shown} ({})",
-                    reason.as_str()
-                ),
-            ),
+            (Role::Follower, Some(reason)) => {
+                self.emit(
+                    "follower",
+                    transition.at,
+                    json!({ "holder": self.holder.as_str(), "epoch": epoch, "reason": reason.as_str() }),
+                    format!(
+                        "{node} follower of \"{lease}\": left epoch {shown} ({})",
+                        reason.as_str()
+                    ),
+                );
+                self.printed.left(lease, shown);
+            }
             (Role::Follower, None) if epoch.is_some() || holder.is_some() => self.emit(
                 "observed",
                 transition.at,

@@ -17,7 +17,7 @@ use picolease::{
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use super::child::{ChildEvent, Gated};
-use super::events::Printer;
+use super::events::{Printed, Printer};
 use crate::backend::{Backend, Contender};
 use crate::cli::RunArgs;
 use crate::duration::show;
@@ -113,24 +113,25 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     // Signals first, so a SIGTERM during start-up is not lost.
     let (tx, events) = mpsc::channel();
     install_signals_with(tx.clone(), || Event::Signal)?;
-    let gated = if args.command.is_empty() {
-        None
-    } else {
-        let child_tx = tx.clone();
-        Some(Arc::new(Gated::new(
-            args.command.clone(),
-            grace,
-            node.clone(),
-            move |_: &LeaseName, event| {
-                let _ = child_tx.send(Event::Child(event));
-            },
-        )))
-    };
+    // Gated work even without CMD: a term's end waits for its `follower`
+    // line, and the release for the work.
+    let printed = Arc::new(Printed::default());
+    let child_tx = tx.clone();
+    let gated = Some(Arc::new(Gated::new(
+        args.command.clone(),
+        grace,
+        node.clone(),
+        Some(Arc::clone(&printed)),
+        move |_: &LeaseName, event| {
+            let _ = child_tx.send(Event::Child(event));
+        },
+    )));
     let printer = Printer {
         lease: lease.as_str().to_string(),
         node,
         holder,
         json: args.json,
+        printed,
     };
     let (driver, transitions) = backend.start(table, config, gated)?;
     let snapshots = crate::backend::lease_snapshots(&transitions)?;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use picolease::{Config, HolderId, LeaseName, RecvError, TableName, Transition};
 
 use super::child::{ChildEvent, Gated};
-use super::events::Printer;
+use super::events::{Printed, Printer};
 use crate::backend::{Backend, SetContender};
 use crate::cli::RunArgs;
 use crate::failure::CliError;
@@ -61,6 +61,9 @@ pub fn run(
     } = prepared;
     let (tx, events) = mpsc::channel();
     super::run::install_signals_with(tx.clone(), || Event::Signal)?;
+    // Without CMD a set runs no work (a thread per held lease would be the
+    // price); with CMD each term's end waits for its `follower` line.
+    let printed = Arc::new(Printed::default());
     let gated = if args.command.is_empty() {
         None
     } else {
@@ -69,6 +72,7 @@ pub fn run(
             args.command.clone(),
             grace,
             node.clone(),
+            Some(Arc::clone(&printed)),
             move |lease: &LeaseName, event| {
                 let _ = child_tx.send(Event::Child(lease.clone(), event));
             },
@@ -115,6 +119,7 @@ pub fn run(
         node,
         holder,
         json: args.json,
+        printed,
     };
     session(&printers, set, events)
 }
@@ -129,6 +134,7 @@ struct Printers {
     node: String,
     holder: HolderId,
     json: bool,
+    printed: Arc<Printed>,
 }
 
 impl Printers {
@@ -138,6 +144,7 @@ impl Printers {
             node: self.node.clone(),
             holder: self.holder.clone(),
             json: self.json,
+            printed: Arc::clone(&self.printed),
         }
     }
 }
