@@ -33,6 +33,11 @@ impl Health {
         }))
     }
 
+    /// The loop's health now.
+    pub(crate) fn read(health: &SharedHealth) -> Health {
+        *lock(health)
+    }
+
     /// The loop stepped; `answered` if a statement was answered.
     pub(crate) fn step(health: &SharedHealth, answered: bool) {
         let mut health = lock(health);

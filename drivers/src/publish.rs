@@ -175,7 +175,7 @@ impl Publisher {
 
     /// The loop's progress.
     pub(crate) fn health(&self) -> Health {
-        *lock(&self.health)
+        Health::read(&self.health)
     }
 
     /// Test seam: the driver's loop blocks at its next step, for ever, so

@@ -73,7 +73,6 @@ impl<G: TermGate> SetRunner<G> {
         let template = set.config().clone();
         let snapshot = SharedSnapshot::new(Mutex::new(SetSnapshot {
             me: Some(template.holder.clone()),
-            last_step: Some(std::time::Instant::now()),
             stall_after: crate::publish::stall_after(&template),
             ..SetSnapshot::default()
         }));
@@ -104,6 +103,7 @@ impl<G: TermGate> SetRunner<G> {
         let view = SetView {
             template: template.clone(),
             snapshot: Arc::clone(&snapshot),
+            health: Arc::clone(&health),
             wedge: Arc::clone(&wedge),
             publishers: Arc::new(publishers),
             fanout: Arc::clone(&fanout),
@@ -193,7 +193,6 @@ impl<G: TermGate> SetRunner<G> {
         let now = self.now();
         Health::step(&self.health, false);
         let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
-        snapshot.last_step = Some(std::time::Instant::now());
         let members = self.set.members(now);
         let target = self.set.target(now);
         if members != snapshot.members || target != snapshot.target {

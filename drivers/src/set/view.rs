@@ -10,7 +10,7 @@ use std::time::Duration;
 use picolease_core::{Config, Epoch, HolderId, Leadership, LeaseName};
 use tokio::sync::watch;
 
-use crate::publish::Publisher;
+use crate::publish::{Health, Publisher, SharedHealth};
 use crate::subscription::{Fanout, Subscription};
 use crate::view::LeaseView;
 
@@ -90,6 +90,8 @@ pub(crate) type SharedSnapshot = Arc<Mutex<SetSnapshot>>;
 pub struct SetView {
     pub(super) template: Config,
     pub(super) snapshot: SharedSnapshot,
+    /// The set loop's health: the snapshot's `last_step` is read from it.
+    pub(super) health: SharedHealth,
     pub(super) wedge: Arc<AtomicBool>,
     /// Each lease's publisher, as a lone lease's handle reads its own.
     pub(super) publishers: Arc<HashMap<LeaseName, Arc<Publisher>>>,
@@ -170,10 +172,7 @@ impl SetView {
 
     /// What this node holds, whom it sees, its share, its loop's health.
     pub fn snapshot(&self) -> SetSnapshot {
-        self.snapshot
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.snapshots().snapshot()
     }
 
     /// A cheap, cloneable reader of [`SetView::snapshot`] and of each
@@ -182,6 +181,7 @@ impl SetView {
     pub fn snapshots(&self) -> SetSnapshots {
         SetSnapshots {
             snapshot: Arc::clone(&self.snapshot),
+            health: Arc::clone(&self.health),
             wedge: Arc::clone(&self.wedge),
             publishers: Arc::clone(&self.publishers),
         }
@@ -193,6 +193,7 @@ impl SetView {
 #[derive(Clone)]
 pub struct SetSnapshots {
     snapshot: SharedSnapshot,
+    health: SharedHealth,
     wedge: Arc<AtomicBool>,
     publishers: Arc<HashMap<LeaseName, Arc<Publisher>>>,
 }
@@ -206,10 +207,13 @@ impl std::fmt::Debug for SetSnapshots {
 impl SetSnapshots {
     /// The set as of its last step.
     pub fn snapshot(&self) -> SetSnapshot {
-        self.snapshot
+        let mut snapshot = self
+            .snapshot
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        snapshot.last_step = Some(Health::read(&self.health).last_step);
+        snapshot
     }
 
     /// `lease`'s leadership as last published ([`SetView::leadership`]).
