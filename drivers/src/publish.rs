@@ -81,8 +81,9 @@ pub(crate) struct Publisher {
     health: SharedHealth,
     /// Whether the last publication was a leader's, and at which epoch.
     led: Mutex<Option<u64>>,
-    /// Test seam: the loop blocks at its next step (see `wedge`).
-    wedged: AtomicBool,
+    /// Test seam: the loop blocks at its next step (see `wedge`); a set's
+    /// members share the set loop's.
+    wedged: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -114,7 +115,7 @@ impl Publisher {
             attached: OnceLock::new(),
             health,
             led: Mutex::new(None),
-            wedged: AtomicBool::new(false),
+            wedged: Arc::default(),
         }
     }
 
@@ -126,9 +127,11 @@ impl Publisher {
         config: &Config,
         fanout: Arc<Fanout>,
         health: SharedHealth,
+        wedged: Arc<AtomicBool>,
     ) -> Self {
         let mut publisher = Publisher::driven_by(clock, config.lease.clone(), health);
         publisher.fanout = Some(fanout);
+        publisher.wedged = wedged;
         let _ = publisher.attached.set(Attached {
             lease: config.lease.clone(),
             holder: config.holder.clone(),
@@ -176,6 +179,17 @@ impl Publisher {
     /// The loop's progress.
     pub(crate) fn health(&self) -> Health {
         Health::read(&self.health)
+    }
+
+    /// The health of the loop that drives this lease, to share with it.
+    pub(crate) fn shared_health(&self) -> SharedHealth {
+        Arc::clone(&self.health)
+    }
+
+    /// The wedge seam's flag, to share with the loop that drives this
+    /// lease (it blocks at its next step while the flag is set).
+    pub(crate) fn wedge_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.wedged)
     }
 
     /// Test seam: the driver's loop blocks at its next step, for ever, so

@@ -8,7 +8,7 @@ use picolease_core::{Config, LeaseState};
 use tokio::sync::mpsc;
 
 use super::connect::Connect;
-use super::driver::{Control, Driver, LastError};
+use super::driver::{run, Control, LastError, Task};
 use super::error::PgError;
 use super::fence::Fence;
 use super::gate::{gated_task, Gate, GatedTask, LeaderContext};
@@ -18,6 +18,7 @@ use super::options::{pg_option_methods, pg_work_methods, PgOptions};
 use super::transaction::FencedTransaction;
 use crate::clock::SharedClock;
 use crate::publish::Publisher;
+use crate::set::SetRunner;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
 
@@ -53,12 +54,10 @@ impl PgLeaseBuilder {
     /// current tokio runtime (panics outside one, like `tokio::spawn`).
     pub fn start(self) -> Result<PgLease, PgError> {
         self.publisher.set_clock(Arc::clone(&self.clock));
-        let origin = self.publisher.now();
         let lease = LeaseState::new(self.config.clone(), picolease_core::Instant::ZERO)?;
         let statements = Arc::new(Statements::new(Dialect::Postgres, &self.options.table));
         let lease_name: Arc<str> = self.config.lease.as_str().into();
-        let holder: Arc<str> = self.config.holder.as_str().into();
-        let (control_tx, control) = mpsc::unbounded_channel();
+        let (control_tx, inbox) = mpsc::unbounded_channel();
         let last_error: LastError = Arc::new(Mutex::new(None));
 
         let (listener, notices) = if self.options.notifications {
@@ -81,29 +80,22 @@ impl PgLeaseBuilder {
             self.options.auto_create,
             super::backoff::backoff_cap(&self.config),
         ));
-        let driver = Driver {
-            lease,
-            origin,
-            statements: statements.clone(),
+        let gate = Gate::new(
+            self.tasks,
+            Arc::clone(&statements),
+            self.config.lease.clone(),
+            self.config.holder.clone(),
+            Arc::clone(&self.publisher),
+        );
+        let task = tokio::spawn(run(Task {
+            runner: SetRunner::lone(lease, Arc::clone(&self.publisher), gate),
             link,
-            gate: Gate::new(
-                self.tasks,
-                Arc::clone(&statements),
-                self.config.lease.clone(),
-                self.config.holder.clone(),
-                Arc::clone(&self.publisher),
-            ),
-            lease_name,
-            holder,
-            publisher: Arc::clone(&self.publisher),
             notices,
-            control,
-            last_error: last_error.clone(),
             listener,
+            inbox,
             linger: self.options.linger,
-            released: false,
-        };
-        let task = tokio::spawn(driver.run());
+            last_error: Arc::clone(&last_error),
+        }));
         Ok(PgLease {
             view: LeaseView::new(self.config, self.publisher),
             statements,
@@ -168,7 +160,7 @@ impl PgLease {
         F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let _ = self.control.send(Control::AddTask(gated_task(task)));
+        let _ = self.control.send(Control::AddWork(gated_task(task)));
     }
 
     /// The fence of the current term, if this node leads.

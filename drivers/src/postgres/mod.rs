@@ -108,7 +108,6 @@ mod link;
 mod notify;
 mod options;
 mod set;
-mod set_task;
 mod transaction;
 
 pub use admin::{force_release, init, status};

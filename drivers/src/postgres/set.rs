@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 
 use super::backoff::backoff_cap;
 use super::connect::Connect;
+pub(crate) use super::driver::Control;
 use super::driver::LastError;
 use super::error::PgError;
 use super::fence::Fence;
@@ -39,7 +40,6 @@ use super::gate::{Gate, GatedTask, LeaderContext};
 use super::link::Link;
 use super::notify::{spawn_listener, Interest};
 use super::options::{pg_option_methods, pg_work_methods, PgOptions};
-pub(crate) use super::set_task::Control;
 use super::transaction::FencedTransaction;
 use crate::clock::SharedClock;
 use crate::set::{SetRunner, SetView};
@@ -141,7 +141,7 @@ impl PgLeaseSetBuilder {
         } else {
             (None, None)
         };
-        let task = tokio::spawn(super::set_task::run(super::set_task::SetTask {
+        let task = tokio::spawn(super::driver::run(super::driver::Task {
             runner,
             link,
             notices,

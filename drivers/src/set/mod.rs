@@ -10,10 +10,13 @@
 //! set work gets the very `LeaderContext` lease work gets. What the
 //! handle reads is in `view.rs`. Nothing here decides anything.
 
+mod engine;
 mod runner;
 mod view;
 
-use picolease_core::{Batch, Epoch, Instant, RequestId};
+use picolease_core::{Epoch, Instant, RequestId};
+
+pub(crate) use engine::{Answer, Ran, Statement};
 
 pub use crate::cancellation::Cancellation;
 pub(crate) use runner::{SetRunner, REAP_EVERY};
@@ -32,16 +35,16 @@ pub(crate) trait TermGate: Send + 'static {
     fn has_stopped(&mut self) -> bool;
 }
 
-/// A batch for the driver to run, as the set asked for it.
+/// A statement for the driver to run, as the engine asked for it.
 #[derive(Debug)]
 pub(crate) struct Execute {
     /// The id to answer with ([`SetRunner::reply`]).
     pub(crate) request: RequestId,
     /// What to run.
-    pub(crate) batch: Batch,
-    /// When the statement must have ended by, on the set's clock
-    /// ([`SetCommand::Execute`]).
-    pub(crate) end_by: Instant,
+    pub(crate) statement: Statement,
+    /// When the statement must have ended by, on the engine's clock (a
+    /// leader's deadline, a batch's give-up); `None`: the request timeout.
+    pub(crate) end_by: Option<Instant>,
 }
 
 /// What one [`SetRunner::carry_out`] leaves to the driver.

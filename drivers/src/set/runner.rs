@@ -1,4 +1,5 @@
-//! `SetRunner`: carries a `LeaseSet`'s commands out for either driver.
+//! `SetRunner`: carries an [`Engine`]'s orders out for either driver: a
+//! lone lease's or a set's, on the one loop each database has.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -6,13 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picolease_core::{
-    Config, Epoch, HolderId, Instant, LeaseName, LeaseSet, RequestId, SetCommand,
+    BatchReply, Config, Epoch, HolderId, Instant, LeaseName, LeaseSet, LeaseState, Operation,
+    Reply, RequestId,
 };
 use tokio::sync::watch;
 
+use super::engine::{Answer, Engine, Order, Ran};
 use super::view::{SetSnapshot, SetView, SharedSnapshot};
 use super::{Carried, Execute, TermGate};
 use crate::clock::SharedClock;
+use crate::metrics::Outcome;
 use crate::publish::{Health, Publisher, SharedHealth};
 use crate::subscription::Fanout;
 
@@ -36,9 +40,9 @@ impl<G> Member<G> {
     }
 }
 
-/// Carries a [`LeaseSet`]'s commands out for a driver.
+/// Carries an [`Engine`]'s orders out for a driver.
 pub(crate) struct SetRunner<G> {
-    pub(crate) set: LeaseSet,
+    pub(crate) engine: Engine,
     clock: SharedClock,
     /// The set's time zero on `clock`.
     origin: Duration,
@@ -53,8 +57,9 @@ pub(crate) struct SetRunner<G> {
     fanout: Arc<Fanout>,
     /// Test seam: set, the loop blocks in its next `carry_out`.
     wedge: Arc<AtomicBool>,
-    /// When the batch in flight was handed to the driver, and its kind.
-    handed_out: Option<(std::time::Instant, picolease_core::BatchKind)>,
+    /// When the statement in flight was handed to the driver, and what it
+    /// runs.
+    handed_out: Option<(std::time::Instant, Ran)>,
 }
 
 /// How often a driver looks whether stopping work has returned.
@@ -68,37 +73,80 @@ impl<G: TermGate> SetRunner<G> {
         set: LeaseSet,
         clock: SharedClock,
         fanout: Arc<Fanout>,
-        mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
+        gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
     ) -> (Self, SetView) {
         let template = set.config().clone();
+        let health = Health::shared();
+        let wedge: Arc<AtomicBool> = Arc::default();
+        let publishers = set
+            .leases()
+            .map(|lease| {
+                let config = Config {
+                    lease: lease.clone(),
+                    ..template.clone()
+                };
+                let publisher = Publisher::member(
+                    Arc::clone(&clock),
+                    &config,
+                    Arc::clone(&fanout),
+                    Arc::clone(&health),
+                    Arc::clone(&wedge),
+                );
+                (lease.clone(), Arc::new(publisher))
+            })
+            .collect();
+        let engine = Engine::Set(Box::new(set));
+        Self::with_members(engine, clock, fanout, (health, wedge), publishers, gate)
+    }
+
+    /// A runner for a lone lease's `state`, whose output side is
+    /// `publisher` (made before the driver started, so it may already
+    /// have subscribers), its work behind `gate`.
+    pub(crate) fn lone(state: LeaseState, publisher: Arc<Publisher>, gate: G) -> Self {
+        let lease = state.config().lease.clone();
+        let loop_side = (publisher.shared_health(), publisher.wedge_flag());
+        let clock = publisher.clock();
+        let publishers = HashMap::from([(lease, publisher)]);
+        let engine = Engine::Lease(Box::new(state));
+        let mut gate = Some(gate);
+        let (runner, _) = Self::with_members(
+            engine,
+            clock,
+            Arc::new(Fanout::for_leases(1)),
+            loop_side,
+            publishers,
+            |_, _| gate.take().expect("one lease, one gate"),
+        );
+        runner
+    }
+
+    /// The runner of `engine` over the publishers of its leases, its loop's
+    /// health and wedge seam shared with them.
+    fn with_members(
+        engine: Engine,
+        clock: SharedClock,
+        fanout: Arc<Fanout>,
+        (health, wedge): (SharedHealth, Arc<AtomicBool>),
+        publishers: HashMap<LeaseName, Arc<Publisher>>,
+        mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
+    ) -> (Self, SetView) {
+        let template = engine.config().clone();
         let snapshot = SharedSnapshot::new(Mutex::new(SetSnapshot {
             me: Some(template.holder.clone()),
             stall_after: crate::publish::stall_after(&template),
             ..SetSnapshot::default()
         }));
-        let wedge = Arc::default();
-        let health = Health::shared();
-        let mut members = HashMap::new();
-        let mut publishers = HashMap::new();
-        for lease in set.leases() {
-            let config = Config {
-                lease: lease.clone(),
-                ..template.clone()
-            };
-            let publisher = Arc::new(Publisher::member(
-                Arc::clone(&clock),
-                &config,
-                Arc::clone(&fanout),
-                Arc::clone(&health),
-            ));
-            let member = Member {
-                gate: gate(lease, &publisher),
-                publisher: Arc::clone(&publisher),
-                published: None,
-            };
-            publishers.insert(lease.clone(), publisher);
-            members.insert(lease.clone(), member);
-        }
+        let members = publishers
+            .iter()
+            .map(|(lease, publisher)| {
+                let member = Member {
+                    gate: gate(lease, publisher),
+                    publisher: Arc::clone(publisher),
+                    published: None,
+                };
+                (lease.clone(), member)
+            })
+            .collect();
         let (held, held_view) = watch::channel(BTreeMap::new());
         let view = SetView {
             template: template.clone(),
@@ -111,7 +159,7 @@ impl<G: TermGate> SetRunner<G> {
         };
         let runner = SetRunner {
             holder: template.holder,
-            set,
+            engine,
             origin: clock.now(),
             clock,
             members,
@@ -137,7 +185,7 @@ impl<G: TermGate> SetRunner<G> {
     pub(crate) fn wait(&self) -> Option<Duration> {
         let now = self.now();
         let until = self
-            .set
+            .engine
             .poll_timeout()
             .map(|t| t.saturating_duration_since(now));
         match (until, self.stopping.is_empty()) {
@@ -166,7 +214,7 @@ impl<G: TermGate> SetRunner<G> {
             !done
         });
         for lease in &stopped {
-            self.set.handle_work_stopped(now, lease.as_str());
+            self.engine.handle_work_stopped(now, lease.as_str());
         }
         !stopped.is_empty()
     }
@@ -183,8 +231,8 @@ impl<G: TermGate> SetRunner<G> {
         let mut carried = Carried::default();
         let mut held_changed = false;
         loop {
-            while let Some(command) = self.set.poll_command() {
-                held_changed |= self.carry(command, &mut carried);
+            while let Some(order) = self.engine.poll_order() {
+                held_changed |= self.carry(order, &mut carried);
             }
             if !self.reap() {
                 break;
@@ -193,24 +241,28 @@ impl<G: TermGate> SetRunner<G> {
         let now = self.now();
         Health::step(&self.health, false);
         let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
-        let members = self.set.members(now);
-        let target = self.set.target(now);
-        if members != snapshot.members || target != snapshot.target {
-            tracing::debug!(holder = %self.holder, ?target, ?members, "share planned");
+        if let Some((members, target)) = self.engine.share(now) {
+            if members != snapshot.members || target != snapshot.target {
+                tracing::debug!(holder = %self.holder, ?target, ?members, "share planned");
+            }
+            snapshot.members = members;
+            snapshot.target = target;
+            #[cfg(feature = "metrics")]
+            crate::metrics::set::share(
+                snapshot.held.len(),
+                snapshot.target,
+                snapshot.members.len(),
+            );
         }
-        snapshot.members = members;
-        snapshot.target = target;
-        #[cfg(feature = "metrics")]
-        crate::metrics::set::share(snapshot.held.len(), snapshot.target, snapshot.members.len());
         if held_changed {
             self.held.send_replace(snapshot.held.clone());
         }
         // Each held lease's deadline to its publisher, where its work
         // reads it, when it moved (a lease that stopped being held was
         // given none when its demotion was published).
-        let (set, origin, members) = (&self.set, self.origin, &mut self.members);
+        let (engine, origin, members) = (&self.engine, self.origin, &mut self.members);
         for lease in snapshot.held.keys() {
-            let deadline = set
+            let deadline = engine
                 .deadline(lease.as_str())
                 .map(|at| origin + Duration::from_nanos(at.as_nanos()));
             if let Some(member) = members.get_mut(lease) {
@@ -221,26 +273,26 @@ impl<G: TermGate> SetRunner<G> {
         carried
     }
 
-    /// Carries out one command; true if it changed what this node holds.
-    fn carry(&mut self, command: SetCommand, carried: &mut Carried) -> bool {
-        match command {
-            SetCommand::Execute {
+    /// Carries out one order; true if it changed what this node holds.
+    fn carry(&mut self, order: Order, carried: &mut Carried) -> bool {
+        match order {
+            Order::Execute {
                 request,
-                batch,
+                statement,
                 end_by,
             } => {
                 self.snapshot
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .statements += 1;
-                self.handed_out = Some((std::time::Instant::now(), batch.kind));
+                self.handed_out = Some((std::time::Instant::now(), Ran::of(&statement)));
                 carried.execute = Some(Execute {
                     request,
-                    batch,
+                    statement,
                     end_by,
                 });
             }
-            SetCommand::Cancel { request } => {
+            Order::Cancel { request } => {
                 if carried
                     .execute
                     .as_ref()
@@ -250,14 +302,11 @@ impl<G: TermGate> SetRunner<G> {
                 } else {
                     carried.cancel = Some(request);
                 }
-                if let Some((_, kind)) = self.handed_out.take() {
-                    #[cfg(feature = "metrics")]
-                    crate::metrics::set::batch_timed_out(kind);
-                    #[cfg(not(feature = "metrics"))]
-                    let _ = kind;
+                if let Some((at, ran)) = self.handed_out.take() {
+                    self.record(ran, at.elapsed(), Outcome::Timeout, None);
                 }
             }
-            SetCommand::StartWork { lease, epoch } => {
+            Order::StartWork { lease, epoch } => {
                 // The work reads its deadline as soon as it starts: publish
                 // it now, not only at the end of this step.
                 let deadline = self.clock_deadline(&lease);
@@ -266,16 +315,18 @@ impl<G: TermGate> SetRunner<G> {
                     member.gate.start(epoch);
                 }
             }
-            SetCommand::StopWork { lease, epoch, .. } => {
+            Order::StopWork { lease, epoch, .. } => {
                 if let Some(member) = self.members.get_mut(&lease) {
                     member.gate.stop(epoch);
                 }
                 self.stopping.push(lease);
             }
-            SetCommand::Publish { lease, leadership } => {
+            Order::Publish { lease, leadership } => {
                 tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
                 #[cfg(feature = "metrics")]
-                crate::metrics::set::leadership(&lease, &leadership);
+                if self.engine.is_set() {
+                    crate::metrics::set::leadership(&lease, &leadership);
+                }
                 {
                     let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
                     match leadership.leader_epoch() {
@@ -291,7 +342,7 @@ impl<G: TermGate> SetRunner<G> {
                 }
                 return true;
             }
-            SetCommand::Finished => {
+            Order::Finished => {
                 self.snapshot
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -307,44 +358,65 @@ impl<G: TermGate> SetRunner<G> {
         end_by.saturating_duration_since(self.now())
     }
 
-    /// Feeds a batch's result to the set, recording its duration (from
-    /// when [`SetRunner::carry_out`] handed it out) and outcome.
-    pub(crate) fn reply(
-        &mut self,
-        request: RequestId,
-        kind: picolease_core::BatchKind,
-        reply: picolease_core::BatchReply,
-    ) {
-        let elapsed = self
-            .handed_out
-            .take()
-            .map_or(Duration::ZERO, |(at, _)| at.elapsed());
-        #[cfg(feature = "metrics")]
-        crate::metrics::set::batch(kind, elapsed, &reply);
-        #[cfg(not(feature = "metrics"))]
-        let _ = kind;
-        Health::step(
-            &self.health,
-            !matches!(reply, picolease_core::BatchReply::Failed(_)),
-        );
-        if let picolease_core::BatchReply::Matched(renewed) = &reply {
-            if kind == picolease_core::BatchKind::Renew {
-                // Each lease renewed by the batch took the batch's time,
-                // as its lone lease's renew latency would read.
-                for lease in renewed {
-                    if let Some(member) = self.members.get(lease.as_str()) {
-                        member.publisher.record_renewal(elapsed);
+    /// Feeds a statement's answer to the engine, recording its duration
+    /// (from when [`SetRunner::carry_out`] handed it out) and `outcome`
+    /// (how the driver saw it end: answered, failed, interrupted).
+    pub(crate) fn reply(&mut self, request: RequestId, answer: Answer, outcome: Outcome) {
+        if let Some((at, ran)) = self.handed_out.take() {
+            self.record(ran, at.elapsed(), outcome, Some(&answer));
+        }
+        let now = self.now();
+        self.engine.handle_answer(now, request, answer);
+    }
+
+    /// A statement ended after `elapsed`: the loop's health steps, the
+    /// metrics count it (a lone lease's own series, or the set's), and a
+    /// renewal's time joins the renew latencies of each lease it renewed.
+    /// `answer` is `None` for one given up on.
+    fn record(&self, ran: Ran, elapsed: Duration, outcome: Outcome, answer: Option<&Answer>) {
+        match ran {
+            Ran::Row(operation) => {
+                let Some(member) = self.members.values().next() else {
+                    return;
+                };
+                member
+                    .publisher
+                    .record_statement(operation, elapsed, outcome);
+                if matches!(
+                    (operation, answer),
+                    (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted)))
+                ) {
+                    member.publisher.record_renewal(elapsed);
+                }
+            }
+            Ran::Batch(kind) => {
+                Health::step(&self.health, answer.is_some_and(Answer::is_answered));
+                #[cfg(feature = "metrics")]
+                match answer {
+                    Some(Answer::Batch(reply)) => crate::metrics::set::batch(kind, elapsed, reply),
+                    _ => crate::metrics::set::batch_timed_out(kind),
+                }
+                let _ = outcome;
+                if let (
+                    picolease_core::BatchKind::Renew,
+                    Some(Answer::Batch(BatchReply::Matched(renewed))),
+                ) = (kind, answer)
+                {
+                    // Each lease renewed by the batch took the batch's
+                    // time, as its lone lease's renew latency would read.
+                    for lease in renewed {
+                        if let Some(member) = self.members.get(lease.as_str()) {
+                            member.publisher.record_renewal(elapsed);
+                        }
                     }
                 }
             }
         }
-        let now = self.now();
-        self.set.handle_reply(now, request, reply);
     }
 
     /// `lease`'s term deadline on the set's clock, as its work reads it.
     fn clock_deadline(&self, lease: &LeaseName) -> Option<Duration> {
-        let at = self.set.deadline(lease.as_str())?;
+        let at = self.engine.deadline(lease.as_str())?;
         Some(self.origin + Duration::from_nanos(at.as_nanos()))
     }
 
@@ -370,19 +442,35 @@ impl<G: TermGate> SetRunner<G> {
             .all(|member| member.gate.has_stopped())
     }
 
-    /// The set has ended: every subscriber reads what is left, then
+    /// The loop has ended: every subscriber reads what is left, then
     /// `Closed`; the snapshot says finished, holding nothing.
     pub(crate) fn finish(&mut self) {
+        self.close();
+    }
+}
+
+impl<G> SetRunner<G> {
+    /// Closes the output side (idempotent): see [`SetRunner::finish`].
+    fn close(&mut self) {
         {
             let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
             snapshot.held.clear();
             snapshot.finished = true;
         }
         self.held.send_replace(BTreeMap::new());
-        for member in self.members.values() {
+        for member in self.members.values_mut() {
+            member.publish_deadline(None);
             member.publisher.finish();
         }
         self.fanout.close();
+    }
+}
+
+/// However the loop ends (finished, or its task aborted or dropped with
+/// the runtime), subscribers learn that nothing more will come.
+impl<G> Drop for SetRunner<G> {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 

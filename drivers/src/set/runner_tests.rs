@@ -31,7 +31,7 @@ fn carry_out_stamps_the_last_step_with_the_sets_bound() {
     assert!(!started.is_wedged());
     std::thread::sleep(Duration::from_millis(5));
     let now = runner.now();
-    runner.set.handle_timeout(now);
+    runner.engine.handle_timeout(now);
     assert!(
         runner.carry_out().execute.is_some(),
         "the first batch goes out"

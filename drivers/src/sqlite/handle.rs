@@ -13,8 +13,9 @@ use super::gate::{Gate, LeaderContext};
 use super::open::Database;
 use super::options::{sqlite_option_methods, SqliteOptions};
 use super::thread::DriverThread;
-use super::worker::{run_on_connection, Control, Worker};
+use super::worker::{run, run_on_connection, Connection, Control};
 use crate::publish::Publisher;
+use crate::set::SetRunner;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
 
@@ -76,25 +77,12 @@ impl SqliteLeaseBuilder {
         let changes = ChangeSource::start(options.notices, &database.location, move || {
             waker.send(Control::FileChanged).is_ok()
         });
-        let worker = Worker {
-            lease: config.lease.clone(),
-            holder: config.holder.clone(),
-            ttl_millis: config.ttl_millis(),
-            state,
-            table,
-            watchdog,
-            gate,
-            publisher: Arc::clone(&publisher),
-            origin: publisher.now(),
-            inbox,
-            fatal: None,
-            changes,
-            data_version: None,
-        };
+        let runner = SetRunner::lone(state, Arc::clone(&publisher), gate);
+        let connection = Connection { table, watchdog };
         let thread = DriverThread::spawn(
             format!("picolease-{}", config.lease),
             config.lease.to_string(),
-            move || worker.run(),
+            move || run(runner, connection, inbox, changes),
         )?;
         Ok(SqliteLease {
             statements: Statements::new(Dialect::Sqlite, &database.table),

@@ -5,36 +5,18 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{BatchReply, Config, Failure, LeaseName, LeaseSet};
+use picolease_core::{Config, LeaseName, LeaseSet};
 
 use super::changes::ChangeSource;
 use super::error::Error;
 use super::fence::Fence;
-use super::gate::{Gate, LeaderContext, Work};
+use super::gate::{Gate, LeaderContext};
 use super::open::Database;
 use super::options::{sqlite_option_methods, SqliteOptions};
-use super::table::LeaseTable;
 use super::thread::DriverThread;
-use super::watchdog::Watchdog;
-use super::worker::{run_on_connection, ConnectionJob};
-use crate::set::{Execute, SetRunner, SetView};
+use super::worker::{run, run_on_connection, Connection, Control};
+use crate::set::{SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
-
-/// The runner of a SQLite set: each lease's work behind a lone lease's
-/// gate.
-type Runner = SetRunner<Gate>;
-
-enum Control {
-    Shutdown,
-    Abort,
-    GiveUp(LeaseName),
-    /// Register work on every lease (started at once where held).
-    AddWork(Work),
-    /// Run a closure on the connection, between two batches.
-    Run(ConnectionJob),
-    /// Another connection wrote to the database file (the file watch).
-    FileChanged,
-}
 
 /// Builds a [`SqliteLeaseSet`]: `SqliteLeaseSet::builder(template, leases,
 /// database)`, optional work, then `start()`.
@@ -205,134 +187,5 @@ impl Drop for SqliteLeaseSet {
                 let _ = self.thread.join();
             }
         }
-    }
-}
-
-/// The set's connection and the watchdog that interrupts its statements.
-struct Connection {
-    table: LeaseTable,
-    watchdog: Watchdog,
-}
-
-impl Connection {
-    /// Runs one batch the set asked for, ending by its `end_by` (the busy
-    /// wait cut to it, the watchdog armed for it: the deadline wins over
-    /// I/O, as for a lone lease's renew), then reads the database clock
-    /// for the set's clock-step check before the reply counts. Returns
-    /// the fatal error a failed batch ended the set with, if any.
-    fn execute(&self, runner: &mut Runner, execute: Execute) -> Option<Error> {
-        let Execute {
-            request,
-            batch,
-            end_by,
-        } = execute;
-        let config = runner.set.config();
-        let (me, ttl_millis) = (config.holder.clone(), config.ttl_millis());
-        let stale_millis = runner.set.stale_millis();
-        let left = runner.time_until(end_by);
-        let started = std::time::Instant::now();
-        let (reply, error) = {
-            let _armed = self.watchdog.arm_until(Some(started + left));
-            self.table
-                .execute_batch(&batch, &me, ttl_millis, stale_millis, left)
-        };
-        let mut fatal = None;
-        if let Some(error) = error {
-            match reply {
-                BatchReply::Failed(Failure::Fatal) => {
-                    tracing::error!(kind = ?batch.kind, "{error}");
-                    fatal = Some(error);
-                }
-                _ => tracing::warn!(kind = ?batch.kind, "retrying after: {error}"),
-            }
-        }
-        let sent = runner.now();
-        if let Some(db_millis) = self.table.db_clock_millis() {
-            let now = runner.now();
-            if runner.set.handle_db_clock(now, sent, db_millis) {
-                tracing::warn!(
-                    holder = %me,
-                    "the database clock (this host's wall clock) stepped by more than the drift allowance; every held lease demotes (reason clock) and competes again"
-                );
-            }
-        }
-        runner.reply(request, batch.kind, reply);
-        fatal
-    }
-}
-
-fn run(
-    mut runner: Runner,
-    connection: Connection,
-    inbox: mpsc::Receiver<Control>,
-    changes: ChangeSource,
-) -> Result<(), Error> {
-    let me = runner.set.config().holder.clone();
-    let mut fatal = None;
-    let mut data_version: Option<i64> = None;
-    let mut handle_gone = false;
-    let now = runner.now();
-    runner.set.handle_timeout(now);
-    loop {
-        // A synchronous batch has returned (or been interrupted) before
-        // the set can give up on it: there is never one to cancel.
-        while let Some(execute) = runner.carry_out().execute {
-            if let Some(error) = connection.execute(&mut runner, execute) {
-                fatal = Some(error);
-            }
-        }
-        if runner.set.is_finished() {
-            break;
-        }
-        let now = runner.now();
-        // Without a file watch, a node under its share polls the change
-        // counter this often.
-        let polling = changes.poll.filter(|_| runner.set.wants_changes(now));
-        let wait = runner
-            .wait()
-            .unwrap_or(crate::clock::LONGEST_WAIT)
-            .min(crate::clock::LONGEST_WAIT);
-        let wait = polling.map_or(wait, |every| wait.min(every));
-        let control = super::thread::receive(&inbox, wait, &mut handle_gone, || Control::Shutdown);
-        let now = runner.now();
-        let file_changed = matches!(control, Some(Control::FileChanged));
-        match control {
-            Some(Control::FileChanged) => changes.taken(),
-            Some(Control::Shutdown) => runner.set.handle_shutdown(now),
-            Some(Control::GiveUp(lease)) => runner.set.handle_give_up(now, lease.as_str()),
-            Some(Control::Run(job)) => job(connection.table.connection()),
-            Some(Control::AddWork(work)) => {
-                for gate in runner.gates() {
-                    gate.add(Arc::clone(&work));
-                }
-            }
-            Some(Control::Abort) => {
-                tracing::warn!(holder = %me, "aborting without releasing the leases");
-                break;
-            }
-            None => {}
-        }
-        runner.reap();
-        if (polling.is_some() || file_changed) && runner.set.wants_changes(now) {
-            if let Some(version) = connection.table.change_counter() {
-                if data_version
-                    .replace(version)
-                    .is_some_and(|seen| seen != version)
-                {
-                    runner.set.handle_survey_request(now);
-                }
-            }
-        }
-        let now = runner.now();
-        runner.set.handle_timeout(now);
-    }
-    runner.stop_all();
-    while !runner.has_stopped() {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    runner.finish();
-    match fatal {
-        Some(error) => Err(error),
-        None => Ok(()),
     }
 }

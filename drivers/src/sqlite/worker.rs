@@ -1,24 +1,29 @@
-//! The lease thread: one connection and one `LeaseState`.
+//! The SQLite driver's one loop: one thread, one connection, one
+//! statement at a time, for a lone lease and for a set alike.
 //!
-//! It sleeps until the machine's `poll_timeout` (or a control message),
-//! feeds the machine, and carries out its commands in order. It makes no
-//! decision of its own.
+//! It sleeps until the engine's next timeout (or a control message),
+//! feeds the engine through its [`SetRunner`], and runs the statement the
+//! engine asks for on its connection, the busy wait cut and the watchdog
+//! armed to the statement's `end_by`. It makes no decision of its own.
 
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use picolease_core::sql::Bindings;
-use picolease_core::{
-    Command, Failure, HolderId, Instant, LeaseName, LeaseState, Operation, Reply,
-};
+use picolease_core::{Failure, LeaseName};
 
+use super::changes::ChangeSource;
 use super::error::Error;
 use super::gate::{Gate, Work};
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
 use crate::metrics::Outcome;
-use crate::publish::Publisher;
+use crate::set::{Answer, Execute, Ran, SetRunner, Statement};
 
-/// A closure run on the lease thread's connection, between statements.
+/// The runner of a SQLite loop: each lease's work behind its gate.
+pub(crate) type Runner = SetRunner<Gate>;
+
+/// A closure run on the loop's connection, between statements.
 pub(crate) type ConnectionJob = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
 
 /// Runs `job` on a driver thread's connection and waits for its result:
@@ -38,255 +43,224 @@ pub(crate) fn run_on_connection<R: Send + 'static>(
     rx.recv().ok()
 }
 
-/// What the handle asks of the thread.
+/// What a handle asks of the loop.
 pub(crate) enum Control {
     /// Stop the work, release, finish.
     Shutdown,
     /// Stop at once without releasing: a simulated crash.
     Abort,
-    /// Run a closure on the connection.
-    Run(ConnectionJob),
-    /// Register gated work (started at once if leading).
+    /// A set's node gives a lease up.
+    GiveUp(LeaseName),
+    /// Register gated work on every lease (started at once where held).
     AddWork(Work),
-    /// Another connection wrote to the database file (release
-    /// notifications).
+    /// Run a closure on the connection, between two statements.
+    Run(ConnectionJob),
+    /// Another connection wrote to the database file (the file watch).
     FileChanged,
 }
 
-/// The lease thread's state.
-pub(crate) struct Worker {
-    pub(crate) lease: LeaseName,
-    pub(crate) holder: HolderId,
-    pub(crate) ttl_millis: i64,
-    pub(crate) state: LeaseState,
+/// The loop's connection and the watchdog that interrupts its statements.
+pub(crate) struct Connection {
     pub(crate) table: LeaseTable,
     pub(crate) watchdog: Watchdog,
-    pub(crate) gate: Gate,
-    pub(crate) publisher: Arc<Publisher>,
-    /// The core's time zero, on the publisher's clock.
-    pub(crate) origin: std::time::Duration,
-    pub(crate) inbox: mpsc::Receiver<Control>,
-    pub(crate) fatal: Option<Error>,
-    /// How a follower hears of other connections' commits: the file watch
-    /// (it sends [`Control::FileChanged`]) or a poll.
-    pub(crate) changes: super::changes::ChangeSource,
-    /// The last `PRAGMA data_version` seen by the change check.
-    pub(crate) data_version: Option<i64>,
 }
 
-impl Worker {
-    fn now(&self) -> Instant {
-        let elapsed = self.publisher.now().saturating_sub(self.origin);
-        Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    /// The leader's deadline, handed to the publisher on its clock so gated
-    /// work can read it without this thread.
-    fn publish_deadline(&self) {
-        let deadline = self
-            .state
-            .leader_deadline()
-            .map(|at| self.origin + std::time::Duration::from_nanos(at.as_nanos()));
-        self.publisher.set_deadline(deadline);
-    }
-
-    /// Runs until the machine finishes (or the handle aborts); returns the
-    /// fatal error that finished it, if any.
-    pub(crate) fn run(mut self) -> Result<(), Error> {
-        let mut handle_gone = false;
-        if self.changes.is_on() {
-            // The baseline: the first commit after this one is a change.
-            self.check_for_change();
-        }
-        self.state.handle_timeout(self.now());
-        loop {
-            self.carry_out();
-            let Some(wake) = self.state.poll_timeout() else {
-                break;
-            };
-            // Waits are measured on the monotonic clock, which stops during
-            // suspend: a bounded wait re-reads the suspend-aware clock soon
-            // after a resume.
-            let wait = wake
-                .saturating_duration_since(self.now())
-                .min(crate::clock::LONGEST_WAIT);
-            // A follower looks for another connection's commit this often.
-            let checking = self.changes.poll.filter(|_| self.state.wants_changes());
-            let wait = checking.map_or(wait, |every| wait.min(every));
-            let control =
-                super::thread::receive(&self.inbox, wait, &mut handle_gone, || Control::Shutdown);
-            let now = self.now();
-            match control {
-                None => {
-                    if checking.is_some() {
-                        self.check_for_change();
-                    }
-                    self.state.handle_timeout(self.now());
-                }
-                Some(Control::Shutdown) => self.state.handle_shutdown(now),
-                Some(Control::Run(job)) => {
-                    job(self.table.connection());
-                    self.state.handle_timeout(self.now());
-                }
-                Some(Control::FileChanged) => {
-                    self.changes.taken();
-                    if self.state.wants_changes() {
-                        self.check_for_change();
-                    }
-                    self.state.handle_timeout(self.now());
-                }
-                Some(Control::AddWork(work)) => {
-                    self.gate.add(work);
-                    self.state.handle_timeout(now);
-                }
-                Some(Control::Abort) => {
-                    tracing::warn!(lease = %self.lease, holder = %self.holder, "aborting without releasing the lease");
-                    break;
-                }
-            }
-        }
-        self.publisher.set_deadline(None);
-        self.gate.stop();
-        self.gate.join_stopped();
-        self.publisher.finish();
-        match self.fatal.take() {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-
-    /// Drains the machine's commands and carries them out in order; a
-    /// statement's reply is fed back once the commands before it are done.
-    fn carry_out(&mut self) {
-        loop {
-            // Before any command: gated work started below reads it.
-            self.publish_deadline();
-            let mut reply = None;
-            while let Some(command) = self.state.poll_command() {
-                match command {
-                    Command::Execute { request, operation } => {
-                        // Work of an ended term is gone before any statement.
-                        self.gate.join_stopped();
-                        let started = std::time::Instant::now();
-                        let outcome = self.execute(operation);
-                        // Before the reply counts: a stepped wall clock
-                        // demotes first (DESIGN §4b).
-                        self.read_db_clock();
-                        reply = Some((request, operation, outcome, started));
-                    }
-                    // A synchronous statement has already returned.
-                    Command::Cancel { .. } => {}
-                    Command::StartWork { epoch } => {
-                        self.gate.start(epoch);
-                    }
-                    Command::StopWork { .. } => self.gate.stop(),
-                    Command::Publish(leadership) => {
-                        tracing::info!(lease = %self.lease, holder = %self.holder, ?leadership, "leadership changed");
-                        self.publisher.publish(leadership);
-                    }
-                    Command::Finished => {}
-                }
-            }
-            let Some((request, operation, reply, started)) = reply else {
-                return;
-            };
-            let accepted_renew = matches!(
-                (operation, &reply),
-                (Operation::Renew { .. }, Reply::Accepted)
-            );
-            self.state.handle_reply(self.now(), request, reply);
-            if accepted_renew {
-                self.publisher.record_renewal(started.elapsed());
-            }
-        }
-    }
-
-    /// Reads the database clock (the host's wall clock, as the lease
-    /// statements see it) and lets the core compare its advance with the
-    /// local clock's. A few microseconds; a failed read is skipped.
-    fn read_db_clock(&mut self) {
-        let sent = self.now();
-        let Some(db_millis) = self.table.db_clock_millis() else {
-            return;
-        };
-        let now = self.now();
-        if self.state.handle_db_clock(now, sent, db_millis) {
-            tracing::warn!(
-                lease = %self.lease,
-                holder = %self.holder,
-                "the database clock (this host's wall clock) stepped by more than the drift allowance; a leader demotes (reason clock) and competes again"
-            );
-        }
-    }
-
-    /// The follower's change check (DESIGN §4): `PRAGMA data_version`
-    /// (a few microseconds, no lock) tells whether another connection
-    /// committed since the last check; only then is the lease's row read,
-    /// and the core decides whether it is worth an acquire (free, lapsed or
-    /// ours). Errors are ignored: the poll at the interval is the fallback.
-    fn check_for_change(&mut self) {
-        let Some(version) = self.table.change_counter() else {
-            return;
-        };
-        let seen = self.data_version.replace(version);
-        if seen.is_none_or(|seen| seen == version) {
-            return;
-        }
-        match self.table.lease_row(&self.lease) {
-            Ok(Some(row)) => {
-                let now = self.now();
-                self.state.handle_row_observed(now, &row);
-            }
-            Ok(None) => {}
-            Err(error) => tracing::debug!(lease = %self.lease, "change check: {error}"),
-        }
-    }
-
-    fn execute(&mut self, operation: Operation) -> Reply {
-        let bindings = Bindings {
-            lease: self.lease.as_str(),
-            holder: self.holder.as_str(),
-            ttl_millis: self.ttl_millis,
-        };
+impl Connection {
+    /// Runs one statement the engine asked for, ending by its `end_by`
+    /// (the busy wait cut to it, the watchdog armed for it: the deadline
+    /// wins over I/O, DESIGN §4b), then reads the database clock for the
+    /// engine's clock-step check before the answer counts. Returns the
+    /// fatal error a failed statement ended the loop with, if any.
+    fn execute(&self, runner: &mut Runner, execute: Execute) -> Option<Error> {
+        let Execute {
+            request,
+            statement,
+            end_by,
+        } = execute;
+        let config = runner.engine.config();
+        let (me, ttl_millis) = (config.holder.clone(), config.ttl_millis());
+        let stale_millis = runner.engine.stale_millis();
+        let left = end_by.map(|end_by| runner.time_until(end_by));
         let started = std::time::Instant::now();
-        // The deadline wins over I/O (DESIGN §4b): a leader's statement
-        // waits for a lock, or runs, no longer than its deadline.
-        let left = self
-            .state
-            .leader_deadline()
-            .map(|deadline| deadline.saturating_duration_since(self.now()));
-        let (reply, error) = {
-            let _armed = self.watchdog.arm_until(left.map(|left| started + left));
-            self.table
-                .execute_within(operation, &bindings, &self.holder, left)
-        };
-        let outcome = statement_outcome(&reply, error.as_ref());
-        self.publisher
-            .record_statement(operation, started.elapsed(), outcome);
-        if let Some(error) = error {
-            match reply {
-                Reply::Failed(Failure::Fatal) => {
-                    tracing::error!(lease = %self.lease, ?operation, "{error}");
-                    self.fatal = Some(error);
+        let (answer, error) = match &statement {
+            Statement::Row(operation) => {
+                // Work of an ended term is gone before a lone lease's next
+                // statement (its release, on shutdown).
+                for gate in runner.gates() {
+                    gate.join_stopped();
                 }
-                _ => tracing::warn!(lease = %self.lease, ?operation, "retrying after: {error}"),
+                runner.reap();
+                let lease = runner.engine.config().lease.clone();
+                let bindings = Bindings {
+                    lease: lease.as_str(),
+                    holder: me.as_str(),
+                    ttl_millis,
+                };
+                let _armed = self.watchdog.arm_until(left.map(|left| started + left));
+                let (reply, error) = self.table.execute_within(*operation, &bindings, &me, left);
+                (Answer::Row(reply), error)
+            }
+            Statement::Batch(batch) => {
+                let left = left.unwrap_or(config_timeout(runner));
+                let _armed = self.watchdog.arm_until(Some(started + left));
+                let (reply, error) =
+                    self.table
+                        .execute_batch(batch, &me, ttl_millis, stale_millis, left);
+                (Answer::Batch(reply), error)
+            }
+        };
+        let failure = match &answer {
+            Answer::Row(picolease_core::Reply::Failed(failure))
+            | Answer::Batch(picolease_core::BatchReply::Failed(failure)) => Some(*failure),
+            _ => None,
+        };
+        let outcome = statement_outcome(failure, error.as_ref());
+        let mut fatal = None;
+        if let Some(error) = error {
+            if failure == Some(Failure::Fatal) {
+                tracing::error!(statement = ?Ran::of(&statement), "{error}");
+                fatal = Some(error);
+            } else {
+                tracing::warn!(statement = ?Ran::of(&statement), "retrying after: {error}");
             }
         }
-        reply
+        let sent = runner.now();
+        if let Some(db_millis) = self.table.db_clock_millis() {
+            let now = runner.now();
+            if runner.engine.handle_db_clock(now, sent, db_millis) {
+                tracing::warn!(
+                    holder = %me,
+                    "the database clock (this host's wall clock) stepped by more than the drift allowance; every held lease demotes (reason clock) and competes again"
+                );
+            }
+        }
+        runner.reply(request, answer, outcome);
+        fatal
     }
+}
+
+/// The request timeout of the runner's engine.
+fn config_timeout(runner: &Runner) -> Duration {
+    runner.engine.config().request_timeout
+}
+
+/// Runs the loop until the engine finishes (or a handle aborts); returns
+/// the fatal error that finished it, if any.
+pub(crate) fn run(
+    mut runner: Runner,
+    connection: Connection,
+    inbox: mpsc::Receiver<Control>,
+    changes: ChangeSource,
+) -> Result<(), Error> {
+    let me = runner.engine.config().holder.clone();
+    let mut fatal = None;
+    let mut data_version: Option<i64> = None;
+    if changes.is_on() {
+        // The baseline: the first commit after this one is a change.
+        data_version = connection.table.change_counter();
+    }
+    let mut handle_gone = false;
+    let now = runner.now();
+    runner.engine.handle_timeout(now);
+    loop {
+        // A synchronous statement has returned (or been interrupted)
+        // before the engine can give up on it: there is never one to
+        // cancel.
+        while let Some(execute) = runner.carry_out().execute {
+            if let Some(error) = connection.execute(&mut runner, execute) {
+                fatal = Some(error);
+            }
+        }
+        if runner.engine.is_finished() {
+            break;
+        }
+        let now = runner.now();
+        // Without a file watch, a node that can use a release polls the
+        // change counter this often.
+        let polling = changes.poll.filter(|_| runner.engine.wants_changes(now));
+        // Waits are measured on the monotonic clock, which stops during
+        // suspend: a bounded wait re-reads the suspend-aware clock soon
+        // after a resume.
+        let wait = runner
+            .wait()
+            .unwrap_or(crate::clock::LONGEST_WAIT)
+            .min(crate::clock::LONGEST_WAIT);
+        let wait = polling.map_or(wait, |every| wait.min(every));
+        let control = super::thread::receive(&inbox, wait, &mut handle_gone, || Control::Shutdown);
+        let now = runner.now();
+        let file_changed = matches!(control, Some(Control::FileChanged));
+        match control {
+            Some(Control::FileChanged) => changes.taken(),
+            Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
+            Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
+            Some(Control::Run(job)) => job(connection.table.connection()),
+            Some(Control::AddWork(work)) => {
+                for gate in runner.gates() {
+                    gate.add(Arc::clone(&work));
+                }
+            }
+            Some(Control::Abort) => {
+                tracing::warn!(holder = %me, "aborting without releasing");
+                break;
+            }
+            None => {}
+        }
+        runner.reap();
+        if (polling.is_some() || file_changed) && runner.engine.wants_changes(now) {
+            check_for_change(&mut runner, &connection.table, &mut data_version);
+        }
+        let now = runner.now();
+        runner.engine.handle_timeout(now);
+    }
+    runner.stop_all();
+    while !runner.has_stopped() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    runner.finish();
+    match fatal {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// The change check (DESIGN §4): `PRAGMA data_version` (a few
+/// microseconds, no lock) tells whether another connection committed
+/// since the last check; only then does the engine hear of it (a lone
+/// lease with its row, read here; a set surveys). Errors are ignored: the
+/// engine's own timeouts are the fallback.
+fn check_for_change(runner: &mut Runner, table: &LeaseTable, data_version: &mut Option<i64>) {
+    let Some(version) = table.change_counter() else {
+        return;
+    };
+    if data_version
+        .replace(version)
+        .is_none_or(|seen| seen == version)
+    {
+        return;
+    }
+    let now = runner.now();
+    runner
+        .engine
+        .handle_change(now, |lease| match table.lease_row(lease) {
+            Ok(row) => row,
+            Err(error) => {
+                tracing::debug!(lease = %lease, "change check: {error}");
+                None
+            }
+        });
 }
 
 /// A statement's outcome for the metrics: interrupted by the watchdog
-/// (past the request timeout) counts as a timeout.
-fn statement_outcome(reply: &Reply, error: Option<&Error>) -> Outcome {
-    match (reply, error) {
+/// (past its end) counts as a timeout.
+fn statement_outcome(failure: Option<Failure>, error: Option<&Error>) -> Outcome {
+    match (failure, error) {
         (_, Some(Error::Sqlite { source, .. }))
             if source.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) =>
         {
             Outcome::Timeout
         }
-        (Reply::Failed(Failure::Fatal), _) => Outcome::Fatal,
-        (Reply::Failed(Failure::Transient), _) => Outcome::Transient,
-        _ => Outcome::Answered,
+        (Some(Failure::Fatal), _) => Outcome::Fatal,
+        (Some(Failure::Transient), _) => Outcome::Transient,
+        (None, _) => Outcome::Answered,
     }
 }

@@ -1,0 +1,327 @@
+//! `Engine`: the one machine a driver's loop runs, a lone lease or a set.
+//!
+//! A driver has one loop per database whatever the number of leases: the
+//! loop drives an [`Engine`] through [`SetRunner`](super::SetRunner), and
+//! the engine is either a lone lease's `LeaseState` (single-row
+//! statements, the measured floor of DESIGN §4) or a `LeaseSet` (batched
+//! statements, DESIGN §9). Both speak the same [`Order`]s, so the loop,
+//! its connection, its notices, its watchdog and its gates are written
+//! once. Nothing here decides anything: each method hands an input to the
+//! core machine and each order is a core command, renamed.
+
+use picolease_core::sql::LeaseRow;
+use picolease_core::{
+    Batch, BatchKind, BatchReply, Command, Config, Demotion, Epoch, HolderId, Instant, Leadership,
+    LeaseName, LeaseSet, LeaseState, Operation, Reply, RequestId, SetCommand,
+};
+
+/// The core machine of one driver loop.
+#[derive(Debug)]
+pub(crate) enum Engine {
+    /// One lease, one row, single-row statements.
+    Lease(Box<LeaseState>),
+    /// Many leases, batched statements, a fair share between nodes.
+    Set(Box<LeaseSet>),
+}
+
+/// A statement the engine asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Statement {
+    /// A lone lease's single-row statement. Work of an ended term must
+    /// have returned before it runs: that is how a lone lease's release
+    /// comes after its work (DESIGN §5); a set waits for
+    /// `handle_work_stopped` instead, in the core.
+    Row(Operation),
+    /// A set's batch.
+    Batch(Batch),
+}
+
+/// What a statement ran, kept while it is in flight (for its metrics and
+/// its renew latencies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ran {
+    /// A single-row statement.
+    Row(Operation),
+    /// A batch.
+    Batch(BatchKind),
+}
+
+impl Ran {
+    pub(crate) fn of(statement: &Statement) -> Self {
+        match statement {
+            Statement::Row(operation) => Ran::Row(*operation),
+            Statement::Batch(batch) => Ran::Batch(batch.kind),
+        }
+    }
+}
+
+/// A statement's answer, as the core reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// A single-row statement's.
+    Row(Reply),
+    /// A batch's.
+    Batch(BatchReply),
+}
+
+impl Answer {
+    /// True if the database answered (a failure is not an answer).
+    pub(crate) fn is_answered(&self) -> bool {
+        !matches!(
+            self,
+            Answer::Row(Reply::Failed(_)) | Answer::Batch(BatchReply::Failed(_))
+        )
+    }
+}
+
+/// What an engine asks of its driver: a core command, either machine's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// Run `statement`; answer with `request`. `end_by`: when it must have
+    /// ended (a leader's deadline, or a batch's give-up), which a blocking
+    /// driver cuts its waits to; `None`: the request timeout bounds it.
+    Execute {
+        request: RequestId,
+        statement: Statement,
+        end_by: Option<Instant>,
+    },
+    /// The statement `request` was given up on: cancel and forget it.
+    Cancel { request: RequestId },
+    /// Start `lease`'s work for the term `epoch`.
+    StartWork { lease: LeaseName, epoch: Epoch },
+    /// Stop `lease`'s work of the term `epoch`.
+    StopWork {
+        lease: LeaseName,
+        epoch: Epoch,
+        reason: Demotion,
+    },
+    /// Publish `lease`'s new leadership.
+    Publish {
+        lease: LeaseName,
+        leadership: Leadership,
+    },
+    /// No more orders will come.
+    Finished,
+}
+
+impl Engine {
+    /// The configuration (a set's: its template).
+    pub(crate) fn config(&self) -> &Config {
+        match self {
+            Engine::Lease(state) => state.config(),
+            Engine::Set(set) => set.config(),
+        }
+    }
+
+    /// True for a set (its metrics are the set's, `metrics::set`).
+    pub(crate) fn is_set(&self) -> bool {
+        matches!(self, Engine::Set(_))
+    }
+
+    /// The next order, in order.
+    pub(crate) fn poll_order(&mut self) -> Option<Order> {
+        match self {
+            Engine::Lease(state) => {
+                let command = state.poll_command()?;
+                let lease = &state.config().lease;
+                let order = match command {
+                    Command::Execute { request, operation } => Order::Execute {
+                        request,
+                        statement: Statement::Row(operation),
+                        end_by: state.leader_deadline(),
+                    },
+                    Command::Cancel { request } => Order::Cancel { request },
+                    Command::StartWork { epoch } => Order::StartWork {
+                        lease: lease.clone(),
+                        epoch,
+                    },
+                    Command::StopWork { epoch, reason } => Order::StopWork {
+                        lease: lease.clone(),
+                        epoch,
+                        reason,
+                    },
+                    Command::Publish(leadership) => Order::Publish {
+                        lease: lease.clone(),
+                        leadership,
+                    },
+                    Command::Finished => Order::Finished,
+                };
+                Some(order)
+            }
+            Engine::Set(set) => Some(match set.poll_command()? {
+                SetCommand::Execute {
+                    request,
+                    batch,
+                    end_by,
+                } => Order::Execute {
+                    request,
+                    statement: Statement::Batch(batch),
+                    end_by: Some(end_by),
+                },
+                SetCommand::Cancel { request } => Order::Cancel { request },
+                SetCommand::StartWork { lease, epoch } => Order::StartWork { lease, epoch },
+                SetCommand::StopWork {
+                    lease,
+                    epoch,
+                    reason,
+                } => Order::StopWork {
+                    lease,
+                    epoch,
+                    reason,
+                },
+                SetCommand::Publish { lease, leadership } => Order::Publish { lease, leadership },
+                SetCommand::Finished => Order::Finished,
+            }),
+        }
+    }
+
+    /// When the machine next needs [`Engine::handle_timeout`].
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Engine::Lease(state) => state.poll_timeout(),
+            Engine::Set(set) => set.poll_timeout(),
+        }
+    }
+
+    /// True once finished: it ignores every input.
+    pub(crate) fn is_finished(&self) -> bool {
+        match self {
+            Engine::Lease(state) => state.is_finished(),
+            Engine::Set(set) => set.is_finished(),
+        }
+    }
+
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Engine::Lease(state) => state.handle_timeout(now),
+            Engine::Set(set) => set.handle_timeout(now),
+        }
+    }
+
+    pub(crate) fn handle_shutdown(&mut self, now: Instant) {
+        match self {
+            Engine::Lease(state) => state.handle_shutdown(now),
+            Engine::Set(set) => set.handle_shutdown(now),
+        }
+    }
+
+    /// A set's node gives `lease` up (a lone lease's handle has no such
+    /// call, so it never comes for one).
+    pub(crate) fn handle_give_up(&mut self, now: Instant, lease: &str) {
+        if let Engine::Set(set) = self {
+            set.handle_give_up(now, lease);
+        }
+    }
+
+    /// `lease`'s work has returned. A lone lease's driver joins it before
+    /// the next [`Statement::Row`] instead, so its machine needs no word.
+    pub(crate) fn handle_work_stopped(&mut self, now: Instant, lease: &str) {
+        if let Engine::Set(set) = self {
+            set.handle_work_stopped(now, lease);
+        }
+    }
+
+    /// A statement's answer.
+    pub(crate) fn handle_answer(&mut self, now: Instant, request: RequestId, answer: Answer) {
+        match (self, answer) {
+            (Engine::Lease(state), Answer::Row(reply)) => state.handle_reply(now, request, reply),
+            (Engine::Set(set), Answer::Batch(reply)) => set.handle_reply(now, request, reply),
+            (engine, answer) => {
+                debug_assert!(false, "{answer:?} answers no statement of {engine:?}");
+            }
+        }
+    }
+
+    /// A database-clock reading taken after a statement sent at `sent_at`;
+    /// true if it stepped (every held lease demotes, DESIGN §4b).
+    pub(crate) fn handle_db_clock(
+        &mut self,
+        now: Instant,
+        sent_at: Instant,
+        db_millis: i64,
+    ) -> bool {
+        match self {
+            Engine::Lease(state) => state.handle_db_clock(now, sent_at, db_millis),
+            Engine::Set(set) => set.handle_db_clock(now, sent_at, db_millis),
+        }
+    }
+
+    /// Release notices for `leases` (PostgreSQL's NOTIFY payloads).
+    pub(crate) fn handle_release_notices<'a>(
+        &mut self,
+        now: Instant,
+        leases: impl IntoIterator<Item = &'a str>,
+    ) {
+        match self {
+            Engine::Lease(state) => {
+                let mine = state.config().lease.as_str().to_owned();
+                if leases.into_iter().any(|lease| lease == mine) {
+                    state.handle_release_notice(now);
+                }
+            }
+            Engine::Set(set) => set.handle_release_notices(now, leases),
+        }
+    }
+
+    /// Notices may have been lost (the listener reconnected): a lone lease
+    /// tries at once, as on a notice; a set surveys.
+    pub(crate) fn handle_notices_lost(&mut self, now: Instant) {
+        match self {
+            Engine::Lease(state) => state.handle_release_notice(now),
+            Engine::Set(set) => set.handle_survey_request(now),
+        }
+    }
+
+    /// Whether the driver should look for other connections' commits
+    /// (SQLite's file watch or change counter).
+    pub(crate) fn wants_changes(&self, now: Instant) -> bool {
+        match self {
+            Engine::Lease(state) => state.wants_changes(),
+            Engine::Set(set) => set.wants_changes(now),
+        }
+    }
+
+    /// Another connection committed: a lone lease hands its row, read by
+    /// `read_row`, to the core (which tells a release from anything else);
+    /// a set surveys.
+    pub(crate) fn handle_change(
+        &mut self,
+        now: Instant,
+        read_row: impl FnOnce(&LeaseName) -> Option<LeaseRow>,
+    ) {
+        match self {
+            Engine::Lease(state) => {
+                if let Some(row) = read_row(&state.config().lease) {
+                    state.handle_row_observed(now, &row);
+                }
+            }
+            Engine::Set(set) => set.handle_survey_request(now),
+        }
+    }
+
+    /// `lease`'s leader deadline, while this node leads it.
+    pub(crate) fn deadline(&self, lease: &str) -> Option<Instant> {
+        match self {
+            Engine::Lease(state) => state
+                .leader_deadline()
+                .filter(|_| state.config().lease.as_str() == lease),
+            Engine::Set(set) => set.deadline(lease),
+        }
+    }
+
+    /// A set's live members and this node's share (a lone lease has none).
+    pub(crate) fn share(&self, now: Instant) -> Option<(Vec<HolderId>, Option<usize>)> {
+        match self {
+            Engine::Lease(_) => None,
+            Engine::Set(set) => Some((set.members(now), set.target(now))),
+        }
+    }
+
+    /// A set's survey threshold (0 for a lone lease, which never surveys).
+    pub(crate) fn stale_millis(&self) -> i64 {
+        match self {
+            Engine::Lease(_) => 0,
+            Engine::Set(set) => set.stale_millis(),
+        }
+    }
+}
