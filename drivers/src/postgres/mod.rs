@@ -108,6 +108,7 @@ mod link;
 mod notify;
 mod options;
 mod set;
+mod task;
 mod transaction;
 
 pub use admin::{force_release, init, status};

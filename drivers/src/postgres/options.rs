@@ -6,13 +6,18 @@ use std::time::Duration;
 
 use picolease_core::TableName;
 
-/// Where the lease rows live and how the driver treats its connections.
-#[derive(Clone, Debug)]
+use super::gate::GatedTask;
+use crate::clock::SharedClock;
+
+/// Where the lease rows live, how the driver treats its connections, the
+/// gated work and the clock.
 pub(crate) struct PgOptions {
     pub(crate) table: TableName,
     pub(crate) auto_create: bool,
     pub(crate) notifications: bool,
     pub(crate) linger: Duration,
+    pub(crate) tasks: Vec<GatedTask>,
+    pub(crate) clock: SharedClock,
 }
 
 impl Default for PgOptions {
@@ -22,7 +27,21 @@ impl Default for PgOptions {
             auto_create: true,
             notifications: true,
             linger: super::DEFAULT_LINGER,
+            tasks: Vec::new(),
+            clock: crate::clock::system(),
         }
+    }
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions")
+            .field("table", &self.table)
+            .field("auto_create", &self.auto_create)
+            .field("notifications", &self.notifications)
+            .field("linger", &self.linger)
+            .field("tasks", &self.tasks.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -67,8 +86,8 @@ macro_rules! pg_option_methods {
     };
 }
 
-/// The work and clock methods both builders share, for a builder with
-/// fields `tasks: Vec<GatedTask>` and `clock: SharedClock`.
+/// The work and clock methods both builders share, for a builder with a
+/// field `options: PgOptions`.
 macro_rules! pg_work_methods {
     () => {
         /// Registers work to run while this node leads (in a set: while it
@@ -84,17 +103,34 @@ macro_rules! pg_work_methods {
             F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
             Fut: std::future::Future<Output = ()> + Send + 'static,
         {
-            self.tasks.push(super::gate::gated_task(task));
+            self.options.tasks.push(super::gate::gated_task(task));
             self
         }
 
         /// Times deadlines on `clock` instead of the system's suspend-aware
         /// clock: a test seam (a clock that jumps, as a suspend would).
         pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
-            self.clock = std::sync::Arc::new(clock);
+            self.options.clock = std::sync::Arc::new(clock);
             self
         }
     };
 }
 
-pub(crate) use {pg_option_methods, pg_work_methods};
+/// `Debug` for a builder: its name and the fields given, each read from
+/// the builder by a closure (so a long list can print as its length).
+macro_rules! builder_debug {
+    ($builder:ident { $($field:literal => |$this:ident| $value:expr),* $(,)? }) => {
+        impl std::fmt::Debug for $builder {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut debug = f.debug_struct(stringify!($builder));
+                $({
+                    let $this = self;
+                    debug.field($field, &$value);
+                })*
+                debug.finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+pub(crate) use {builder_debug, pg_option_methods, pg_work_methods};

@@ -24,24 +24,20 @@
 //! connection is re-established 500 ms after it breaks; the set then
 //! surveys at once, since notifications sent meanwhile were lost.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, LeaseName, LeaseSet};
-use tokio::sync::mpsc;
 
-use super::backoff::backoff_cap;
 use super::connect::Connect;
-pub(crate) use super::driver::Control;
-use super::driver::LastError;
+use super::driver::Control;
 use super::error::PgError;
 use super::fence::Fence;
-use super::gate::{Gate, GatedTask, LeaderContext};
-use super::link::Link;
-use super::notify::{spawn_listener, Interest};
-use super::options::{pg_option_methods, pg_work_methods, PgOptions};
+use super::gate::{Gate, LeaderContext};
+use super::notify::Interest;
+use super::options::{builder_debug, pg_option_methods, pg_work_methods, PgOptions};
+use super::task::{pg_task_methods, DriverTask};
 use super::transaction::FencedTransaction;
-use crate::clock::SharedClock;
 use crate::set::{SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
 
@@ -57,20 +53,14 @@ pub struct PgLeaseSetBuilder {
     leases: Vec<LeaseName>,
     connector: Arc<dyn Connect>,
     options: PgOptions,
-    tasks: Vec<GatedTask>,
-    clock: SharedClock,
     fanout: Arc<Fanout>,
 }
 
-impl std::fmt::Debug for PgLeaseSetBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgLeaseSetBuilder")
-            .field("template", &self.template)
-            .field("leases", &self.leases.len())
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
-}
+builder_debug!(PgLeaseSetBuilder {
+    "template" => |b| b.template,
+    "leases" => |b| b.leases.len(),
+    "options" => |b| b.options,
+});
 
 impl PgLeaseSetBuilder {
     pg_option_methods!();
@@ -100,62 +90,35 @@ impl PgLeaseSetBuilder {
             template,
             leases,
             connector,
-            options:
-                PgOptions {
-                    table,
-                    auto_create,
-                    notifications,
-                    linger,
-                },
-            tasks,
-            clock,
+            options,
             fanout,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
-        let statements = Arc::new(Statements::new(Dialect::Postgres, &table));
-        let (control, inbox) = mpsc::unbounded_channel();
+        let statements = Arc::new(Statements::new(Dialect::Postgres, &options.table));
         let holder = template.holder.clone();
+        let clock = Arc::clone(&options.clock);
         let (runner, outputs) = SetRunner::new(set, clock, fanout, |lease, publisher| {
             Gate::new(
-                tasks.clone(),
+                options.tasks.clone(),
                 Arc::clone(&statements),
                 lease.clone(),
                 holder.clone(),
                 Arc::clone(publisher),
             )
         });
-        let last_error: LastError = Arc::new(Mutex::new(None));
-        // The lone lease's link and listener: one adapter per database.
-        let link = Arc::new(Link::new(
-            Arc::clone(&connector),
-            Arc::clone(&statements),
-            auto_create,
-            backoff_cap(&template),
-        ));
-        let (notices, listener) = if notifications {
-            let (tx, rx) = mpsc::channel(NOTICE_BACKLOG);
-            match spawn_listener(connector, &statements, Interest::Every, tx) {
-                Some(listener) => (Some(rx), Some(listener)),
-                None => (None, None),
-            }
-        } else {
-            (None, None)
-        };
-        let task = tokio::spawn(super::driver::run(super::driver::Task {
+        // The lone lease's task, link and listener: one adapter per
+        // database. A set hears of every row's release.
+        let task = DriverTask::start(
             runner,
-            link,
-            notices,
-            listener,
-            inbox,
-            linger,
-            last_error: Arc::clone(&last_error),
-        }));
+            connector,
+            &statements,
+            &options,
+            (Interest::Every, NOTICE_BACKLOG),
+        );
         Ok(PgLeaseSet {
             statements,
-            control,
-            task: Some(task),
+            task,
             outputs,
-            last_error,
         })
     }
 }
@@ -169,10 +132,8 @@ impl PgLeaseSetBuilder {
 /// returns at once; the task finishes in the background.
 pub struct PgLeaseSet {
     statements: Arc<Statements>,
-    control: mpsc::UnboundedSender<Control>,
-    task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
+    task: DriverTask,
     outputs: SetView,
-    last_error: LastError,
 }
 
 impl std::fmt::Debug for PgLeaseSet {
@@ -184,6 +145,8 @@ impl std::fmt::Debug for PgLeaseSet {
 }
 
 impl PgLeaseSet {
+    pg_task_methods!();
+
     /// A set of `leases` contended with the timings and holder id of
     /// `template` (its lease name is not used), over connections from
     /// `connector`.
@@ -195,8 +158,6 @@ impl PgLeaseSet {
         PgLeaseSetBuilder {
             connector: Arc::new(connector),
             options: PgOptions::default(),
-            tasks: Vec::new(),
-            clock: crate::clock::system(),
             fanout: Arc::new(Fanout::for_leases(leases.len())),
             template,
             leases,
@@ -236,79 +197,15 @@ impl PgLeaseSet {
         }
     }
 
-    /// The most recent error met (a failed connect, a failed or timed-out
-    /// batch, …), cleared by the next successful batch, as a lone lease's
-    /// [`super::PgLease::last_error`].
-    pub fn last_error(&self) -> Option<PgError> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Registers more work, like [`PgLeaseSetBuilder::while_leader`], as a
-    /// lone lease's handle does: it starts at once in the current term of
-    /// every lease this node leads, and in every later term.
-    pub fn while_leader<F, Fut>(&self, task: F)
-    where
-        F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
-    {
-        let _ = self
-            .control
-            .send(Control::AddWork(super::gate::gated_task(task)));
-    }
-
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {
-        let _ = self.control.send(Control::GiveUp(lease.clone()));
+        self.task.send(Control::GiveUp(lease.clone()));
     }
 
     /// True once the set's task has ended.
     pub fn is_finished(&self) -> bool {
-        self.task
-            .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished)
-    }
-
-    /// Stops every lease's work, releases every held lease and the
-    /// membership row (other nodes are notified at once), and waits for
-    /// the task. Returns the fatal error that finished the set, if any.
-    pub async fn shutdown(mut self) -> Result<(), PgError> {
-        let _ = self.control.send(Control::Shutdown);
-        self.join().await
-    }
-
-    /// Waits until the set stops by itself, which it does only on a fatal
-    /// error (a missing or malformed table, refused credentials): returns
-    /// that error, as a lone lease's [`super::PgLease::stopped`]. Does not
-    /// give up the handle, so it can race a signal in `select!` and the
-    /// set still be shut down after. Cancel-safe; once it has returned,
-    /// later calls (and `shutdown`) return `Ok(())` at once.
-    pub async fn stopped(&mut self) -> Result<(), PgError> {
-        self.join().await
-    }
-
-    async fn join(&mut self) -> Result<(), PgError> {
-        let Some(task) = self.task.as_mut() else {
-            return Ok(());
-        };
-        let outcome = task.await;
-        self.task = None;
-        outcome.unwrap_or_else(|e| {
-            Err(PgError::Stopped {
-                reason: e.to_string(),
-            })
-        })
-    }
-
-    /// Stops at once without releasing anything, as a crash would: the
-    /// leases lapse at their expiry. Each lease's work is still cancelled
-    /// (by the task, in the background); this returns without waiting.
-    pub fn abort(mut self) {
-        let _ = self.control.send(Control::Abort);
-        self.task = None;
+        self.task.is_finished()
     }
 }
 
@@ -317,14 +214,5 @@ impl std::ops::Deref for PgLeaseSet {
     type Target = SetView;
     fn deref(&self) -> &SetView {
         &self.outputs
-    }
-}
-
-impl Drop for PgLeaseSet {
-    fn drop(&mut self) {
-        if self.task.take().is_some() {
-            // The task shuts down on its own; never blocks the runtime.
-            let _ = self.control.send(Control::Shutdown);
-        }
     }
 }

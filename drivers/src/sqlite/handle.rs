@@ -1,19 +1,18 @@
 //! The handle of a running SQLite contender, and its builder.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, Instant, Leadership, LeaseState};
 
-use super::changes::ChangeSource;
 use super::error::Error;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
 use super::open::Database;
 use super::options::{sqlite_option_methods, SqliteOptions};
-use super::thread::DriverThread;
-use super::worker::{run, run_on_connection, Connection, Control};
+use super::thread::{sqlite_handle_methods, DriverThread};
+use super::worker::Control;
 use crate::publish::Publisher;
 use crate::set::SetRunner;
 use crate::subscription::Subscription;
@@ -70,24 +69,17 @@ impl SqliteLeaseBuilder {
         );
         options.add_works_to(&mut gate);
         let state = LeaseState::new(config.clone(), Instant::ZERO)?;
-        let (table, watchdog) =
-            super::watchdog::open_watched(&mut database, config.request_timeout)?;
-        let (control, inbox) = mpsc::channel();
-        let waker = control.clone();
-        let changes = ChangeSource::start(options.notices, &database.location, move || {
-            waker.send(Control::FileChanged).is_ok()
-        });
         let runner = SetRunner::lone(state, Arc::clone(&publisher), gate);
-        let connection = Connection { table, watchdog };
-        let thread = DriverThread::spawn(
+        let thread = DriverThread::start(
             format!("picolease-{}", config.lease),
             config.lease.to_string(),
-            move || run(runner, connection, inbox, changes),
+            &mut database,
+            options.notices,
+            runner,
         )?;
         Ok(SqliteLease {
             statements: Statements::new(Dialect::Sqlite, &database.table),
             view: LeaseView::new(config, publisher),
-            control,
             thread,
         })
     }
@@ -106,7 +98,6 @@ impl SqliteLeaseBuilder {
 pub struct SqliteLease {
     view: LeaseView,
     statements: Statements,
-    control: mpsc::Sender<Control>,
     thread: DriverThread,
 }
 
@@ -133,13 +124,6 @@ impl SqliteLease {
             publisher,
             options: SqliteOptions::default(),
         }
-    }
-
-    /// Registers more work to run while this node leads, like
-    /// [`SqliteLeaseBuilder::while_leader`]; if this node leads now, it
-    /// starts at once in the current term.
-    pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
-        let _ = self.control.send(Control::AddWork(Arc::new(work)));
     }
 
     /// The fence of the current term, if this node leads.
@@ -175,44 +159,6 @@ impl SqliteLease {
     pub fn is_finished(&self) -> bool {
         self.view.publisher().is_finished()
     }
-
-    /// Runs `job` on the lease thread's own connection, between two lease
-    /// statements, and returns its result (`None` if the thread has
-    /// stopped). The lease loop waits for it: keep it short. Meant for
-    /// measurements and diagnostics (e.g. timing a bare statement on the
-    /// very connection the driver renews through).
-    pub fn with_connection<R: Send + 'static>(
-        &self,
-        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
-    ) -> Option<R> {
-        run_on_connection(|job| self.control.send(Control::Run(job)).is_ok(), job)
-    }
-
-    /// Stops the gated work, releases the lease if held, and returns when
-    /// done. Returns the fatal error that stopped the driver earlier, if any.
-    pub fn shutdown(mut self) -> Result<(), Error> {
-        self.thread.stop(&self.control, Control::Shutdown)
-    }
-
-    /// Stops at once WITHOUT releasing, as if the process had crashed: the
-    /// gated work is cancelled and joined, the row is left to lapse by its
-    /// ttl. For tests and demonstrations.
-    pub fn abort(mut self) {
-        let _ = self.thread.stop(&self.control, Control::Abort);
-    }
 }
 
-impl Drop for SqliteLease {
-    fn drop(&mut self) {
-        if !self.thread.is_joinable() {
-            return;
-        }
-        let _ = self.control.send(Control::Shutdown);
-        let _ = self.wait_for(self.config().ttl + self.config().request_timeout, |_| false);
-        if self.is_finished() {
-            let _ = self.thread.join();
-        } else {
-            tracing::warn!(lease = %self.lease(), "lease thread did not stop in time; detaching it");
-        }
-    }
-}
+sqlite_handle_methods!(SqliteLease);

@@ -1,20 +1,18 @@
 //! A lease set on SQLite (DESIGN §9): one thread, one connection, one
 //! statement at a time, whatever the number of leases.
 
-use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, LeaseName, LeaseSet};
 
-use super::changes::ChangeSource;
 use super::error::Error;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
 use super::open::Database;
 use super::options::{sqlite_option_methods, SqliteOptions};
-use super::thread::DriverThread;
-use super::worker::{run, run_on_connection, Connection, Control};
+use super::thread::{sqlite_handle_methods, DriverThread};
+use super::worker::Control;
 use crate::set::{SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
 
@@ -56,9 +54,6 @@ impl SqliteLeaseSetBuilder {
             fanout,
         } = self;
         let set = LeaseSet::new(template.clone(), leases, picolease_core::Instant::ZERO)?;
-        let (table, watchdog) =
-            super::watchdog::open_watched(&mut database, template.request_timeout)?;
-        let (control, inbox) = mpsc::channel();
         let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
         let holder = template.holder.clone();
         let clock = Arc::clone(&options.clock);
@@ -72,17 +67,15 @@ impl SqliteLeaseSetBuilder {
             options.add_works_to(&mut gate);
             gate
         });
-        let connection = Connection { table, watchdog };
-        let waker = control.clone();
-        let changes = ChangeSource::start(options.notices, &database.location, move || {
-            waker.send(Control::FileChanged).is_ok()
-        });
-        let thread = DriverThread::spawn("picolease-set".into(), "lease set".into(), move || {
-            run(runner, connection, inbox, changes)
-        })?;
+        let thread = DriverThread::start(
+            "picolease-set".into(),
+            "lease set".into(),
+            &mut database,
+            options.notices,
+            runner,
+        )?;
         Ok(SqliteLeaseSet {
             statements,
-            control,
             thread,
             outputs,
         })
@@ -95,7 +88,6 @@ impl SqliteLeaseSetBuilder {
 /// Dropping the handle asks for a shutdown and waits for it at most a ttl.
 pub struct SqliteLeaseSet {
     statements: Arc<Statements>,
-    control: mpsc::Sender<Control>,
     thread: DriverThread,
     outputs: SetView,
 }
@@ -124,68 +116,24 @@ impl SqliteLeaseSet {
         Some(Fence::new(&self.statements, lease, self.holder(), epoch))
     }
 
-    /// Registers more work, like [`SqliteLeaseSetBuilder::while_leader`],
-    /// as a lone lease's handle does: it starts at once in the current
-    /// term of every lease this node leads, and in every later term.
-    pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
-        let _ = self.control.send(Control::AddWork(Arc::new(work)));
-    }
-
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {
-        let _ = self.control.send(Control::GiveUp(lease.clone()));
-    }
-
-    /// Runs `job` on the set thread's own connection, between two batches,
-    /// and returns its result (`None` if the thread has stopped), as a lone
-    /// lease's [`super::SqliteLease::with_connection`]. The set's loop
-    /// waits for it: keep it short. Meant for measurements and diagnostics
-    /// (e.g. timing a bare statement on the very connection the set
-    /// renews through).
-    pub fn with_connection<R: Send + 'static>(
-        &self,
-        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
-    ) -> Option<R> {
-        run_on_connection(|job| self.control.send(Control::Run(job)).is_ok(), job)
+        self.thread.send(Control::GiveUp(lease.clone()));
     }
 
     /// True once the set's thread has ended.
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
     }
-
-    /// Stops every lease's work, releases every held lease and the
-    /// membership row, and waits for the thread.
-    pub fn shutdown(mut self) -> Result<(), Error> {
-        self.thread.stop(&self.control, Control::Shutdown)
-    }
-
-    /// Stops at once without releasing anything, as a crash would.
-    pub fn abort(mut self) {
-        let _ = self.thread.stop(&self.control, Control::Abort);
-    }
 }
+
+sqlite_handle_methods!(SqliteLeaseSet);
 
 /// What the set publishes, per lease and as a whole: [`SetView`].
 impl std::ops::Deref for SqliteLeaseSet {
     type Target = SetView;
     fn deref(&self) -> &SetView {
         &self.outputs
-    }
-}
-
-impl Drop for SqliteLeaseSet {
-    fn drop(&mut self) {
-        if self.thread.is_joinable() {
-            let _ = self.control.send(Control::Shutdown);
-            let until = std::time::Instant::now() + self.outputs.config().ttl;
-            while !self.thread.is_finished() && std::time::Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if self.thread.is_finished() {
-                let _ = self.thread.join();
-            }
-        }
     }
 }

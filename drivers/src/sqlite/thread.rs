@@ -1,43 +1,105 @@
-//! The thread a SQLite driver runs on, a lone lease's or a lease set's,
-//! and how its handle ends it.
+//! The thread the SQLite loop runs on, and everything a handle (a lone
+//! lease's or a set's, alike) says to it.
 
+use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use super::changes::{ChangeSource, Notices};
 use super::error::Error;
+use super::gate::Work;
+use super::open::Database;
+use super::worker::{run, Connection, ConnectionJob, Control, Runner};
 
-/// A driver's thread; `None` once joined.
+/// The loop's thread and its control channel; the thread is `None` once
+/// joined.
 pub(crate) struct DriverThread {
     handle: Option<JoinHandle<Result<(), Error>>>,
     /// What runs on it, for the error should it panic.
     what: String,
+    control: mpsc::Sender<Control>,
 }
 
 impl DriverThread {
-    /// Says `message` to the thread (through `control`), then waits for
-    /// it: how a handle shuts its driver down or aborts it.
-    pub(crate) fn stop<C>(
-        &mut self,
-        control: &std::sync::mpsc::Sender<C>,
-        message: C,
-    ) -> Result<(), Error> {
-        let _ = control.send(message);
-        self.join()
-    }
-
-    /// Starts `run` on a thread named `name`.
-    pub(crate) fn spawn(
+    /// Opens `database`'s table for the loop (`open_watched`: the
+    /// watchdog's interrupt handle with it), starts the change source
+    /// `notices` asks for and runs `runner` on a thread named `name`.
+    pub(crate) fn start(
         name: String,
         what: String,
-        run: impl FnOnce() -> Result<(), Error> + Send + 'static,
+        database: &mut Database,
+        notices: Notices,
+        runner: Runner,
     ) -> Result<Self, Error> {
+        let timeout = runner.engine.config().request_timeout;
+        let (table, watchdog) = super::watchdog::open_watched(database, timeout)?;
+        let (control, inbox) = mpsc::channel();
+        let waker = control.clone();
+        let changes = ChangeSource::start(notices, &database.location, move || {
+            waker.send(Control::FileChanged).is_ok()
+        });
+        let connection = Connection { table, watchdog };
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(run)
+            .spawn(move || run(runner, connection, inbox, changes))
             .map_err(|e| Error::Spawn(e.to_string()))?;
         Ok(DriverThread {
             handle: Some(handle),
             what,
+            control,
         })
+    }
+
+    /// Says `control` to the loop; false once it has stopped.
+    pub(crate) fn send(&self, control: Control) -> bool {
+        self.control.send(control).is_ok()
+    }
+
+    /// Registers work on every lease (started at once where held).
+    pub(crate) fn add_work(&self, work: Work) {
+        self.send(Control::AddWork(work));
+    }
+
+    /// Runs `job` on the loop's connection between two statements and
+    /// waits for its result; `None` if the loop has stopped.
+    pub(crate) fn with_connection<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
+    ) -> Option<R> {
+        let (tx, rx) = mpsc::channel();
+        let job: ConnectionJob = Box::new(move |conn| {
+            let _ = tx.send(job(conn));
+        });
+        if !self.send(Control::Run(job)) {
+            return None;
+        }
+        rx.recv().ok()
+    }
+
+    /// Says `message` (shut down, or abort) to the loop, then waits for
+    /// it; its fatal error, if any.
+    pub(crate) fn stop(&mut self, message: Control) -> Result<(), Error> {
+        self.send(message);
+        self.join()
+    }
+
+    /// A dropped handle's end: asks for a shutdown and waits for it at
+    /// most `limit`, so a drop never hangs; a thread still running then
+    /// is detached.
+    pub(crate) fn stop_within(&mut self, limit: Duration) {
+        if !self.is_joinable() {
+            return;
+        }
+        self.send(Control::Shutdown);
+        let until = std::time::Instant::now() + limit;
+        while !self.is_finished() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if self.is_finished() {
+            let _ = self.join();
+        } else {
+            tracing::warn!(what = %self.what, "the driver's thread did not stop in time; detaching it");
+        }
     }
 
     /// True once the thread has ended (or was joined).
@@ -46,13 +108,13 @@ impl DriverThread {
     }
 
     /// True until joined.
-    pub(crate) fn is_joinable(&self) -> bool {
+    fn is_joinable(&self) -> bool {
         self.handle.is_some()
     }
 
     /// Waits for the thread; its fatal error, if any. A panic is
     /// [`Error::Panicked`]. Joining twice returns `Ok`.
-    pub(crate) fn join(&mut self) -> Result<(), Error> {
+    fn join(&mut self) -> Result<(), Error> {
         match self.handle.take() {
             Some(handle) => handle.join().unwrap_or_else(|_| {
                 Err(Error::Panicked {
@@ -69,8 +131,8 @@ impl DriverThread {
 /// is then set), `shutdown` is returned once, as if the handle had asked,
 /// and later waits merely sleep.
 pub(crate) fn receive<C>(
-    inbox: &std::sync::mpsc::Receiver<C>,
-    wait: std::time::Duration,
+    inbox: &mpsc::Receiver<C>,
+    wait: Duration,
     handle_gone: &mut bool,
     shutdown: impl FnOnce() -> C,
 ) -> Option<C> {
@@ -88,3 +150,58 @@ pub(crate) fn receive<C>(
         }
     }
 }
+
+/// What a lone lease's handle and a set's handle share, written once, for
+/// a handle type with a field `thread: DriverThread` that dereferences to
+/// a view with `config()`: work, a job on the connection, shutdown, abort,
+/// and a drop that asks for a shutdown and waits for it at most a ttl and
+/// a request timeout, so a drop never hangs.
+macro_rules! sqlite_handle_methods {
+    ($handle:ty) => {
+        impl $handle {
+            /// Registers more work, like the builder's `while_leader`: it
+            /// starts at once in the current term of every lease this node
+            /// leads, and in every later term.
+            pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
+                self.thread.add_work(std::sync::Arc::new(work));
+            }
+
+            /// Runs `job` on the driver thread's own connection, between
+            /// two statements, and returns its result (`None` if the thread
+            /// has stopped). The loop waits for it: keep it short. Meant
+            /// for measurements and diagnostics (e.g. timing a bare
+            /// statement on the very connection the driver renews
+            /// through).
+            pub fn with_connection<R: Send + 'static>(
+                &self,
+                job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
+            ) -> Option<R> {
+                self.thread.with_connection(job)
+            }
+
+            /// Stops the work, releases every held lease (a set's
+            /// membership row too), and returns when done. Returns the
+            /// fatal error that stopped the driver earlier, if any.
+            pub fn shutdown(mut self) -> Result<(), Error> {
+                self.thread.stop(Control::Shutdown)
+            }
+
+            /// Stops at once WITHOUT releasing, as if the process had
+            /// crashed: the work is cancelled and joined, the rows are left
+            /// to lapse by their ttl. For tests and demonstrations.
+            pub fn abort(mut self) {
+                let _ = self.thread.stop(Control::Abort);
+            }
+        }
+
+        impl Drop for $handle {
+            fn drop(&mut self) {
+                let config = self.config();
+                let limit = config.ttl + config.request_timeout;
+                self.thread.stop_within(limit);
+            }
+        }
+    };
+}
+
+pub(crate) use sqlite_handle_methods;

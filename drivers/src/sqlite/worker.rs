@@ -26,23 +26,6 @@ pub(crate) type Runner = SetRunner<Gate>;
 /// A closure run on the loop's connection, between statements.
 pub(crate) type ConnectionJob = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
 
-/// Runs `job` on a driver thread's connection and waits for its result:
-/// `send` hands the boxed job to the thread (false once it has stopped,
-/// and then `None`). Both handles' `with_connection`.
-pub(crate) fn run_on_connection<R: Send + 'static>(
-    send: impl FnOnce(ConnectionJob) -> bool,
-    job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
-) -> Option<R> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let job: ConnectionJob = Box::new(move |conn| {
-        let _ = tx.send(job(conn));
-    });
-    if !send(job) {
-        return None;
-    }
-    rx.recv().ok()
-}
-
 /// What a handle asks of the loop.
 pub(crate) enum Control {
     /// Stop the work, release, finish.
