@@ -115,7 +115,9 @@ impl Builder<'_> {
     /// `UPDATE <table> JOIN <pairs> … SET <set> WHERE holder = ?`: the
     /// single renew's or release's condition, per pair. The join drives
     /// from the batch to the primary key, so only the batch's rows are
-    /// read and locked. Params: batch, then `set`'s, then holder.
+    /// read and locked. Params: batch, then `set`'s, then holder. `set`
+    /// names the columns bare, as the single statements do: only the lease
+    /// table has them (`j` has `name` and `epoch`).
     fn mysql_update_mine(&self, set: &str, set_params: &[Param]) -> Statement {
         let t = self.table.table();
         let mut params = vec![Param::Batch];
@@ -179,10 +181,9 @@ impl Builder<'_> {
     /// those rows back, locked. Params: batch, ttl, holder; the
     /// read-back's: batch, holder.
     pub(super) fn mysql_renew_batch(&self) -> Statement {
-        let t = self.table.table();
         let now = db_now_millis(Dialect::Mysql);
         let write = self.mysql_update_mine(
-            &format!("`{t}`.`{EXPIRES_AT}` = ({now}) + ?"),
+            &format!("`{EXPIRES_AT}` = ({now}) + ?"),
             &[Param::TtlMillis],
         );
         self.attach(write, self.mysql_mine_in_batch(), ReadOrder::AfterWrite)
@@ -192,10 +193,9 @@ impl Builder<'_> {
     /// epochs, then frees them, keeping the epoch. Params: batch, holder;
     /// the read's: batch, holder.
     pub(super) fn mysql_release_batch(&self) -> Statement {
-        let t = self.table.table();
         let now = db_now_millis(Dialect::Mysql);
         let write = self.mysql_update_mine(
-            &format!("`{t}`.`{HOLDER_COL}` = NULL, `{t}`.`{EXPIRES_AT}` = {now}"),
+            &format!("`{HOLDER_COL}` = NULL, `{EXPIRES_AT}` = {now}"),
             &[],
         );
         self.attach(write, self.mysql_mine_in_batch(), ReadOrder::BeforeWrite)
