@@ -734,18 +734,31 @@ fn wait_for_lapse(db: &mut Mysql, s: &Statements) {
     }
 }
 
-/// The fence's guarantee on InnoDB: a write fenced at epoch 1 inside a
-/// transaction holds the lease row in share mode, so a successor's acquire
-/// after the lease lapsed waits (observed as LOCK WAIT) until that
-/// transaction commits, and only then takes the lease at epoch 2. The
-/// stale write is thus ordered before the successor's term; once the
-/// successor holds it, the old holder's fenced write changes nothing.
+/// The fence's guarantee on InnoDB, at both isolation levels a service
+/// runs: a write fenced at epoch 1 inside a transaction holds the lease
+/// row in share mode, so a successor's acquire after the lease lapsed
+/// waits (observed as LOCK WAIT) until that transaction commits, and only
+/// then takes the lease at epoch 2. The stale write is thus ordered before
+/// the successor's term; once the successor holds it, the old holder's
+/// fenced write changes nothing.
 #[test]
 fn a_fenced_transaction_holds_off_the_successors_acquire_until_it_commits() {
+    for (test, isolation) in [
+        ("fence_order_rr", "REPEATABLE READ"),
+        ("fence_order_rc", "READ COMMITTED"),
+    ] {
+        fenced_transaction_holds_off_the_successor(test, isolation);
+    }
+}
+
+fn fenced_transaction_holds_off_the_successor(test: &str, isolation: &str) {
     let mut holder = Mysql::connect();
-    let f = FenceSetup::new("fence_order", &mut holder, 1_500);
+    let f = FenceSetup::new(test, &mut holder, 1_500);
     let mut observer = Mysql::connect();
 
+    holder.batch(&format!(
+        "SET SESSION TRANSACTION ISOLATION LEVEL {isolation}"
+    ));
     holder.batch("START TRANSACTION");
     let (sql, values) = f.fenced_write("node-a", 1);
     assert_eq!(
@@ -783,7 +796,9 @@ fn a_fenced_transaction_holds_off_the_successors_acquire_until_it_commits() {
         holder.batch("COMMIT");
         let reply = rx
             .recv_timeout(Duration::from_secs(30))
-            .expect("the successor's acquire finishes once the fenced transaction commits");
+            .unwrap_or_else(|_| {
+                panic!("{isolation}: the successor's acquire finishes once the fenced transaction commits")
+            });
         assert_eq!(
             reply,
             Reply::Acquired {
@@ -807,6 +822,52 @@ fn a_fenced_transaction_holds_off_the_successors_acquire_until_it_commits() {
         holder.execute(&sql, &values),
         1,
         "the successor's fenced write"
+    );
+    f.drop_tables(&mut observer);
+}
+
+/// The negative control: without `LOCK IN SHARE MODE`, under READ
+/// COMMITTED (where InnoDB reads an UPDATE's subquery without locking;
+/// under REPEATABLE READ it happens to lock it for the binary log's sake,
+/// which the fence must not rely on), the successor's acquire does not
+/// wait for the open fenced transaction, and the stale write then commits
+/// into the successor's term. The explicit share lock is what prevents it.
+#[test]
+fn without_the_share_lock_a_stale_fenced_write_would_commit_into_the_successors_term() {
+    let mut holder = Mysql::connect();
+    let f = FenceSetup::new("fence_unlocked", &mut holder, 1_500);
+    let mut observer = Mysql::connect();
+
+    holder.batch("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    holder.batch("START TRANSACTION");
+    let (sql, values) = f.fenced_write("node-a", 1);
+    let unlocked = sql.replacen(" LOCK IN SHARE MODE", "", 1);
+    assert_ne!(unlocked, sql, "the fence locks in share mode");
+    assert_eq!(holder.execute(&unlocked, &values), 1);
+    wait_for_lapse(&mut observer, &f.s);
+
+    let mut successor = Mysql::connect();
+    let rows = model_vs::run_statement(
+        &mut successor,
+        f.s.acquire(),
+        "jobs",
+        "node-b",
+        60_000,
+        None,
+    );
+    let me = HolderId::new("node-b").unwrap();
+    assert_eq!(
+        f.s.decode_reply(Operation::Acquire, &me, &rows).unwrap(),
+        Reply::Acquired {
+            epoch: Epoch::new(2)
+        },
+        "the successor took over while the unlocked fenced transaction was open"
+    );
+    holder.batch("COMMIT");
+    assert_eq!(
+        f.writes(&mut observer),
+        [vec![Cell::Int(1)]],
+        "the stale write committed after the successor's term began"
     );
     f.drop_tables(&mut observer);
 }
