@@ -6,7 +6,8 @@
 //! A batch travels as one parameter: a JSON array bound as text
 //! ([`Param::Batch`](super::Param::Batch), written by [`batch_names`] or [`batch_pairs`]),
 //! unpacked inside the statement by the database's JSON table function
-//! (`json_each` on SQLite, `json_array_elements[_text]` on PostgreSQL).
+//! (`json_each` on SQLite, `json_array_elements[_text]` on PostgreSQL,
+//! `JSON_TABLE` on MySQL: see `super::mysql`).
 //! Each item is decided by exactly the single-lease statement's rule, so
 //! the batch rule book is the single one applied per name.
 
@@ -116,6 +117,7 @@ impl Builder<'_> {
                     .cast_as(Alias::new("text"))
                     .cast_as(Alias::new("json")),
             ),
+            Dialect::Mysql => unreachable!("MySQL's batches use JSON_TABLE (super::mysql)"),
         }
     }
 
@@ -137,6 +139,7 @@ impl Builder<'_> {
                 Expr::cust(format!("\"{ITEM}\".\"value\" ->> 0")),
                 Expr::cust(format!("CAST(\"{ITEM}\".\"value\" ->> 1 AS bigint)")),
             ),
+            Dialect::Mysql => unreachable!("MySQL's batches use JSON_TABLE (super::mysql)"),
         };
         Query::select()
             .expr(name)
@@ -209,6 +212,9 @@ impl Builder<'_> {
     /// of the batch. `WHERE true` tells SQLite's parser that `ON CONFLICT`
     /// belongs to the upsert, not to a join.
     pub(super) fn acquire_batch(&self) -> Statement {
+        if self.dialect == Dialect::Mysql {
+            return self.mysql_acquire_batch();
+        }
         let now = || db_now(self.dialect);
         let select = Query::select()
             .expr(self.item())
@@ -247,8 +253,8 @@ impl Builder<'_> {
             .to_owned();
         let statement = self.render(&query);
         match self.dialect {
-            Dialect::Sqlite => statement,
             Dialect::Postgres => self.pg_skip_held(statement),
+            Dialect::Sqlite | Dialect::Mysql => statement,
         }
     }
 
@@ -294,17 +300,22 @@ impl Builder<'_> {
                  SELECT * FROM \"taken\" UNION ALL SELECT * FROM \"held\""
             ),
             params: upsert.params,
+            read_back: None,
         }
     }
 
     /// The multi-row renew: extends every row of the batch held by us at
     /// its epoch (the single renew's condition, per pair).
     pub(super) fn renew_batch(&self) -> Statement {
+        if self.dialect == Dialect::Mysql {
+            return self.mysql_renew_batch();
+        }
         if self.dialect == Dialect::Postgres {
             let now = db_now_millis(Dialect::Postgres);
             return Statement {
                 sql: self.pg_update_locked(&format!("\"{EXPIRES_AT}\" = ({now}) + $1"), 2, 3),
                 params: vec![Param::TtlMillis, Param::Holder, Param::Batch],
+                read_back: None,
             };
         }
         let query = Query::update()
@@ -323,6 +334,9 @@ impl Builder<'_> {
     /// its epoch, keeping the epoch; on PostgreSQL it notifies the release
     /// channel with each freed name in the same statement.
     pub(super) fn release_batch(&self) -> Statement {
+        if self.dialect == Dialect::Mysql {
+            return self.mysql_release_batch();
+        }
         if self.dialect == Dialect::Postgres {
             let now = db_now_millis(Dialect::Postgres);
             let update = self.pg_update_locked(
@@ -339,6 +353,7 @@ impl Builder<'_> {
                     self.table.release_channel()
                 ),
                 params: vec![Param::Holder, Param::Batch],
+                read_back: None,
             };
         }
         let update = Query::update()
@@ -348,21 +363,8 @@ impl Builder<'_> {
             .and_where(self.mine_in_batch())
             .returning(Query::returning().exprs([self.col(NAME), self.col(EPOCH_COL)]))
             .to_owned();
-        let inner = self.render(&update);
-        match self.dialect {
-            Dialect::Sqlite => inner,
-            Dialect::Postgres => Statement {
-                // The channel is derived from a validated identifier: it
-                // holds only letters, digits, underscores and a dot.
-                sql: format!(
-                    "WITH released AS ({}) SELECT released.name, released.epoch FROM released \
-                     CROSS JOIN LATERAL pg_notify('{}', released.name) AS notified",
-                    inner.sql,
-                    self.table.release_channel()
-                ),
-                params: inner.params,
-            },
-        }
+        // SQLite only: PostgreSQL and MySQL returned above.
+        self.render(&update)
     }
 
     /// `name` is a membership row's: in `[MEMBER_PREFIX, MEMBER_PREFIX_END)`
@@ -370,7 +372,8 @@ impl Builder<'_> {
     /// database's default).
     fn is_member(&self) -> String {
         let collate = match self.dialect {
-            Dialect::Sqlite => "",
+            // SQLite's BINARY and MySQL's VARBINARY compare bytes already.
+            Dialect::Sqlite | Dialect::Mysql => "",
             Dialect::Postgres => " COLLATE \"C\"",
         };
         let name = self.quoted(NAME);
@@ -452,7 +455,7 @@ mod tests {
 
     #[test]
     fn params_are_what_the_batch_statements_bind() {
-        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
             let s = super::super::Statements::new(dialect, &Default::default());
             assert_eq!(
                 s.acquire_batch().params(),

@@ -8,11 +8,12 @@
 //! every call.
 
 use sea_query::{
-    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, Index, LockType, OnConflict,
-    PostgresQueryBuilder, Query, QueryStatementWriter, SqliteQueryBuilder, Table, TableRef,
+    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, Index, LockType, MysqlQueryBuilder,
+    OnConflict, PostgresQueryBuilder, Query, QueryStatementWriter, SqliteQueryBuilder, Table,
+    TableRef,
 };
 
-use super::{Dialect, Param, Statement, Statements};
+use super::{Dialect, Param, ReadBack, ReadOrder, Statement, Statements};
 use crate::names::TableName;
 
 pub(super) const LEASE: &str = "\u{1}picolease:lease";
@@ -30,8 +31,8 @@ pub(super) const EPOCH_COL: &str = "epoch";
 pub(super) const EXPIRES_AT: &str = "expires_at";
 
 /// What the fence index's name adds to the table's: at most 54 + 6 = 60
-/// bytes, within PostgreSQL's 63-byte identifier limit.
-const FENCE_INDEX_SUFFIX: &str = "_fence";
+/// bytes, within PostgreSQL's 63-byte and MySQL's 64-byte identifier limits.
+pub(super) const FENCE_INDEX_SUFFIX: &str = "_fence";
 
 /// The database clock; documented on [`super::db_now_millis`].
 pub(super) fn db_now_millis(dialect: Dialect) -> &'static str {
@@ -39,6 +40,11 @@ pub(super) fn db_now_millis(dialect: Dialect) -> &'static str {
         Dialect::Sqlite => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
         Dialect::Postgres => {
             "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)"
+        }
+        // Session-time-zone independent (see `super::db_now_millis`); the
+        // difference is a non-negative BIGINT, so DIV floors it.
+        Dialect::Mysql => {
+            "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000"
         }
     }
 }
@@ -68,11 +74,25 @@ impl Builder<'_> {
     }
 
     pub(super) fn quoted(&self, column: &'static str) -> String {
-        format!("\"{}\".\"{column}\"", self.table.table())
+        match self.dialect {
+            // Identifiers are validated (letters, digits, underscores).
+            Dialect::Mysql => format!("`{}`.`{column}`", self.table.table()),
+            Dialect::Sqlite | Dialect::Postgres => {
+                format!("\"{}\".\"{column}\"", self.table.table())
+            }
+        }
     }
 
+    /// The value the upsert would have inserted: `excluded.<column>`, on
+    /// MySQL `VALUES(<column>)` (the row alias of MySQL 8.0.19+ is not in
+    /// MariaDB; `VALUES()` is in both, deprecated but kept in MySQL 8).
     fn excluded(&self, column: &'static str) -> Expr {
-        Expr::col((Alias::new("excluded"), Alias::new(column)))
+        match self.dialect {
+            Dialect::Mysql => Expr::cust(format!("VALUES(`{column}`)")),
+            Dialect::Sqlite | Dialect::Postgres => {
+                Expr::col((Alias::new("excluded"), Alias::new(column)))
+            }
+        }
     }
 
     /// The existing row has the shape the protocol writes. A row that fails
@@ -91,7 +111,7 @@ impl Builder<'_> {
                 x = self.quoted(EXPIRES_AT),
                 h = self.quoted(HOLDER_COL)
             )),
-            Dialect::Postgres => epoch
+            Dialect::Postgres | Dialect::Mysql => epoch
                 .clone()
                 .is_not_null()
                 .and(epoch.gte(0))
@@ -99,7 +119,7 @@ impl Builder<'_> {
         }
     }
 
-    fn mine(&self) -> Expr {
+    pub(super) fn mine(&self) -> Expr {
         self.col(NAME)
             .eq(LEASE)
             .and(self.col(HOLDER_COL).eq(HOLDER))
@@ -107,6 +127,9 @@ impl Builder<'_> {
     }
 
     fn create_table(&self) -> String {
+        if self.dialect == Dialect::Mysql {
+            return self.mysql_create_table();
+        }
         let table = Table::create()
             .table(self.table_ref())
             .if_not_exists()
@@ -131,12 +154,13 @@ impl Builder<'_> {
         match self.dialect {
             Dialect::Sqlite => table.to_string(SqliteQueryBuilder),
             Dialect::Postgres => table.to_string(PostgresQueryBuilder),
+            Dialect::Mysql => unreachable!("rendered by mysql_create_table"),
         }
     }
 
     /// The name of the unique index on `(name, epoch)` (PostgreSQL puts an
     /// index in its table's schema, so it is never schema-qualified).
-    fn fence_index_name(&self) -> String {
+    pub(super) fn fence_index_name(&self) -> String {
         format!("{}{FENCE_INDEX_SUFFIX}", self.table.table())
     }
 
@@ -149,7 +173,8 @@ impl Builder<'_> {
     /// lock orders fenced writes and takeovers already.
     fn create_index(&self) -> Option<String> {
         match self.dialect {
-            Dialect::Sqlite => None,
+            // MySQL declares the index inside its CREATE TABLE.
+            Dialect::Sqlite | Dialect::Mysql => None,
             Dialect::Postgres => {
                 let name = self.fence_index_name();
                 let create = Index::create()
@@ -176,7 +201,7 @@ impl Builder<'_> {
         }
     }
 
-    fn acquire(&self) -> Statement {
+    pub(super) fn acquire(&self) -> Statement {
         let now = || db_now(self.dialect);
         let query = Query::insert()
             .into_table(self.table_ref())
@@ -199,7 +224,43 @@ impl Builder<'_> {
                 self.col(EXPIRES_AT).sub(now()),
             ]))
             .to_owned();
-        self.render(&query)
+        // MySQL renders no RETURNING: the row is read back, locked.
+        let read = Query::select()
+            .exprs([
+                self.col(HOLDER_COL),
+                self.col(EPOCH_COL),
+                self.col(EXPIRES_AT).sub(now()),
+            ])
+            .from(self.table_ref())
+            .and_where(self.col(NAME).eq(LEASE))
+            .to_owned();
+        self.with_read_back(self.render(&query), read, ReadOrder::AfterWrite)
+    }
+
+    /// On MySQL, attaches `read` (locked `FOR UPDATE`) as the statement's
+    /// [`ReadBack`]; elsewhere the statement returns its rows itself.
+    pub(super) fn with_read_back(
+        &self,
+        write: Statement,
+        mut read: sea_query::SelectStatement,
+        order: ReadOrder,
+    ) -> Statement {
+        if self.dialect != Dialect::Mysql {
+            return write;
+        }
+        read.lock(LockType::Update);
+        self.attach(write, self.render(&read), order)
+    }
+
+    /// `write` with `read` as its [`ReadBack`].
+    pub(super) fn attach(&self, write: Statement, read: Statement, order: ReadOrder) -> Statement {
+        Statement {
+            read_back: Some(Box::new(ReadBack {
+                statement: read,
+                order,
+            })),
+            ..write
+        }
     }
 
     /// The acquire's `ON CONFLICT (name) DO UPDATE`: take the existing row
@@ -223,8 +284,13 @@ impl Builder<'_> {
                 .finally(kept)
                 .into()
         };
-        // Every SET expression reads the row as it was before the
-        // statement, so the three CASEs decide on the same state.
+        // On SQLite and PostgreSQL every SET expression reads the row as it
+        // was before the statement, so the three CASEs decide on the same
+        // state. MySQL's ON DUPLICATE KEY UPDATE assigns left to right, each
+        // expression seeing the columns set before it; the CASEs still
+        // agree, because taking keeps the row takeable (the holder becomes
+        // `VALUES(holder)`, the epoch stays >= 0) and keeping changes
+        // nothing, so every later CASE answers as the first did.
         OnConflict::column(Alias::new(NAME))
             .value(
                 Alias::new(HOLDER_COL),
@@ -248,6 +314,7 @@ impl Builder<'_> {
         let (sql, values) = match self.dialect {
             Dialect::Sqlite => query.build(SqliteQueryBuilder),
             Dialect::Postgres => query.build(PostgresQueryBuilder),
+            Dialect::Mysql => query.build(MysqlQueryBuilder),
         };
         let mut params = Vec::new();
         let mut out = String::with_capacity(sql.len());
@@ -290,7 +357,11 @@ impl Builder<'_> {
             }
             out.push_str(piece);
         }
-        Statement { sql: out, params }
+        Statement {
+            sql: out,
+            params,
+            read_back: None,
+        }
     }
 
     fn renew(&self) -> Statement {
@@ -303,7 +374,17 @@ impl Builder<'_> {
             .and_where(self.mine())
             .returning(Query::returning().exprs([self.col(EPOCH_COL)]))
             .to_owned();
-        self.render(&query)
+        self.with_read_back(self.render(&query), self.mine_row(), ReadOrder::AfterWrite)
+    }
+
+    /// `SELECT epoch FROM <table> WHERE` the row is ours at our epoch: the
+    /// MySQL read-back of renew and release.
+    fn mine_row(&self) -> sea_query::SelectStatement {
+        Query::select()
+            .expr(self.col(EPOCH_COL))
+            .from(self.table_ref())
+            .and_where(self.mine())
+            .to_owned()
     }
 
     fn release_update(&self) -> sea_query::UpdateStatement {
@@ -318,7 +399,13 @@ impl Builder<'_> {
 
     fn release(&self) -> Statement {
         let update = self.release_update();
-        self.with_notify(&update)
+        // Once freed the row no longer names us: MySQL reads (and locks)
+        // it before the write.
+        self.with_read_back(
+            self.with_notify(&update),
+            self.mine_row(),
+            ReadOrder::BeforeWrite,
+        )
     }
 
     fn force_release(&self) -> Statement {
@@ -333,7 +420,15 @@ impl Builder<'_> {
             .and_where(self.row_is_sound())
             .returning(Query::returning().exprs([self.col(NAME), self.col(EPOCH_COL)]))
             .to_owned();
-        self.with_notify(&update)
+        // The update keeps a sound row sound, so reading the sound row
+        // after it finds exactly the row it changed, with its new epoch.
+        let read = Query::select()
+            .expr(self.col(EPOCH_COL))
+            .from(self.table_ref())
+            .and_where(self.col(NAME).eq(LEASE))
+            .and_where(self.row_is_sound())
+            .to_owned();
+        self.with_read_back(self.with_notify(&update), read, ReadOrder::AfterWrite)
     }
 
     /// On PostgreSQL, wraps an `UPDATE … RETURNING name, epoch` so the same
@@ -352,8 +447,12 @@ impl Builder<'_> {
                 Statement {
                     sql,
                     params: inner.params,
+                    read_back: None,
                 }
             }
+            // No notifications and no RETURNING (the caller adds the
+            // read-back).
+            Dialect::Mysql => inner,
             Dialect::Postgres => Statement {
                 // The channel is derived from a validated identifier: it
                 // holds only letters, digits, underscores and a dot.
@@ -364,6 +463,7 @@ impl Builder<'_> {
                     self.table.release_channel()
                 ),
                 params: inner.params,
+                read_back: None,
             },
         }
     }
@@ -405,13 +505,22 @@ impl Builder<'_> {
             .and_where(self.mine())
             .and_where(self.col(EXPIRES_AT).gt(db_now(self.dialect)))
             .to_owned();
-        if self.dialect == Dialect::Postgres {
+        match self.dialect {
             // Holds the row until the fenced transaction ends: an epoch
             // bump (a key update, thanks to the unique index on
             // `(name, epoch)`) waits for it; the holder's renew and release
-            // (no key column changed) do not. SQLite renders no locking
-            // clause; its writer lock orders the two already.
-            row.lock(LockType::KeyShare);
+            // (no key column changed) do not.
+            Dialect::Postgres => {
+                row.lock(LockType::KeyShare);
+            }
+            // `LOCK IN SHARE MODE` (MariaDB refuses `FOR SHARE`): every
+            // write to the row waits for it, the holder's renew included.
+            Dialect::Mysql => {
+                row.lock(LockType::Share);
+            }
+            // SQLite renders no locking clause; its writer lock orders a
+            // fenced write and a takeover already.
+            Dialect::Sqlite => {}
         }
         let query = Query::select().expr(Expr::exists(row)).to_owned();
         let statement = self.render(&query);
@@ -422,13 +531,16 @@ impl Builder<'_> {
                 .expect("a SELECT renders with its keyword")
                 .to_string(),
             params: statement.params,
+            read_back: None,
         }
     }
 }
 
 fn split_placeholders(sql: &str, dialect: Dialect) -> Vec<&str> {
     match dialect {
-        Dialect::Sqlite => sql.split('?').collect(),
+        // The statements contain no other `?` (text literals are sentinels
+        // bound as values, JSON paths use `$`).
+        Dialect::Sqlite | Dialect::Mysql => sql.split('?').collect(),
         Dialect::Postgres => {
             // `$n` placeholders: split at each `$` followed by digits. The
             // statements contain no other `$` (identifiers are validated,
@@ -457,7 +569,7 @@ fn split_placeholders(sql: &str, dialect: Dialect) -> Vec<&str> {
 
 fn push_placeholder(out: &mut String, dialect: Dialect, next: &mut usize) {
     match dialect {
-        Dialect::Sqlite => out.push('?'),
+        Dialect::Sqlite | Dialect::Mysql => out.push('?'),
         Dialect::Postgres => {
             out.push('$');
             out.push_str(&next.to_string());
@@ -484,6 +596,7 @@ pub(super) fn renumber(statement: &Statement, first: usize) -> Statement {
     Statement {
         sql: out,
         params: statement.params.clone(),
+        read_back: statement.read_back.clone(),
     }
 }
 

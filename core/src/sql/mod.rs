@@ -13,6 +13,7 @@
 mod batch;
 mod build;
 mod decode;
+mod mysql;
 
 pub use batch::{batch_names, batch_pairs};
 pub use decode::{Cell, LeaseRow};
@@ -35,6 +36,10 @@ pub enum Dialect {
     Sqlite,
     /// PostgreSQL 9.5+ (ON CONFLICT).
     Postgres,
+    /// MySQL 8.0+ and MariaDB 10.6+ on InnoDB (ON DUPLICATE KEY UPDATE,
+    /// JSON_TABLE; no RETURNING, so a statement that writes and reports
+    /// carries a [`ReadBack`] to run in the same transaction; DESIGN §3).
+    Mysql,
 }
 
 /// What a placeholder of a statement stands for, in order of appearance.
@@ -91,12 +96,63 @@ pub struct BatchBindings<'a> {
     pub stale_millis: i64,
 }
 
-/// One rendered statement: SQL text with placeholders (`?` on SQLite, `$n`
-/// on PostgreSQL) and what each placeholder stands for.
+/// One rendered statement: SQL text with placeholders (`?` on SQLite and
+/// MySQL, `$n` on PostgreSQL) and what each placeholder stands for.
+///
+/// On MySQL, which has no `RETURNING`, a statement that writes and must
+/// report what it did comes with a [`ReadBack`] ([`Statement::read_back`]):
+/// a locking `SELECT` that a driver runs with it **in one transaction**,
+/// and whose rows (not the write's) are the statement's result. No
+/// decision ever rests on the write's affected-row count, which MySQL
+/// reports differently with and without `CLIENT_FOUND_ROWS`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Statement {
     sql: String,
     params: Vec<Param>,
+    read_back: Option<Box<ReadBack>>,
+}
+
+/// The read half of a MySQL operation (see [`Statement`]): a locking
+/// `SELECT … FOR UPDATE` on the rows the write addresses. A driver runs
+///
+/// ```text
+/// START TRANSACTION
+///   ReadOrder::AfterWrite:  execute(write)  then  rows = query(read)
+///   ReadOrder::BeforeWrite: rows = query(read)  then  execute(write)
+/// COMMIT            (ROLLBACK on any error: the operation then failed)
+/// ```
+///
+/// and decodes `rows`. The read locks the rows it reads (`FOR UPDATE`), so
+/// in either order it sees exactly the rows the write changed or is about
+/// to change, whatever the isolation level; the write's row count is never
+/// looked at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadBack {
+    statement: Statement,
+    order: ReadOrder,
+}
+
+impl ReadBack {
+    /// The `SELECT` to run beside the write; bind it like any statement.
+    pub fn statement(&self) -> &Statement {
+        &self.statement
+    }
+
+    /// Whether it runs before or after the write.
+    pub fn order(&self) -> ReadOrder {
+        self.order
+    }
+}
+
+/// When a [`ReadBack`] runs, relative to its write (same transaction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReadOrder {
+    /// After the write: the read reports the row as the write left it
+    /// (acquire: who holds it now; renew, force release: the epoch).
+    AfterWrite,
+    /// Before the write: the read finds and locks the rows the write will
+    /// change (release: once freed, a row no longer shows it was ours).
+    BeforeWrite,
 }
 
 impl Statement {
@@ -108,6 +164,14 @@ impl Statement {
     /// What each placeholder stands for, in order.
     pub fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    /// MySQL: the `SELECT` whose rows are this statement's result, to run
+    /// in the same transaction ([`ReadBack`]). `None` on SQLite and
+    /// PostgreSQL (the statement returns its rows itself), and for
+    /// statements that only read.
+    pub fn read_back(&self) -> Option<&ReadBack> {
+        self.read_back.as_deref()
     }
 
     /// The same statement with its PostgreSQL placeholders numbered from
@@ -191,7 +255,11 @@ impl Statements {
     }
 
     /// `CREATE TABLE IF NOT EXISTS` for the lease table (no parameters).
-    /// On PostgreSQL run [`Statements::create_index`] after it.
+    /// On PostgreSQL run [`Statements::create_index`] after it. On MySQL
+    /// the table is InnoDB, `name` and `holder` are `VARBINARY(255)` (byte
+    /// comparison, no collation, no trailing-space padding: two names
+    /// equal exactly when their bytes are) and the unique index on
+    /// `(name, epoch)` is part of the statement.
     pub fn create_table(&self) -> &str {
         &self.create_table
     }
@@ -214,6 +282,10 @@ impl Statements {
     /// moment of the build (a small table: milliseconds), which waits for
     /// statements in progress on it. Two contenders creating it at once
     /// may see a duplicate error (42P07, 23505): the index exists then.
+    ///
+    /// `None` on MySQL too: its unique index `<table>_fence` on
+    /// `(name, epoch)` is declared inside [`Statements::create_table`]
+    /// (MySQL 8 has no `CREATE INDEX IF NOT EXISTS`).
     pub fn create_index(&self) -> Option<&str> {
         self.create_index.as_deref()
     }
@@ -284,6 +356,13 @@ impl Statements {
     ///   a read-write transaction.
     /// - SQLite: the text takes no lock; the database's single writer
     ///   orders a write transaction and a takeover already.
+    /// - MySQL: the inner select ends in `LOCK IN SHARE MODE` (MariaDB
+    ///   refuses `FOR SHARE`), a shared lock on the lease row held until
+    ///   the transaction ends. Every write to the row takes an exclusive
+    ///   lock and waits for it: the successor's acquire and a forced
+    ///   release, but also (InnoDB has no `FOR KEY SHARE`) the holder's
+    ///   own renew and release. Keep fenced transactions short: a renew
+    ///   waits for them (DESIGN §3 bounds the wait).
     pub fn fence(&self) -> &Statement {
         &self.fence
     }
@@ -391,7 +470,8 @@ impl Statements {
     pub fn change_counter(&self) -> Option<&'static str> {
         match self.dialect {
             Dialect::Sqlite => Some("PRAGMA data_version"),
-            Dialect::Postgres => None,
+            // MySQL's wake-up is the driver's (issue 19); no statement here.
+            Dialect::Postgres | Dialect::Mysql => None,
         }
     }
 
@@ -405,7 +485,7 @@ impl Statements {
                 "LISTEN \"{}\"",
                 self.table.release_channel().replace('"', "\"\"")
             )),
-            Dialect::Sqlite => None,
+            Dialect::Sqlite | Dialect::Mysql => None,
         }
     }
 
@@ -465,7 +545,12 @@ impl Statements {
 /// SQLite: `julianday('now')` (millisecond precision on every SQLite since
 /// 3.0; `unixepoch('subsec')` would need 3.42). PostgreSQL:
 /// `statement_timestamp()`, which unlike `now()` is not frozen by an
-/// enclosing transaction.
+/// enclosing transaction. MySQL: `TIMESTAMPDIFF(MICROSECOND, '1970-01-01
+/// 00:00:00', UTC_TIMESTAMP(6)) DIV 1000`: `UTC_TIMESTAMP(6)` does not
+/// depend on the session's `time_zone` and the difference of two
+/// `DATETIME`s is calendar arithmetic, so no time-zone conversion (and no
+/// DST fold, where `UNIX_TIMESTAMP(NOW(3))` would read an hour wrong) is
+/// involved; fixed at the start of each statement, not of the transaction.
 pub fn db_now_millis(dialect: Dialect) -> &'static str {
     build::db_now_millis(dialect)
 }

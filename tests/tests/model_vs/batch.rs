@@ -138,25 +138,78 @@ pub fn bind_batch(
     statement.bind_batch(&b).map(Bound::from).collect()
 }
 
+/// Runs a batch statement (with its read-back, in one transaction, on
+/// MySQL) bound by [`Statement::bind_batch`]; returns its rows.
+pub fn run_batch<R: RealDb + ?Sized>(
+    real: &mut R,
+    statement: &Statement,
+    holder: &str,
+    ttl_ms: i64,
+    batch: &str,
+    stale_ms: i64,
+) -> Vec<Vec<Cell>> {
+    let read = statement.read_back().map(|r| r.statement().sql());
+    run_batch_text(
+        real,
+        statement,
+        (statement.sql(), read),
+        (holder, ttl_ms, batch, stale_ms),
+    )
+}
+
+/// [`run_batch`] with the texts `(write, read)` in place of the
+/// statement's own (a mutant's), bound as the statement's are.
+fn run_batch_text<R: RealDb + ?Sized>(
+    real: &mut R,
+    statement: &Statement,
+    (write, read): (&str, Option<&str>),
+    (holder, ttl_ms, batch, stale_ms): (&str, i64, &str, i64),
+) -> Vec<Vec<Cell>> {
+    let values = bind_batch(statement, holder, ttl_ms, batch, stale_ms);
+    let read = statement.read_back().map(|r| {
+        (
+            r.order(),
+            read.expect("a read-back's text"),
+            bind_batch(r.statement(), holder, ttl_ms, batch, stale_ms),
+        )
+    });
+    run_with(real, write, &values, read)
+}
+
 /// The SQL text of the batch statements a comparison runs: the real
 /// statements', unless mutated (a mutant keeps every placeholder, so the
-/// real statements' parameters still bind).
+/// real statements' parameters still bind). On MySQL the writes come with
+/// their read-backs' text (`*_read`), run in the same transaction.
 #[derive(Clone, Debug)]
 pub struct BatchSql {
+    pub dialect: Dialect,
     pub acquire: String,
     pub renew: String,
     pub release: String,
     pub survey: String,
+    pub acquire_read: Option<String>,
+    pub renew_read: Option<String>,
+    pub release_read: Option<String>,
 }
 
 impl BatchSql {
     pub fn new(s: &Statements) -> Self {
+        let read = |st: &Statement| st.read_back().map(|r| r.statement().sql().to_string());
         BatchSql {
+            dialect: s.dialect(),
             acquire: s.acquire_batch().sql().to_string(),
             renew: s.renew_batch().sql().to_string(),
             release: s.release_batch().sql().to_string(),
             survey: s.survey().sql().to_string(),
+            acquire_read: read(s.acquire_batch()),
+            renew_read: read(s.renew_batch()),
+            release_read: read(s.release_batch()),
         }
+    }
+
+    /// `table.column` as the dialect's statements quote it.
+    fn col(&self, table: &str, column: &str) -> String {
+        qualified(self.dialect, table, column)
     }
 }
 
@@ -166,16 +219,27 @@ fn replace_all(sql: &mut String, from: &str, to: &str) {
     *sql = sql.replace(from, to);
 }
 
+/// [`replace_all`] in a write, and in its read-back wherever it occurs
+/// there: the mutant is of the whole operation.
+fn replace_op(sql: &mut String, read: &mut Option<String>, from: &str, to: &str) {
+    replace_all(sql, from, to);
+    if let Some(read) = read {
+        *read = read.replace(from, to);
+    }
+}
+
 /// A deliberately broken copy of the batch statements, given the table.
 pub type BatchMutant = fn(&mut BatchSql, &str);
 
 /// The batch SQL mutants the comparison must catch, by name.
 pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
     ("batch renew without the holder condition", |sql, t| {
-        replace_all(
+        let holder = sql.col(t, "holder");
+        replace_op(
             &mut sql.renew,
-            &format!("\"{t}\".\"holder\" = "),
-            &format!("\"{t}\".\"holder\" IS NOT NULL AND '' <> "),
+            &mut sql.renew_read,
+            &format!("{holder} = "),
+            &format!("{holder} IS NOT NULL AND '' <> "),
         );
         // PostgreSQL checks the holder again where it locks the rows.
         sql.renew = sql.renew.replace(
@@ -184,10 +248,12 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
         );
     }),
     ("batch release without the holder condition", |sql, t| {
-        replace_all(
+        let holder = sql.col(t, "holder");
+        replace_op(
             &mut sql.release,
-            &format!("\"{t}\".\"holder\" = "),
-            &format!("\"{t}\".\"holder\" IS NOT NULL AND '' <> "),
+            &mut sql.release_read,
+            &format!("{holder} = "),
+            &format!("{holder} IS NOT NULL AND '' <> "),
         );
         // PostgreSQL checks the holder again where it locks the rows.
         sql.release = sql.release.replace(
@@ -198,7 +264,17 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
     ("batch renew without the epoch condition", |sql, t| {
         // Each pair's epoch replaced by the row's own: every epoch matches.
         // (PostgreSQL joins the pairs inside the row-locking subquery,
-        // where the row is `locked`.)
+        // where the row is `locked`; MySQL joins its JSON_TABLE `j`.)
+        if sql.dialect == Dialect::Mysql {
+            let row_epoch = sql.col(t, "epoch");
+            replace_op(
+                &mut sql.renew,
+                &mut sql.renew_read,
+                "`j`.`epoch`",
+                &row_epoch,
+            );
+            return;
+        }
         let row_epoch = if sql.renew.contains("\"locked\"") {
             "\"locked\".\"epoch\"".to_string()
         } else {
@@ -213,10 +289,11 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
         assert!(!sql.renew.contains("'$[1]'") && !sql.renew.contains("->> 1"));
     }),
     ("batch acquire without the expiry condition", |sql, t| {
+        let expires = sql.col(t, "expires_at");
         replace_all(
             &mut sql.acquire,
-            &format!("\"{t}\".\"expires_at\" <= ("),
-            &format!("\"{t}\".\"expires_at\" - 1000000000 <= ("),
+            &format!("{expires} <= ("),
+            &format!("{expires} - 1000000000 <= ("),
         );
         // PostgreSQL first reads the rows others hold, unexpired, to leave
         // them out of the upsert: that read loses its expiry check too.
@@ -226,10 +303,11 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
         );
     }),
     ("survey reporting lapsed members", |sql, t| {
+        let expires = sql.col(t, "expires_at");
         replace_all(
             &mut sql.survey,
-            &format!("\"{t}\".\"expires_at\" > ("),
-            &format!("\"{t}\".\"expires_at\" + 1000000000 > ("),
+            &format!("{expires} > ("),
+            &format!("{expires} + 1000000000 > ("),
         )
     }),
 ];
@@ -258,8 +336,12 @@ impl<R: RealDb> Comparison<'_, R> {
                 let names: Vec<&str> = leases.iter().map(|&i| BATCH_LEASES[i]).collect();
                 let model = self.model.acquire_batch(&names, holder, ttl_ms, now);
                 let json = batch_names(names.iter().copied());
-                let values = bind_batch(s.acquire_batch(), holder, ttl_ms, &json, 0);
-                let real = self.real.query(&sql.acquire, &values);
+                let real = run_batch_text(
+                    self.real,
+                    s.acquire_batch(),
+                    (&sql.acquire, sql.acquire_read.as_deref()),
+                    (holder, ttl_ms, &json, 0),
+                );
                 (
                     BatchOutcome::Acquired(s.decode_acquire_batch(&me, &model)),
                     BatchOutcome::Acquired(s.decode_acquire_batch(&me, &real)),
@@ -276,17 +358,16 @@ impl<R: RealDb> Comparison<'_, R> {
                     (
                         self.model.renew_batch(&pairs, holder, ttl_ms, now),
                         s.renew_batch(),
-                        &sql.renew,
+                        (sql.renew.as_str(), sql.renew_read.as_deref()),
                     )
                 } else {
                     (
                         self.model.release_batch(&pairs, holder, now),
                         s.release_batch(),
-                        &sql.release,
+                        (sql.release.as_str(), sql.release_read.as_deref()),
                     )
                 };
-                let values = bind_batch(statement, holder, ttl_ms, &json, 0);
-                let real = self.real.query(text, &values);
+                let real = run_batch_text(self.real, statement, text, (holder, ttl_ms, &json, 0));
                 (
                     BatchOutcome::Matched(s.decode_batch_names(&model)),
                     BatchOutcome::Matched(s.decode_batch_names(&real)),
@@ -361,8 +442,7 @@ pub fn renew_many<R: RealDb>(c: &mut Comparison<'_, R>, n: usize) -> Duration {
         .chain([member.as_str()])
         .collect();
     let json = batch_names(all.iter().copied());
-    let values = bind_batch(s.acquire_batch(), holder, 60_000, &json, 0);
-    let rows = c.real.query(s.acquire_batch().sql(), &values);
+    let rows = run_batch(c.real, s.acquire_batch(), holder, 60_000, &json, 0);
     let acquired = s.decode_acquire_batch(&me, &rows).unwrap();
     assert_eq!(acquired.len(), n + 1);
     assert!(acquired.iter().all(|(_, r)| *r
@@ -372,9 +452,8 @@ pub fn renew_many<R: RealDb>(c: &mut Comparison<'_, R>, n: usize) -> Duration {
 
     let pairs: Vec<(&str, Epoch)> = all.iter().map(|&name| (name, Epoch::new(1))).collect();
     let json = batch_pairs(pairs.iter().copied());
-    let values = bind_batch(s.renew_batch(), holder, 60_000, &json, 0);
     let started = Instant::now();
-    let rows = c.real.query(s.renew_batch().sql(), &values);
+    let rows = run_batch(c.real, s.renew_batch(), holder, 60_000, &json, 0);
     let took = started.elapsed();
     let renewed = s.decode_batch_names(&rows).unwrap();
     assert_eq!(renewed.len(), n + 1, "every lease renewed");
@@ -389,13 +468,11 @@ pub fn renew_many<R: RealDb>(c: &mut Comparison<'_, R>, n: usize) -> Duration {
     );
 
     // Another holder's renew of the same pairs matches nothing.
-    let values = bind_batch(s.renew_batch(), HOLDERS[1], 60_000, &json, 0);
-    let rows = c.real.query(s.renew_batch().sql(), &values);
+    let rows = run_batch(c.real, s.renew_batch(), HOLDERS[1], 60_000, &json, 0);
     assert!(s.decode_batch_names(&rows).unwrap().is_empty());
 
     // Released in one batch: every lease free, all reported by the survey.
-    let values = bind_batch(s.release_batch(), holder, 0, &json, 0);
-    let rows = c.real.query(s.release_batch().sql(), &values);
+    let rows = run_batch(c.real, s.release_batch(), holder, 0, &json, 0);
     assert_eq!(s.decode_batch_names(&rows).unwrap().len(), n + 1);
     let values = bind_batch(s.survey(), "", 0, "[]", 1_000);
     let rows = c.real.query(s.survey().sql(), &values);
@@ -419,8 +496,7 @@ pub fn check_awkward_names<R: RealDb>(c: &mut Comparison<'_, R>) {
         "picolease.member;x",
     ];
     let json = batch_names(names);
-    let values = bind_batch(s.acquire_batch(), holder, 60_000, &json, 0);
-    let rows = c.real.query(s.acquire_batch().sql(), &values);
+    let rows = run_batch(c.real, s.acquire_batch(), holder, 60_000, &json, 0);
     let mut got: Vec<String> = s
         .decode_acquire_batch(&me, &rows)
         .unwrap()

@@ -1,4 +1,4 @@
-//! Shared by `model_vs_sqlite` and `model_vs_postgres`: one operation
+//! Shared by `model_vs_sqlite`, `model_vs_postgres` and `model_vs_mysql`: one operation
 //! sequence runs on [`ModelDb`] and on a real database executing the real
 //! [`Statements`] with bound parameters; both sides' rows go through the
 //! same decoders and the decoded outcomes must agree.
@@ -11,12 +11,18 @@
 //! [`STEP_MS`]: as long as a case runs for less than a step of real time,
 //! real and model agree on every "expired yet?" question, and a real
 //! `expires_in` is at most the model's and less than a step below it.
+//!
+//! A MySQL statement that writes and reports carries a read-back
+//! ([`picolease_core::sql::ReadBack`]); [`run_with`] runs the pair in one
+//! transaction, as a driver must, and never looks at the write's row count.
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod batch;
 
 use picolease_core::sim::ModelDb;
-use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements, Value};
+use picolease_core::sql::{
+    Bindings, Cell, Dialect, LeaseRow, ReadOrder, Statement, Statements, Value,
+};
 use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, RowError};
 use proptest::prelude::*;
 
@@ -58,6 +64,77 @@ pub trait RealDb {
     fn query(&mut self, sql: &str, values: &[Bound]) -> Vec<Vec<Cell>>;
     /// Runs one statement and returns the number of rows it changed.
     fn execute(&mut self, sql: &str, values: &[Bound]) -> u64;
+    /// Opens a read-write transaction (for a statement with a read-back).
+    fn begin(&mut self) {
+        self.batch("START TRANSACTION");
+    }
+    /// Commits the transaction [`RealDb::begin`] opened.
+    fn commit(&mut self) {
+        self.batch("COMMIT");
+    }
+}
+
+/// `name` quoted as an identifier of `dialect`: backticks on MySQL (which
+/// reads `"…"` as a string unless `ANSI_QUOTES` is set), double quotes
+/// elsewhere.
+pub fn ident(dialect: Dialect, name: &str) -> String {
+    match dialect {
+        Dialect::Mysql => format!("`{name}`"),
+        _ => format!("\"{name}\""),
+    }
+}
+
+/// `table.column` as the statements of `dialect` write it.
+pub fn qualified(dialect: Dialect, table: &str, column: &str) -> String {
+    format!("{}.{}", ident(dialect, table), ident(dialect, column))
+}
+
+/// Runs a statement's SQL `write` with `values` and returns its rows; with
+/// a read-back (`read`: when, its SQL, its values) runs both in one
+/// transaction and returns the read's rows, the write's row count unread.
+pub fn run_with<R: RealDb + ?Sized>(
+    real: &mut R,
+    write: &str,
+    values: &[Bound],
+    read: Option<(ReadOrder, &str, Vec<Bound>)>,
+) -> Vec<Vec<Cell>> {
+    let Some((order, read, read_values)) = read else {
+        return real.query(write, values);
+    };
+    real.begin();
+    let rows = match order {
+        ReadOrder::AfterWrite => {
+            real.execute(write, values);
+            real.query(read, &read_values)
+        }
+        ReadOrder::BeforeWrite => {
+            let rows = real.query(read, &read_values);
+            real.execute(write, values);
+            rows
+        }
+    };
+    real.commit();
+    rows
+}
+
+/// Runs `statement` (and its read-back) as bound by [`Statement::bind`].
+pub fn run_statement<R: RealDb + ?Sized>(
+    real: &mut R,
+    statement: &Statement,
+    lease: &str,
+    holder: &str,
+    ttl_ms: i64,
+    epoch: Option<Epoch>,
+) -> Vec<Vec<Cell>> {
+    let values = bind(statement, lease, holder, ttl_ms, epoch);
+    let read = statement.read_back().map(|r| {
+        (
+            r.order(),
+            r.statement().sql(),
+            bind(r.statement(), lease, holder, ttl_ms, epoch),
+        )
+    });
+    run_with(real, statement.sql(), &values, read)
 }
 
 /// Which epoch a renew, release or fence is conditioned on, relative to
@@ -142,6 +219,8 @@ pub struct Prepared {
     sql: String,
     /// Parameter positions removed together with the SQL that used them.
     dropped: Vec<usize>,
+    /// MySQL: the read-back, run in the same transaction, and when.
+    read: Option<(ReadOrder, Box<Prepared>)>,
 }
 
 impl Prepared {
@@ -150,7 +229,30 @@ impl Prepared {
             statement: statement.clone(),
             sql: statement.sql().to_string(),
             dropped: Vec::new(),
+            read: statement
+                .read_back()
+                .map(|r| (r.order(), Box::new(Prepared::new(r.statement())))),
         }
+    }
+
+    /// Runs it (with its read-back, in one transaction) on `real`.
+    pub fn run<R: RealDb + ?Sized>(
+        &self,
+        real: &mut R,
+        holder: &str,
+        lease: &str,
+        ttl_ms: i64,
+        epoch: Option<Epoch>,
+    ) -> Vec<Vec<Cell>> {
+        let values = self.values(holder, lease, ttl_ms, epoch);
+        let read = self.read.as_ref().map(|(order, read)| {
+            (
+                *order,
+                read.sql(),
+                read.values(holder, lease, ttl_ms, epoch),
+            )
+        });
+        run_with(real, &self.sql, &values, read)
     }
 
     /// The SQL text executed.
@@ -180,15 +282,34 @@ impl Prepared {
     }
 
     /// A mutant: removes `text` (which must occur exactly once) from the
-    /// SQL, and with it the parameter at position `param`, if any. On
-    /// PostgreSQL the placeholders after it are renumbered.
-    pub fn mutate(&mut self, text: &str, param: Option<usize>) {
+    /// SQL, and with it the placeholder it holds, if `drops_param`. On
+    /// PostgreSQL the placeholders after it are renumbered. A read-back
+    /// holding the same text loses it too: the mutant is of the operation.
+    pub fn mutate(&mut self, text: &str, drops_param: bool) {
         assert_eq!(
             self.sql.matches(text).count(),
             1,
             "{text:?} must occur once in {}",
             self.sql
         );
+        if let Some((_, read)) = &mut self.read {
+            if read.sql.matches(text).count() == 1 {
+                read.mutate(text, drops_param);
+            }
+        }
+        let at = self.sql.find(text).expect("counted above");
+        // The parameter's position: the placeholders before the text.
+        let param = drops_param.then(|| {
+            let before = &self.sql[..at];
+            if self.sql.contains('$') {
+                before
+                    .match_indices('$')
+                    .filter(|(i, _)| before[i + 1..].starts_with(|c: char| c.is_ascii_digit()))
+                    .count()
+            } else {
+                before.matches('?').count()
+            }
+        });
         self.sql = self.sql.replacen(text, "", 1);
         if let Some(param) = param {
             self.dropped.push(param);
@@ -266,22 +387,29 @@ impl Sql {
     /// The renew without its epoch condition: a renew that succeeds for a
     /// stale holder of the same id (the mutant named in the core issue).
     pub fn renew_without_epoch(mut self) -> Self {
-        let table = self.statements.table().table().to_string();
         let placeholder = match self.statements.dialect() {
             Dialect::Postgres => "$4",
             _ => "?",
         };
-        let text = format!(" AND \"{table}\".\"epoch\" = {placeholder}");
-        self.renew.mutate(&text, Some(3));
+        let text = format!(" AND {} = {placeholder}", self.column("epoch"));
+        self.renew.mutate(&text, true);
         self
+    }
+
+    /// `"table"."column"` as the dialect's statements quote it.
+    fn column(&self, column: &str) -> String {
+        qualified(
+            self.statements.dialect(),
+            self.statements.table().table(),
+            column,
+        )
     }
 
     /// The acquire without the "lapsed" condition: an expired lease is
     /// never taken over.
     pub fn acquire_without_expiry(mut self) -> Self {
-        let table = self.statements.table().table().to_string();
         // `OR "t"."expires_at" <= (<db now>)`, in each of the three CASEs.
-        let text = format!(" OR \"{table}\".\"expires_at\" <= (");
+        let text = format!(" OR {} <= (", self.column("expires_at"));
         assert_eq!(
             self.acquire.sql.matches(&text).count(),
             3,
@@ -299,29 +427,31 @@ impl Sql {
     /// The release without its holder condition: anyone can free the row
     /// at the right epoch.
     pub fn release_without_holder(mut self) -> Self {
-        let table = self.statements.table().table().to_string();
         let placeholder = match self.statements.dialect() {
             Dialect::Postgres => "$2",
             _ => "?",
         };
-        let text = format!(" AND \"{table}\".\"holder\" = {placeholder}");
-        self.release.mutate(&text, Some(1));
+        let text = format!(" AND {} = {placeholder}", self.column("holder"));
+        self.release.mutate(&text, true);
         self
     }
 
     /// The force-release that frees the row but keeps the epoch, so the old
     /// holder's fence and renewals would still match a re-acquired row.
     pub fn force_release_keeping_epoch(mut self) -> Self {
-        let table = self.statements.table().table().to_string();
-        let text = format!("\"epoch\" = \"{table}\".\"epoch\" + 1, ");
-        self.force_release.mutate(&text, None);
+        let dialect = self.statements.dialect();
+        let text = format!(
+            "{} = {} + 1, ",
+            ident(dialect, "epoch"),
+            self.column("epoch")
+        );
+        self.force_release.mutate(&text, false);
         self
     }
 
     /// The fence without its expiry check.
     pub fn fence_without_expiry(mut self) -> Self {
-        let table = self.statements.table().table().to_string();
-        let start = format!(" AND \"{table}\".\"expires_at\" > ");
+        let start = format!(" AND {} > ", self.column("expires_at"));
         let at = self
             .fence
             .sql
@@ -417,11 +547,13 @@ pub struct Comparison<'r, R: RealDb> {
 impl<'r, R: RealDb> Comparison<'r, R> {
     /// Creates (fresh) the tables named by `sql` and `app_table`.
     pub fn new(real: &'r mut R, sql: Sql, app_table: &str) -> Self {
-        let table = sql.statements.table().to_string();
+        let dialect = sql.statements.dialect();
+        let table = ident(dialect, &sql.statements.table().to_string());
+        let app = ident(dialect, app_table);
         real.batch(&format!(
-            "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{app_table}\"; {}; \
-             CREATE TABLE \"{app_table}\" (id BIGINT PRIMARY KEY, writes BIGINT NOT NULL); \
-             INSERT INTO \"{app_table}\" (id, writes) VALUES (1, 0)",
+            "DROP TABLE IF EXISTS {table}; DROP TABLE IF EXISTS {app}; {}; \
+             CREATE TABLE {app} (id BIGINT PRIMARY KEY, writes BIGINT NOT NULL); \
+             INSERT INTO {app} (id, writes) VALUES (1, 0)",
             sql.statements.create_table()
         ));
         Comparison {
@@ -436,10 +568,11 @@ impl<'r, R: RealDb> Comparison<'r, R> {
 
     /// Drops the tables.
     pub fn drop_tables(self) {
-        let table = self.sql.statements.table().to_string();
+        let dialect = self.sql.statements.dialect();
         self.real.batch(&format!(
-            "DROP TABLE IF EXISTS \"{table}\"; DROP TABLE IF EXISTS \"{}\"",
-            self.app_table
+            "DROP TABLE IF EXISTS {}; DROP TABLE IF EXISTS {}",
+            ident(dialect, &self.sql.statements.table().to_string()),
+            ident(dialect, &self.app_table)
         ));
     }
 
@@ -461,8 +594,7 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 let (holder, lease) = (HOLDERS[who], LEASES[lease]);
                 let me = HolderId::new(holder).unwrap();
                 let model = self.model.acquire(lease, holder, ttl_ms, now);
-                let values = self.sql.acquire.values(holder, lease, ttl_ms, None);
-                let real = self.real.query(self.sql.acquire.sql(), &values);
+                let real = self.sql.acquire.run(self.real, holder, lease, ttl_ms, None);
                 (
                     Outcome::Reply(s.decode_reply(Operation::Acquire, &me, &model)),
                     Outcome::Reply(s.decode_reply(Operation::Acquire, &me, &real)),
@@ -474,8 +606,10 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 let me = HolderId::new(holder).unwrap();
                 let operation = Operation::Renew { epoch };
                 let model = self.model.renew(lease, holder, epoch, ttl_ms, now);
-                let values = self.sql.renew.values(holder, lease, ttl_ms, Some(epoch));
-                let real = self.real.query(self.sql.renew.sql(), &values);
+                let real = self
+                    .sql
+                    .renew
+                    .run(self.real, holder, lease, ttl_ms, Some(epoch));
                 (
                     Outcome::Reply(s.decode_reply(operation, &me, &model)),
                     Outcome::Reply(s.decode_reply(operation, &me, &real)),
@@ -487,8 +621,10 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 let me = HolderId::new(holder).unwrap();
                 let operation = Operation::Release { epoch };
                 let model = self.model.release(lease, holder, epoch, now);
-                let values = self.sql.release.values(holder, lease, ttl_ms, Some(epoch));
-                let real = self.real.query(self.sql.release.sql(), &values);
+                let real = self
+                    .sql
+                    .release
+                    .run(self.real, holder, lease, ttl_ms, Some(epoch));
                 (
                     Outcome::Reply(s.decode_reply(operation, &me, &model)),
                     Outcome::Reply(s.decode_reply(operation, &me, &real)),
@@ -497,8 +633,10 @@ impl<'r, R: RealDb> Comparison<'r, R> {
             Op::ForceRelease { lease } => {
                 let lease = LEASES[lease];
                 let model = self.model.force_release(lease, now);
-                let values = self.sql.force_release.values("", lease, ttl_ms, None);
-                let real = self.real.query(self.sql.force_release.sql(), &values);
+                let real = self
+                    .sql
+                    .force_release
+                    .run(self.real, "", lease, ttl_ms, None);
                 (
                     Outcome::ForceReleased(s.decode_force_release(&model)),
                     Outcome::ForceReleased(s.decode_force_release(&real)),
@@ -514,9 +652,9 @@ impl<'r, R: RealDb> Comparison<'r, R> {
             Op::Advance { steps } => {
                 let delta = i64::from(steps) * STEP_MS;
                 self.model_now += delta;
-                let table = s.table().to_string();
+                let table = ident(s.dialect(), &s.table().to_string());
                 self.real.execute(
-                    &format!("UPDATE \"{table}\" SET expires_at = expires_at - {delta}"),
+                    &format!("UPDATE {table} SET expires_at = expires_at - {delta}"),
                     &[],
                 );
                 (Outcome::Advanced, Outcome::Advanced)
@@ -535,9 +673,11 @@ impl<'r, R: RealDb> Comparison<'r, R> {
             Dialect::Postgres => "$1",
             _ => "?",
         };
+        // `writes` grows on every fenced write, so the changed-row count
+        // equals the matched-row count with or without CLIENT_FOUND_ROWS.
         let sql = format!(
-            "UPDATE \"{}\" SET writes = writes + 1 WHERE id = {id} AND {}",
-            self.app_table,
+            "UPDATE {} SET writes = writes + 1 WHERE id = {id} AND {}",
+            ident(self.real.dialect(), &self.app_table),
             self.sql.fence.sql()
         );
         let mut values = vec![Bound::Int(1)];

@@ -1,4 +1,4 @@
-//! `picolease sql [--dialect sqlite|postgres] [--json]`: every statement
+//! `picolease sql [--dialect sqlite|postgres|mysql] [--json]`: every statement
 //! of the protocol, for contenders written in other languages. Touches no
 //! database.
 //!
@@ -16,9 +16,17 @@
 //! where each `S` is `{"sql": "…", "params": [...]}` and `params` names the
 //! parameters in placeholder order (`lease`, `holder`, `epoch`, `ttl_ms`,
 //! `batch`, `stale_ms`). Placeholders are `$1…` on PostgreSQL and `?` on
-//! SQLite. `create` holds the table and, on PostgreSQL, the fence index
-//! (statements separated by `;`, no parameters: run it as one batch).
+//! SQLite and MySQL. `create` holds the table and, on PostgreSQL, the fence
+//! index (statements separated by `;`, no parameters: run it as one batch;
+//! on MySQL the index is inside the `CREATE TABLE`).
 //! `fence` is a boolean SQL expression to AND into your own statements.
+//!
+//! MySQL (and MariaDB) has no `RETURNING`: a statement that writes and
+//! reports carries `"read_back": {"sql": "…", "params": [...], "order":
+//! "after" | "before"}` there. Run the statement and its read-back in one
+//! transaction (`START TRANSACTION`; the read-back after or before the
+//! write, as `order` says; `COMMIT`, or `ROLLBACK` on any error) and decode
+//! the read-back's rows, never the write's affected-row count (DESIGN §3).
 //!
 //! The last four are a lease set's batch statements (DESIGN §9). Their
 //! `batch` is one JSON array bound as text: the names for `acquire_batch`
@@ -32,7 +40,7 @@
 
 use std::process::ExitCode;
 
-use picolease::sql::{Dialect, Param, Statement, Statements};
+use picolease::sql::{Dialect, Param, ReadOrder, Statement, Statements};
 use picolease::{redact_url, TableName};
 
 use crate::failure::{one_line, CliError};
@@ -44,8 +52,9 @@ fn dialect(flag: Option<&str>, db: &str) -> Result<Dialect, CliError> {
         return match name {
             "sqlite" => Ok(Dialect::Sqlite),
             "postgres" => Ok(Dialect::Postgres),
+            "mysql" | "mariadb" => Ok(Dialect::Mysql),
             other => Err(CliError::usage(format!(
-                "--dialect {:?} is not a dialect: use sqlite or postgres",
+                "--dialect {:?} is not a dialect: use sqlite, postgres or mysql",
                 one_line(other)
             ))),
         };
@@ -56,8 +65,11 @@ fn dialect(flag: Option<&str>, db: &str) -> Result<Dialect, CliError> {
     if db.starts_with("postgres://") || db.starts_with("postgresql://") {
         return Ok(Dialect::Postgres);
     }
+    if db.starts_with("mysql://") || db.starts_with("mariadb://") {
+        return Ok(Dialect::Mysql);
+    }
     Err(CliError::usage(format!(
-        "--db {:?} names no SQL dialect: use --dialect sqlite|postgres, or a sqlite:// or postgres:// URL",
+        "--db {:?} names no SQL dialect: use --dialect sqlite|postgres|mysql, or a sqlite://, postgres:// or mysql:// URL",
         one_line(&redact_url(db))
     )))
 }
@@ -65,6 +77,7 @@ fn dialect(flag: Option<&str>, db: &str) -> Result<Dialect, CliError> {
 fn dialect_name(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Postgres => "postgres",
+        Dialect::Mysql => "mysql",
         _ => "sqlite",
     }
 }
@@ -80,12 +93,26 @@ fn param_name(param: Param) -> &'static str {
     }
 }
 
-/// One statement as printed: its SQL and its parameters' names.
+/// One statement as printed: its SQL and its parameters' names, and on
+/// MySQL the read-back to run with it in one transaction.
 struct Printed {
     key: &'static str,
     what: &'static str,
     sql: String,
     params: Vec<&'static str>,
+    read_back: Option<PrintedRead>,
+}
+
+/// A MySQL read-back as printed.
+struct PrintedRead {
+    sql: String,
+    params: Vec<&'static str>,
+    /// `after` or `before` the write.
+    order: &'static str,
+}
+
+fn param_names(statement: &Statement) -> Vec<&'static str> {
+    statement.params().iter().copied().map(param_name).collect()
 }
 
 impl Printed {
@@ -94,7 +121,15 @@ impl Printed {
             key,
             what,
             sql: statement.sql().to_string(),
-            params: statement.params().iter().copied().map(param_name).collect(),
+            params: param_names(statement),
+            read_back: statement.read_back().map(|r| PrintedRead {
+                sql: r.statement().sql().to_string(),
+                params: param_names(r.statement()),
+                order: match r.order() {
+                    ReadOrder::AfterWrite => "after",
+                    ReadOrder::BeforeWrite => "before",
+                },
+            }),
         }
     }
 }
@@ -108,9 +143,10 @@ fn printed(statements: &Statements) -> Vec<Printed> {
     vec![
         Printed {
             key: "create",
-            what: "create the table if missing (and on PostgreSQL the fence index); run once at start, as one batch",
+            what: "create the table if missing, with the fence index (a second statement on PostgreSQL, inside CREATE TABLE on MySQL); run once at start, as one batch",
             sql: create,
             params: Vec::new(),
+            read_back: None,
         },
         Printed::of(
             "acquire",
@@ -197,10 +233,12 @@ pub fn run(
     if json {
         let mut map = serde_json::Map::new();
         for p in &printed {
-            map.insert(
-                p.key.to_string(),
-                serde_json::json!({ "sql": p.sql, "params": p.params }),
-            );
+            let mut statement = serde_json::json!({ "sql": p.sql, "params": p.params });
+            if let Some(r) = &p.read_back {
+                statement["read_back"] =
+                    serde_json::json!({ "sql": r.sql, "params": r.params, "order": r.order });
+            }
+            map.insert(p.key.to_string(), statement);
         }
         let object = serde_json::json!({
             "dialect": dialect_name(dialect),
@@ -223,6 +261,18 @@ pub fn run(
             line(&p.sql);
         } else {
             line(&format!("{};", p.sql));
+        }
+        if let Some(r) = &p.read_back {
+            line(&format!(
+                "-- {} the statement above, in the same transaction (its rows are the result):",
+                if r.order == "after" {
+                    "then, after"
+                } else {
+                    "first, before"
+                }
+            ));
+            line(&format!("-- {}", describe(dialect, &r.params)));
+            line(&format!("{};", r.sql));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -261,17 +311,47 @@ mod tests {
             dialect(None, "postgresql://h/db").unwrap(),
             Dialect::Postgres
         );
-        assert!(dialect(Some("mysql"), "sqlite://x")
+        assert_eq!(
+            dialect(Some("mysql"), "sqlite://x").unwrap(),
+            Dialect::Mysql
+        );
+        assert_eq!(dialect(None, "mysql://u@h/db").unwrap(), Dialect::Mysql);
+        assert_eq!(dialect(None, "mariadb://u@h/db").unwrap(), Dialect::Mysql);
+        assert!(dialect(Some("oracle"), "sqlite://x")
             .unwrap_err()
             .to_string()
-            .contains("\"mysql\""));
-        assert!(dialect(None, "mysql://u:secret@h/db")
+            .contains("\"oracle\""));
+        assert!(dialect(None, "oracle://u:secret@h/db")
             .unwrap_err()
             .to_string()
-            .contains("mysql://"));
-        assert!(!dialect(None, "mysql://u:secret@h/db")
+            .contains("oracle://"));
+        assert!(!dialect(None, "oracle://u:secret@h/db")
             .unwrap_err()
             .to_string()
             .contains("secret"));
+    }
+
+    #[test]
+    fn mysql_statements_print_with_their_read_backs_and_question_marks() {
+        let statements = Statements::new(Dialect::Mysql, &TableName::default());
+        let all = printed(&statements);
+        let get = |key: &str| all.iter().find(|p| p.key == key).unwrap();
+        let fence = get("fence");
+        assert_eq!(fence.params, ["lease", "holder", "epoch"]);
+        assert_eq!(fence.sql.matches('?').count(), 3);
+        assert!(fence.sql.contains("LOCK IN SHARE MODE"));
+        assert!(fence.read_back.is_none());
+        let release = get("release").read_back.as_ref().unwrap();
+        assert_eq!(release.order, "before");
+        assert_eq!(release.params, ["lease", "holder", "epoch"]);
+        assert_eq!(get("acquire").read_back.as_ref().unwrap().order, "after");
+        assert!(get("create").sql.contains("ENGINE=InnoDB"));
+        assert_eq!(
+            describe(Dialect::Mysql, &fence.params),
+            "parameters (?, in order): lease, holder, epoch"
+        );
+        // PostgreSQL's statements print as before: no read-backs.
+        let pg = printed(&Statements::new(Dialect::Postgres, &TableName::default()));
+        assert!(pg.iter().all(|p| p.read_back.is_none()));
     }
 }

@@ -1,0 +1,203 @@
+//! The MySQL and MariaDB shapes that sea-query cannot express: the InnoDB
+//! table, and the lease-set batches over `JSON_TABLE` (MySQL 8.0.4+,
+//! MariaDB 10.6+).
+//!
+//! Only syntax both servers accept: no `RETURNING` (MySQL has none,
+//! MariaDB only on `INSERT` and `DELETE`), no `FOR SHARE` or `FOR UPDATE
+//! OF` (MariaDB refuses both), no row alias after `VALUES` (MariaDB lacks
+//! it). A batch that writes therefore reports through a locking read in
+//! the same transaction ([`super::ReadBack`]), exactly as the single-lease
+//! statements do; no decision rests on an affected-row count, which
+//! differs with `CLIENT_FOUND_ROWS`.
+
+use sea_query::{Alias, ColumnDef, Index, MysqlQueryBuilder, Table};
+
+use super::build::{
+    db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, FENCE_INDEX_SUFFIX, HOLDER_COL, NAME,
+};
+use super::{Dialect, Param, ReadOrder, Statement};
+
+/// The alias of the batch's `JSON_TABLE`.
+const ITEM: &str = "j";
+
+/// The widest name or holder id, in bytes (`LeaseName`, `HolderId`).
+const ID_BYTES: u32 = 255;
+
+impl Builder<'_> {
+    /// The table as SQL, schema-qualified (`database.table`) when it has one.
+    fn mysql_table(&self) -> String {
+        // Identifiers are validated (letters, digits, underscores).
+        match self.table.schema() {
+            Some(schema) => format!("`{schema}`.`{}`", self.table.table()),
+            None => format!("`{}`", self.table.table()),
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS … ENGINE=InnoDB` with the unique index
+    /// `<table>_fence` on `(name, epoch)` declared inline.
+    ///
+    /// `name` and `holder` are `VARBINARY(255)`: compared byte by byte, as
+    /// on SQLite and under PostgreSQL's `C` collation, so no collation can
+    /// make two lease names equal (`utf8mb4_general_ci` folds case, and
+    /// every `PAD SPACE` collation, `utf8mb4_bin` included, equates `"a"`
+    /// and `"a "`), and the member range of the survey is a byte range.
+    /// InnoDB, because the fence rests on its row locks.
+    pub(super) fn mysql_create_table(&self) -> String {
+        Table::create()
+            .table(self.table_ref())
+            .if_not_exists()
+            .col(
+                ColumnDef::new(Alias::new(NAME))
+                    .var_binary(ID_BYTES)
+                    .not_null()
+                    .primary_key(),
+            )
+            .col(
+                ColumnDef::new(Alias::new(HOLDER_COL))
+                    .var_binary(ID_BYTES)
+                    .null(),
+            )
+            .col(
+                ColumnDef::new(Alias::new(EPOCH_COL))
+                    .big_integer()
+                    .not_null(),
+            )
+            .col(
+                ColumnDef::new(Alias::new(EXPIRES_AT))
+                    .big_integer()
+                    .not_null(),
+            )
+            .index(
+                Index::create()
+                    .unique()
+                    .name(format!("{}{FENCE_INDEX_SUFFIX}", self.table.table()))
+                    .col(Alias::new(NAME))
+                    .col(Alias::new(EPOCH_COL)),
+            )
+            .engine("InnoDB")
+            .to_string(MysqlQueryBuilder)
+    }
+
+    /// `JSON_TABLE(?, '$[*]' …) AS j`: the batch's names (`j.name`), or
+    /// with `pairs` its `[name, epoch]` pairs (`j.name`, `j.epoch`). The
+    /// names come out as utf8mb4 text whatever the connection's character
+    /// set, and are stored and compared as their bytes.
+    fn json_table(pairs: bool) -> String {
+        let columns = if pairs {
+            format!(
+                "`{NAME}` VARCHAR({ID_BYTES}) CHARACTER SET utf8mb4 PATH '$[0]', \
+                 `{EPOCH_COL}` BIGINT PATH '$[1]'"
+            )
+        } else {
+            format!("`{NAME}` VARCHAR({ID_BYTES}) CHARACTER SET utf8mb4 PATH '$'")
+        };
+        format!("JSON_TABLE(?, '$[*]' COLUMNS ({columns})) AS `{ITEM}`")
+    }
+
+    /// `SELECT name, epoch FROM <table> JOIN <pairs> … WHERE holder = ? FOR
+    /// UPDATE`: the rows of the batch we hold at their epochs, locked (the
+    /// read-back of the batch renew and release). Params: batch, holder.
+    fn mysql_mine_in_batch(&self) -> Statement {
+        let t = self.table.table();
+        Statement {
+            sql: format!(
+                "SELECT `{t}`.`{NAME}`, `{t}`.`{EPOCH_COL}` FROM {table} JOIN {pairs} \
+                 ON `{t}`.`{NAME}` = `{ITEM}`.`{NAME}` AND `{t}`.`{EPOCH_COL}` = `{ITEM}`.`{EPOCH_COL}` \
+                 WHERE `{t}`.`{HOLDER_COL}` = ? FOR UPDATE",
+                table = self.mysql_table(),
+                pairs = Self::json_table(true),
+            ),
+            params: vec![Param::Batch, Param::Holder],
+            read_back: None,
+        }
+    }
+
+    /// `UPDATE <table> JOIN <pairs> … SET <set> WHERE holder = ?`: the
+    /// single renew's or release's condition, per pair. The join drives
+    /// from the batch to the primary key, so only the batch's rows are
+    /// read and locked. Params: batch, then `set`'s, then holder. `set`
+    /// names the columns bare, as the single statements do: only the lease
+    /// table has them (`j` has `name` and `epoch`).
+    fn mysql_update_mine(&self, set: &str, set_params: &[Param]) -> Statement {
+        let t = self.table.table();
+        let mut params = vec![Param::Batch];
+        params.extend_from_slice(set_params);
+        params.push(Param::Holder);
+        Statement {
+            sql: format!(
+                "UPDATE {table} JOIN {pairs} \
+                 ON `{t}`.`{NAME}` = `{ITEM}`.`{NAME}` AND `{t}`.`{EPOCH_COL}` = `{ITEM}`.`{EPOCH_COL}` \
+                 SET {set} WHERE `{t}`.`{HOLDER_COL}` = ?",
+                table = self.mysql_table(),
+                pairs = Self::json_table(true),
+            ),
+            params,
+            read_back: None,
+        }
+    }
+
+    /// The batch acquire: the single acquire's `ON DUPLICATE KEY UPDATE`
+    /// (the very same clause, taken from it) for every name, fed by
+    /// `INSERT … SELECT` from the batch in byte order of the names (the
+    /// order InnoDB locks the rows in, whatever order the caller sent);
+    /// then, in the same transaction, every name's row read back locked.
+    /// Params: holder, ttl, batch; the read-back's: batch.
+    pub(super) fn mysql_acquire_batch(&self) -> Statement {
+        debug_assert_eq!(self.dialect, Dialect::Mysql);
+        let single = self.acquire().sql;
+        let at = single
+            .find(" ON DUPLICATE KEY UPDATE ")
+            .expect("the single acquire is an upsert");
+        let upsert = &single[at..];
+        debug_assert!(!upsert.contains('?'), "the clause binds nothing");
+        let t = self.table.table();
+        let now = db_now_millis(Dialect::Mysql);
+        let write = Statement {
+            sql: format!(
+                "INSERT INTO {table} (`{NAME}`, `{HOLDER_COL}`, `{EPOCH_COL}`, `{EXPIRES_AT}`) \
+                 SELECT `{ITEM}`.`{NAME}`, ?, 1, ({now}) + ? FROM {names} \
+                 ORDER BY CAST(`{ITEM}`.`{NAME}` AS BINARY){upsert}",
+                table = self.mysql_table(),
+                names = Self::json_table(false),
+            ),
+            params: vec![Param::Holder, Param::TtlMillis, Param::Batch],
+            read_back: None,
+        };
+        let read = Statement {
+            sql: format!(
+                "SELECT `{t}`.`{NAME}`, `{t}`.`{HOLDER_COL}`, `{t}`.`{EPOCH_COL}`, \
+                 `{t}`.`{EXPIRES_AT}` - ({now}) FROM {table} JOIN {names} \
+                 ON `{t}`.`{NAME}` = `{ITEM}`.`{NAME}` FOR UPDATE",
+                table = self.mysql_table(),
+                names = Self::json_table(false),
+            ),
+            params: vec![Param::Batch],
+            read_back: None,
+        };
+        self.attach(write, read, ReadOrder::AfterWrite)
+    }
+
+    /// The batch renew: extends every pair we hold at its epoch, then reads
+    /// those rows back, locked. Params: batch, ttl, holder; the
+    /// read-back's: batch, holder.
+    pub(super) fn mysql_renew_batch(&self) -> Statement {
+        let now = db_now_millis(Dialect::Mysql);
+        let write = self.mysql_update_mine(
+            &format!("`{EXPIRES_AT}` = ({now}) + ?"),
+            &[Param::TtlMillis],
+        );
+        self.attach(write, self.mysql_mine_in_batch(), ReadOrder::AfterWrite)
+    }
+
+    /// The batch release: reads (and locks) the pairs we hold at their
+    /// epochs, then frees them, keeping the epoch. Params: batch, holder;
+    /// the read's: batch, holder.
+    pub(super) fn mysql_release_batch(&self) -> Statement {
+        let now = db_now_millis(Dialect::Mysql);
+        let write = self.mysql_update_mine(
+            &format!("`{HOLDER_COL}` = NULL, `{EXPIRES_AT}` = {now}"),
+            &[],
+        );
+        self.attach(write, self.mysql_mine_in_batch(), ReadOrder::BeforeWrite)
+    }
+}
