@@ -1,4 +1,4 @@
-//! Prints every statement of the protocol for both dialects.
+//! Prints every statement of the protocol for every dialect.
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::TableName;
 
@@ -13,7 +13,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
         let s = Statements::new(dialect, &table);
         println!("-- {dialect:?}");
         println!("-- create table\n{};", s.create_table());
@@ -29,6 +29,13 @@ fn main() {
             ("fence", s.fence()),
         ] {
             println!("-- {what} {:?}\n{};", st.params(), st.sql());
+            if let Some(read_back) = st.read_back() {
+                println!(
+                    "-- {what}: its read-back {:?}\n{};",
+                    read_back.order(),
+                    read_back.statement().sql()
+                );
+            }
         }
     }
 }

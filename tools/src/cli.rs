@@ -86,8 +86,9 @@ pub enum Command {
     /// release, force release, status, fence, lease-set batches) with its parameters, for
     /// contenders written in other languages. Touches no database.
     Sql {
-        /// sqlite or postgres (default: the dialect of --db).
-        #[arg(long, value_name = "sqlite|postgres")]
+        /// sqlite, postgres or mysql (MySQL 8 and MariaDB 10.6+; default:
+        /// the dialect of --db).
+        #[arg(long, value_name = "sqlite|postgres|mysql")]
         dialect: Option<String>,
         /// One JSON object on stdout: {"dialect", "table", "statements":
         /// {NAME: {"sql", "params"}}}.

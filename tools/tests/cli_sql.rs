@@ -334,7 +334,7 @@ fn assert_usage_error(out: &Output, names: &[&str]) {
 
 #[test]
 fn bad_values_exit_2_with_one_line_naming_them() {
-    assert_usage_error(&picolease(&["sql", "--dialect", "mysql"]), &["mysql"]);
+    assert_usage_error(&picolease(&["sql", "--dialect", "oracle"]), &["oracle"]);
     assert_usage_error(
         &picolease(&["sql", "--dialect", "Postgres", "--json"]),
         &["Postgres"],
@@ -344,8 +344,8 @@ fn bad_values_exit_2_with_one_line_naming_them() {
         &picolease(&["--table", "a.b.c", "sql", "--dialect", "sqlite"]),
         &["a.b.c"],
     );
-    let out = picolease(&["--db", "mysql://u:secret@h/db", "sql"]);
-    assert_usage_error(&out, &["mysql://"]);
+    let out = picolease(&["--db", "oracle://u:secret@h/db", "sql"]);
+    assert_usage_error(&out, &["oracle://"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("secret"));
 }
 
