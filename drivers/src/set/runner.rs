@@ -3,17 +3,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use picolease_core::{
-    BatchReply, Config, Epoch, HolderId, Instant, LeaseName, LeaseSet, LeaseState, Operation,
-    Reply, RequestId,
+    BatchReply, Epoch, HolderId, Instant, LeaseName, Operation, Reply, RequestId,
 };
 use tokio::sync::watch;
 
 use super::engine::{Answer, Engine, Order, Ran};
-use super::view::{SetSnapshot, SetView, SharedSnapshot};
+use super::view::SharedSnapshot;
 use super::{Carried, Execute, TermGate};
 use crate::clock::SharedClock;
 use crate::metrics::Outcome;
@@ -66,114 +65,6 @@ pub(crate) struct SetRunner<G> {
 pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
 
 impl<G: TermGate> SetRunner<G> {
-    /// A runner for `set`, timed on `clock`, whose subscribers are
-    /// `fanout`'s, each lease's work behind the gate `gate` makes for its
-    /// publisher; and the view its handle reads.
-    pub(crate) fn new(
-        set: LeaseSet,
-        clock: SharedClock,
-        fanout: Arc<Fanout>,
-        gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
-    ) -> (Self, SetView) {
-        let template = set.config().clone();
-        let health = Health::shared();
-        let wedge: Arc<AtomicBool> = Arc::default();
-        let publishers = set
-            .leases()
-            .map(|lease| {
-                let config = Config {
-                    lease: lease.clone(),
-                    ..template.clone()
-                };
-                let publisher = Publisher::member(
-                    Arc::clone(&clock),
-                    &config,
-                    Arc::clone(&fanout),
-                    Arc::clone(&health),
-                    Arc::clone(&wedge),
-                );
-                (lease.clone(), Arc::new(publisher))
-            })
-            .collect();
-        let engine = Engine::Set(Box::new(set));
-        Self::with_members(engine, clock, fanout, (health, wedge), publishers, gate)
-    }
-
-    /// A runner for a lone lease's `state`, whose output side is
-    /// `publisher` (made before the driver started, so it may already
-    /// have subscribers), its work behind `gate`.
-    pub(crate) fn lone(state: LeaseState, publisher: Arc<Publisher>, gate: G) -> Self {
-        let lease = state.config().lease.clone();
-        let loop_side = (publisher.shared_health(), publisher.wedge_flag());
-        let clock = publisher.clock();
-        let publishers = HashMap::from([(lease, publisher)]);
-        let engine = Engine::Lease(Box::new(state));
-        let mut gate = Some(gate);
-        let (runner, _) = Self::with_members(
-            engine,
-            clock,
-            Arc::new(Fanout::for_leases(1)),
-            loop_side,
-            publishers,
-            |_, _| gate.take().expect("one lease, one gate"),
-        );
-        runner
-    }
-
-    /// The runner of `engine` over the publishers of its leases, its loop's
-    /// health and wedge seam shared with them.
-    fn with_members(
-        engine: Engine,
-        clock: SharedClock,
-        fanout: Arc<Fanout>,
-        (health, wedge): (SharedHealth, Arc<AtomicBool>),
-        publishers: HashMap<LeaseName, Arc<Publisher>>,
-        mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
-    ) -> (Self, SetView) {
-        let template = engine.config().clone();
-        let snapshot = SharedSnapshot::new(Mutex::new(SetSnapshot {
-            me: Some(template.holder.clone()),
-            stall_after: crate::publish::stall_after(&template),
-            ..SetSnapshot::default()
-        }));
-        let members = publishers
-            .iter()
-            .map(|(lease, publisher)| {
-                let member = Member {
-                    gate: gate(lease, publisher),
-                    publisher: Arc::clone(publisher),
-                    published: None,
-                };
-                (lease.clone(), member)
-            })
-            .collect();
-        let (held, held_view) = watch::channel(BTreeMap::new());
-        let view = SetView {
-            template: template.clone(),
-            snapshot: Arc::clone(&snapshot),
-            health: Arc::clone(&health),
-            wedge: Arc::clone(&wedge),
-            publishers: Arc::new(publishers),
-            fanout: Arc::clone(&fanout),
-            held: held_view,
-        };
-        let runner = SetRunner {
-            holder: template.holder,
-            engine,
-            origin: clock.now(),
-            clock,
-            members,
-            stopping: Vec::new(),
-            snapshot,
-            health,
-            held,
-            fanout,
-            wedge,
-            handed_out: None,
-        };
-        (runner, view)
-    }
-
     /// Now on the set's clock.
     pub(crate) fn now(&self) -> Instant {
         let elapsed = self.clock.now().saturating_sub(self.origin);
@@ -473,6 +364,10 @@ impl<G> Drop for SetRunner<G> {
         self.close();
     }
 }
+
+/// How a runner is put together, for a set or a lone lease.
+#[path = "runner_assembly.rs"]
+mod assembly;
 
 #[cfg(test)]
 #[path = "runner_tests.rs"]

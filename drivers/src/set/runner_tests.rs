@@ -1,7 +1,8 @@
 //! Unit tests of `SetRunner` (`runner.rs`).
 use super::*;
 
-use crate::set::{test_template as template, NoWork};
+use crate::set::{test_template as template, NoWork, SetView};
+use picolease_core::LeaseSet;
 
 fn runner() -> (SetRunner<NoWork>, SetView) {
     let set = LeaseSet::new(
