@@ -53,6 +53,8 @@ pub use view::{LeaseView, Snapshot, Snapshots, Term};
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+mod server;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

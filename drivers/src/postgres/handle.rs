@@ -8,12 +8,15 @@ use picolease_core::{Config, LeaseState};
 use super::connect::Connect;
 use super::error::PgError;
 use super::fence::Fence;
-use super::gate::{Gate, LeaderContext};
 use super::notify::Interest;
-use super::options::{builder_debug, pg_option_methods, pg_work_methods, PgOptions};
-use super::task::{pg_task_methods, DriverTask};
+use super::options::{pg_option_methods, PgOptions};
+use super::task::{start, PgTask};
 use super::transaction::FencedTransaction;
+use super::LeaderContext;
 use crate::publish::Publisher;
+use crate::server::builder::{builder_debug, work_methods};
+use crate::server::gate::Gate;
+use crate::server::task::task_methods;
 use crate::set::SetRunner;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
@@ -33,7 +36,7 @@ builder_debug!(PgLeaseBuilder {
 
 impl PgLeaseBuilder {
     pg_option_methods!();
-    pg_work_methods!();
+    work_methods!();
 
     /// Every leadership change from the start on, in order.
     pub fn subscribe(&self) -> Subscription {
@@ -56,7 +59,7 @@ impl PgLeaseBuilder {
         let runner = SetRunner::lone(lease, Arc::clone(&self.publisher), gate);
         // A lone lease hears only of its own row's release.
         let interest = Interest::Lease(self.config.lease.as_str().into());
-        let task = DriverTask::start(
+        let task = start(
             runner,
             self.connector,
             &statements,
@@ -83,7 +86,7 @@ impl PgLeaseBuilder {
 pub struct PgLease {
     view: LeaseView,
     statements: Arc<Statements>,
-    task: DriverTask,
+    task: PgTask,
 }
 
 impl std::ops::Deref for PgLease {
@@ -100,7 +103,7 @@ impl std::fmt::Debug for PgLease {
 }
 
 impl PgLease {
-    pg_task_methods!();
+    task_methods!(PgError);
 
     /// A contender for `config` (lease, holder id, timings) whose
     /// connections come from `connector`: a [`super::PgConnector`], or any

@@ -16,10 +16,11 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tokio_postgres::{CancelToken, Client};
 
-use super::backoff::Backoff;
 use super::cells::{param_type, rows_to_cells, to_sql};
 use super::connect::Connect;
 use super::error::PgError;
+use crate::server::backoff::Backoff;
+use crate::server::{batch_name, operation_name};
 
 /// The `application_name` of [`super::PgConnector`]'s connections unless
 /// the URL names one, so a DBA can find them in `pg_stat_activity`.
@@ -32,16 +33,6 @@ const BATCH_KINDS: [BatchKind; 4] = [
     BatchKind::Release,
     BatchKind::Survey,
 ];
-
-/// The name of a batch in messages.
-pub(crate) fn batch_name(kind: BatchKind) -> &'static str {
-    match kind {
-        BatchKind::Acquire => "acquire batch",
-        BatchKind::Renew => "renew batch",
-        BatchKind::Release => "release batch",
-        BatchKind::Survey => "survey",
-    }
-}
 
 /// One live connection and the statements prepared on it.
 pub(crate) struct Session {
@@ -163,15 +154,6 @@ pub(crate) struct Call {
     pub(crate) deadline: Instant,
     /// The request timeout (for messages).
     pub(crate) timeout: Duration,
-}
-
-/// The name of an operation in messages.
-pub(crate) fn operation_name(operation: Operation) -> &'static str {
-    match operation {
-        Operation::Acquire => "acquire",
-        Operation::Renew { .. } => "renew",
-        Operation::Release { .. } => "release",
-    }
 }
 
 impl Link {

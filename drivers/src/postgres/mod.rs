@@ -96,18 +96,16 @@
 //! ms with the linger, `picolease bench`).
 
 mod admin;
-mod backoff;
 mod cells;
 mod connect;
-mod driver;
 mod error;
 mod fence;
-mod gate;
 mod handle;
 mod link;
 mod notify;
 mod options;
 mod set;
+mod statement;
 mod task;
 mod transaction;
 
@@ -115,7 +113,11 @@ pub use admin::{force_release, init, status};
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};
 pub use error::PgError;
 pub use fence::Fence;
-pub use gate::LeaderContext;
+
+/// What a gated task is given when its term starts: the term (`lease()`,
+/// `holder()`, `epoch()`), its [`Fence`], its deadline, fenced
+/// transactions, and the signal to stop (`cancelled().await`).
+pub type LeaderContext = crate::server::LeaderContext<Fence>;
 pub use handle::{PgLease, PgLeaseBuilder};
 pub use set::{PgLeaseSet, PgLeaseSetBuilder};
 pub use transaction::FencedTransaction;

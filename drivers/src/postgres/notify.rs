@@ -7,7 +7,7 @@
 //! to whoever polls the `Connection`, and the statement connection's is the
 //! application's (its connector spawned it). Polling stays the fallback: notifications sent while this connection was
 //! down are lost, so after listening again the listener says
-//! [`Notice::Resubscribed`] and the driver looks at once.
+//! `Notice::Resubscribed` and the driver looks at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,19 +18,10 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
 use super::connect::Connect;
+use crate::server::Notice;
 
 /// Waits between attempts to (re)establish the listening connection.
 const RETRY: Duration = Duration::from_millis(500);
-
-/// What the listener tells its driver.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Notice {
-    /// This row (a lease, or a set's membership row) was released.
-    Released(String),
-    /// Listening again after the connection was lost: notifications sent
-    /// meanwhile are gone.
-    Resubscribed,
-}
 
 /// Which notices a driver wants.
 #[derive(Clone, Debug)]

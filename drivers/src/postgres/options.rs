@@ -1,13 +1,15 @@
 //! The options a lone lease and a lease set take alike on PostgreSQL:
-//! one struct, and two macros that give both builders the same methods
-//! with the same meaning (the four options; the work and the clock).
+//! one struct, and a macro that gives both builders the same four option
+//! methods with the same meaning (the work and the clock are every
+//! server database's: `crate::server::builder`).
 
 use std::time::Duration;
 
 use picolease_core::TableName;
 
-use super::gate::GatedTask;
+use super::fence::Fence;
 use crate::clock::SharedClock;
+use crate::server::gate::GatedTask;
 
 /// Where the lease rows live, how the driver treats its connections, the
 /// gated work and the clock.
@@ -16,7 +18,7 @@ pub(crate) struct PgOptions {
     pub(crate) auto_create: bool,
     pub(crate) notifications: bool,
     pub(crate) linger: Duration,
-    pub(crate) tasks: Vec<GatedTask>,
+    pub(crate) tasks: Vec<GatedTask<Fence>>,
     pub(crate) clock: SharedClock,
 }
 
@@ -86,51 +88,4 @@ macro_rules! pg_option_methods {
     };
 }
 
-/// The work and clock methods both builders share, for a builder with a
-/// field `options: PgOptions`.
-macro_rules! pg_work_methods {
-    () => {
-        /// Registers work to run while this node leads (in a set: while it
-        /// leads each of its leases): `task` is spawned at the start of
-        /// every term with the term's [`LeaderContext`] (the lease, epoch,
-        /// fence, fenced transactions, deadline), and must return soon
-        /// after the term ends (`ctx.cancelled()` completes then). A
-        /// lease's new term's tasks start only after its previous term's
-        /// have returned; the lease is released only after they have.
-        /// Several may be registered.
-        pub fn while_leader<F, Fut>(mut self, task: F) -> Self
-        where
-            F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
-            Fut: std::future::Future<Output = ()> + Send + 'static,
-        {
-            self.options.tasks.push(super::gate::gated_task(task));
-            self
-        }
-
-        /// Times deadlines on `clock` instead of the system's suspend-aware
-        /// clock: a test seam (a clock that jumps, as a suspend would).
-        pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
-            self.options.clock = std::sync::Arc::new(clock);
-            self
-        }
-    };
-}
-
-/// `Debug` for a builder: its name and the fields given, each read from
-/// the builder by a closure (so a long list can print as its length).
-macro_rules! builder_debug {
-    ($builder:ident { $($field:literal => |$this:ident| $value:expr),* $(,)? }) => {
-        impl std::fmt::Debug for $builder {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                let mut debug = f.debug_struct(stringify!($builder));
-                $({
-                    let $this = self;
-                    debug.field($field, &$value);
-                })*
-                debug.finish_non_exhaustive()
-            }
-        }
-    };
-}
-
-pub(crate) use {builder_debug, pg_option_methods, pg_work_methods};
+pub(crate) use pg_option_methods;

@@ -30,14 +30,17 @@ use picolease_core::sql::{Dialect, Statements};
 use picolease_core::{Config, LeaseName, LeaseSet};
 
 use super::connect::Connect;
-use super::driver::Control;
 use super::error::PgError;
 use super::fence::Fence;
-use super::gate::{Gate, LeaderContext};
 use super::notify::Interest;
-use super::options::{builder_debug, pg_option_methods, pg_work_methods, PgOptions};
-use super::task::{pg_task_methods, DriverTask};
+use super::options::{pg_option_methods, PgOptions};
+use super::task::{start, PgTask};
 use super::transaction::FencedTransaction;
+use super::LeaderContext;
+use crate::server::builder::{builder_debug, work_methods};
+use crate::server::driver::Control;
+use crate::server::gate::Gate;
+use crate::server::task::task_methods;
 use crate::set::{SetRunner, SetView};
 use crate::subscription::{Fanout, Subscription};
 
@@ -64,7 +67,7 @@ builder_debug!(PgLeaseSetBuilder {
 
 impl PgLeaseSetBuilder {
     pg_option_methods!();
-    pg_work_methods!();
+    work_methods!();
 
     /// Every lease's leadership changes from the start on, in order
     /// ([`SetView::subscribe`]).
@@ -108,7 +111,7 @@ impl PgLeaseSetBuilder {
         });
         // The lone lease's task, link and listener: one adapter per
         // database. A set hears of every row's release.
-        let task = DriverTask::start(
+        let task = start(
             runner,
             connector,
             &statements,
@@ -132,7 +135,7 @@ impl PgLeaseSetBuilder {
 /// returns at once; the task finishes in the background.
 pub struct PgLeaseSet {
     statements: Arc<Statements>,
-    task: DriverTask,
+    task: PgTask,
     outputs: SetView,
 }
 
@@ -145,7 +148,7 @@ impl std::fmt::Debug for PgLeaseSet {
 }
 
 impl PgLeaseSet {
-    pg_task_methods!();
+    task_methods!(PgError);
 
     /// A set of `leases` contended with the timings and holder id of
     /// `template` (its lease name is not used), over connections from

@@ -1,195 +1,46 @@
-//! The handle's side of the PostgreSQL task, a lone lease's or a set's
-//! alike: starting it with its two connections, and everything a handle
-//! says to it.
+//! Starting PostgreSQL's task (the shared one of `crate::server`) with its
+//! statement connection and its listener.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use picolease_core::sql::Statements;
 use tokio::sync::mpsc;
 
-use super::backoff::backoff_cap;
 use super::connect::Connect;
-use super::driver::{run, Control, LastError, Runner, Task};
-use super::error::PgError;
-use super::gate::GatedTask;
+use super::fence::Fence;
 use super::link::Link;
 use super::notify::{spawn_listener, Interest};
 use super::options::PgOptions;
+use crate::server::backoff::backoff_cap;
+use crate::server::driver::Runner;
+use crate::server::task::DriverTask;
 
-/// The running task: its control channel, its join handle (`None` once
-/// joined or detached) and its last error.
-pub(crate) struct DriverTask {
-    control: mpsc::UnboundedSender<Control>,
-    task: Option<tokio::task::JoinHandle<Result<(), PgError>>>,
-    last_error: LastError,
-}
+/// A PostgreSQL driver's task, as its handle holds it.
+pub(crate) type PgTask = DriverTask<Link, Fence>;
 
-impl DriverTask {
-    /// Spawns `runner`'s task on the current tokio runtime (panics outside
-    /// one, like `tokio::spawn`) with its statement connection and, when
-    /// `options` ask for notifications, its listener for `interest`, whose
-    /// notices wait in a queue of `backlog`. Both connections come from
-    /// `connector`; connecting happens in the task.
-    pub(crate) fn start(
-        runner: Runner,
-        connector: Arc<dyn Connect>,
-        statements: &Arc<Statements>,
-        options: &PgOptions,
-        (interest, backlog): (Interest, usize),
-    ) -> Self {
-        let link = Arc::new(Link::new(
-            Arc::clone(&connector),
-            Arc::clone(statements),
-            options.auto_create,
-            backoff_cap(runner.engine.config()),
-        ));
-        let (notices, listener) = if options.notifications {
-            let (tx, rx) = mpsc::channel(backlog);
-            match spawn_listener(connector, statements, interest, tx) {
-                Some(listener) => (Some(rx), Some(listener)),
-                None => (None, None),
-            }
-        } else {
-            (None, None)
-        };
-        let (control, inbox) = mpsc::unbounded_channel();
-        let last_error: LastError = Arc::new(Mutex::new(None));
-        let task = tokio::spawn(run(Task {
-            runner,
-            link,
-            notices,
-            listener,
-            inbox,
-            linger: options.linger,
-            last_error: Arc::clone(&last_error),
-        }));
-        DriverTask {
-            control,
-            task: Some(task),
-            last_error,
-        }
-    }
-
-    /// Says `control` to the task (nothing once it has ended).
-    pub(crate) fn send(&self, control: Control) {
-        let _ = self.control.send(control);
-    }
-
-    /// Registers work on every lease (started at once where held).
-    pub(crate) fn add_work(&self, task: GatedTask) {
-        self.send(Control::AddWork(task));
-    }
-
-    /// The most recent error, cleared by the next successful statement.
-    pub(crate) fn last_error(&self) -> Option<PgError> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// True once the task has ended (or was joined or detached).
-    pub(crate) fn is_finished(&self) -> bool {
-        self.task
-            .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished)
-    }
-
-    /// Asks for a shutdown and waits for the task.
-    pub(crate) async fn shutdown(&mut self) -> Result<(), PgError> {
-        self.send(Control::Shutdown);
-        self.join().await
-    }
-
-    /// Waits for the task to end; its fatal error, if any. Cancel-safe;
-    /// once it has returned, later calls return `Ok(())` at once.
-    pub(crate) async fn join(&mut self) -> Result<(), PgError> {
-        let Some(task) = self.task.as_mut() else {
-            return Ok(());
-        };
-        let outcome = task.await;
-        self.task = None;
-        outcome.unwrap_or_else(|e| {
-            Err(PgError::Stopped {
-                reason: e.to_string(),
-            })
-        })
-    }
-
-    /// Stops the task at once without releasing anything, and detaches
-    /// it: the work is cancelled by the task in the background.
-    pub(crate) fn abort(&mut self) {
-        self.send(Control::Abort);
-        self.task = None;
-    }
-}
-
-/// The methods a lone lease's handle and a set's handle share, written
-/// once, for a handle with a field `task: DriverTask`: work, the last
-/// error, shutdown, the wait for a fatal stop, abort.
-macro_rules! pg_task_methods {
-    () => {
-        /// Registers more work, like the builder's `while_leader`: it
-        /// starts at once in the current term of every lease this node
-        /// leads, and in every later term.
-        pub fn while_leader<F, Fut>(&self, task: F)
-        where
-            F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
-            Fut: std::future::Future<Output = ()> + Send + 'static,
-        {
-            self.task.add_work(super::gate::gated_task(task));
-        }
-
-        /// The most recent error met (a failed connect, a failed or
-        /// timed-out statement, …), cleared by the next successful
-        /// statement. Transient errors are retried; they show here and in
-        /// the `tracing` logs.
-        pub fn last_error(&self) -> Option<PgError> {
-            self.task.last_error()
-        }
-
-        /// Stops the work and waits for it, releases every held lease
-        /// (notifying the other contenders; a set's membership row too),
-        /// and returns when all of that is done. Returns the fatal error
-        /// that had stopped the driver, if any.
-        ///
-        /// Work that ignores its cancellation keeps this waiting (the
-        /// release itself is abandoned after the request timeout, and the
-        /// lease then lapses by its ttl).
-        pub async fn shutdown(mut self) -> Result<(), PgError> {
-            self.task.shutdown().await
-        }
-
-        /// Waits until the driver stops by itself, which it does only on a
-        /// fatal error (a missing or malformed table, refused
-        /// credentials): returns that error. Does not give up the handle,
-        /// so it can race a signal in `select!` and the handle still be
-        /// shut down after:
-        ///
-        /// ```no_run
-        /// # async fn demo(mut lease: picolease::postgres::PgLease) -> Result<(), picolease::postgres::PgError> {
-        /// tokio::select! {
-        ///     result = lease.stopped() => result?,
-        ///     _ = tokio::signal::ctrl_c() => {}
-        /// }
-        /// lease.shutdown().await
-        /// # }
-        /// ```
-        ///
-        /// Cancel-safe. Once it has returned, later calls (and `shutdown`)
-        /// return `Ok(())` at once: the outcome is reported only once.
-        pub async fn stopped(&mut self) -> Result<(), PgError> {
-            self.task.join().await
-        }
-
-        /// Stops the driver at once, without stopping gracefully or
-        /// releasing: what a crash looks like to the other contenders (the
-        /// leases lapse by their ttl). The work is cancelled by the task in
-        /// the background; this returns without waiting.
-        pub fn abort(mut self) {
-            self.task.abort();
-        }
+/// Spawns `runner`'s task on the current tokio runtime (panics outside
+/// one) with its statement connection and, when `options` ask for
+/// notifications, its listener for `interest`, whose notices wait in a
+/// queue of `backlog`. Both connections come from `connector`;
+/// connecting happens in the task.
+pub(crate) fn start(
+    runner: Runner<Fence>,
+    connector: Arc<dyn Connect>,
+    statements: &Arc<Statements>,
+    options: &PgOptions,
+    (interest, backlog): (Interest, usize),
+) -> PgTask {
+    let link = Arc::new(Link::new(
+        Arc::clone(&connector),
+        Arc::clone(statements),
+        options.auto_create,
+        backoff_cap(runner.engine.config()),
+    ));
+    let listening = if options.notifications {
+        let (tx, rx) = mpsc::channel(backlog);
+        spawn_listener(connector, statements, interest, tx).map(|listener| (rx, listener))
+    } else {
+        None
     };
+    DriverTask::start(runner, link, listening, options.linger)
 }
-
-pub(crate) use pg_task_methods;

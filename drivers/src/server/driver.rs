@@ -1,40 +1,39 @@
-//! The PostgreSQL driver's one task, for a lone lease and for a set alike:
-//! one [`SetRunner`], the statements it asks for run on the statement
-//! connection (`Link`), release notices from the listener.
+//! The task of a server database's driver, for a lone lease and for a
+//! set alike: one [`SetRunner`], the statements it asks for run on the
+//! database's statement connection (a [`Link`]), release notices where the
+//! database has them.
 //!
 //! The statement in flight runs concurrently with the waits, so a term
 //! whose deadline passes while a statement hangs ends on time (its work is
 //! cancelled then, not when the statement gives up). The task keeps no
 //! timeout of its own: past a statement's give-up the engine says
-//! `Cancel`, and the task drops the statement and cancels it on the
-//! server. Each lease's work runs as tasks of its own; at the end the task
-//! waits for them without blocking the runtime.
+//! `Cancel`, and the task drops the statement and has the link cancel it
+//! on the server. Each lease's work runs as tasks of its own; at the end
+//! the task waits for them without blocking the runtime.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use picolease_core::sql::{BatchBindings, Cell};
 use picolease_core::{BatchKind, BatchReply, Failure, LeaseName, Operation, Reply, RequestId};
 use tokio::sync::mpsc;
 
-use super::error::PgError;
 use super::gate::{Gate, GatedTask};
-use super::link::{batch_name, operation_name, Call, Link};
-use super::notify::Notice;
+use super::{ran_name, Binding, Link, Notice, TermFence};
 use crate::metrics::Outcome;
 use crate::set::{Answer, Execute, Ran, SetRunner, Statement, REAP_EVERY};
 
-/// The runner of a PostgreSQL task: each lease's work behind its gate.
-pub(crate) type Runner = SetRunner<Gate>;
+/// The runner of a task: each lease's work behind its gate, whose terms
+/// carry fences of type `F`.
+pub(crate) type Runner<F> = SetRunner<Gate<F>>;
 
 /// The most recent error, shared with the handle (transient errors are
 /// retried, so they are only visible here and in the logs).
-pub(crate) type LastError = Arc<Mutex<Option<PgError>>>;
+pub(crate) type LastError<E> = Arc<Mutex<Option<E>>>;
 
 /// What a handle asks of the task.
-pub(crate) enum Control {
+pub(crate) enum Control<F> {
     /// Stop the work, release, finish.
     Shutdown,
     /// Stop at once without releasing.
@@ -42,33 +41,29 @@ pub(crate) enum Control {
     /// A set's node gives a lease up.
     GiveUp(LeaseName),
     /// Register work on every lease (started at once where held).
-    AddWork(GatedTask),
+    AddWork(GatedTask<F>),
 }
 
 /// Everything the task owns.
-pub(crate) struct Task {
-    pub(crate) runner: Runner,
-    pub(crate) link: Arc<Link>,
+pub(crate) struct Task<L: Link, F> {
+    pub(crate) runner: Runner<F>,
+    pub(crate) link: Arc<L>,
     pub(crate) notices: Option<mpsc::Receiver<Notice>>,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
-    pub(crate) inbox: mpsc::UnboundedReceiver<Control>,
+    pub(crate) inbox: mpsc::UnboundedReceiver<Control<F>>,
     /// How long the connections stay open after a release freed rows
     /// (`DEFAULT_LINGER`).
     pub(crate) linger: Duration,
     /// The last statement's error, cleared by one that succeeds.
-    pub(crate) last_error: LastError,
+    pub(crate) last_error: LastError<L::Error>,
 }
 
 /// A statement running on the statement connection: its id, what it
 /// runs, and its answer to come with the error behind a failed one.
-type InFlight = (
-    RequestId,
-    Ran,
-    BoxFuture<'static, (Answer, Option<PgError>)>,
-);
+type InFlight<E> = (RequestId, Ran, BoxFuture<'static, (Answer, Option<E>)>);
 
 /// The answer of the statement in flight; pending while there is none.
-async fn outcome(in_flight: &mut Option<InFlight>) -> (Answer, Option<PgError>) {
+async fn outcome<E>(in_flight: &mut Option<InFlight<E>>) -> (Answer, Option<E>) {
     match in_flight {
         Some((_, _, future)) => future.await,
         None => std::future::pending().await,
@@ -83,82 +78,8 @@ async fn next_notice(notices: &mut Option<mpsc::Receiver<Notice>>) -> Option<Not
     }
 }
 
-/// What binding a statement needs of the engine's configuration.
-#[derive(Clone)]
-struct Binding {
-    lease: Arc<str>,
-    holder: picolease_core::HolderId,
-    ttl_millis: i64,
-    stale_millis: i64,
-    timeout: Duration,
-}
-
-/// Runs `statement` on `link` once `stopped` (the ended terms' work) has
-/// returned, and decodes it: the engine's answer, and the error behind a
-/// failed one. The request timeout starts once it can be sent.
-async fn execute(
-    link: Arc<Link>,
-    binding: Binding,
-    statement: Statement,
-    stopped: Option<BoxFuture<'static, ()>>,
-) -> (Answer, Option<PgError>) {
-    if let Some(stopped) = stopped {
-        stopped.await;
-    }
-    let deadline = tokio::time::Instant::now() + binding.timeout;
-    let statements = link.statements();
-    let table = || statements.table().to_string();
-    match statement {
-        Statement::Row(operation) => {
-            let call = Call {
-                operation,
-                lease: Arc::clone(&binding.lease),
-                holder: binding.holder.as_str().into(),
-                ttl_millis: binding.ttl_millis,
-                deadline,
-                timeout: binding.timeout,
-            };
-            let rows = link.execute(call).await;
-            match rows.and_then(|rows| {
-                statements
-                    .decode_reply(operation, &binding.holder, &rows)
-                    .map_err(|source| PgError::Row {
-                        table: table(),
-                        source: source.for_lease(&binding.lease),
-                    })
-            }) {
-                Ok(reply) => (Answer::Row(reply), None),
-                Err(e) => (Answer::Row(Reply::Failed(e.failure())), Some(e)),
-            }
-        }
-        Statement::Batch(batch) => {
-            let json = batch.json();
-            let bindings = BatchBindings {
-                holder: binding.holder.as_str(),
-                ttl_millis: binding.ttl_millis,
-                batch: &json,
-                stale_millis: binding.stale_millis,
-            };
-            let rows: Result<Vec<Vec<Cell>>, PgError> = link
-                .execute_batch(batch.kind, &bindings, deadline, binding.timeout)
-                .await;
-            match rows.and_then(|rows| {
-                statements
-                    .decode_batch_reply(batch.kind, &binding.holder, &rows)
-                    .map_err(|source| PgError::Row {
-                        table: table(),
-                        source,
-                    })
-            }) {
-                Ok(reply) => (Answer::Batch(reply), None),
-                Err(e) => (Answer::Batch(BatchReply::Failed(e.failure())), Some(e)),
-            }
-        }
-    }
-}
-
 /// The task: see the module docs.
-pub(crate) async fn run(task: Task) -> Result<(), PgError> {
+pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L::Error> {
     let Task {
         mut runner,
         link,
@@ -181,7 +102,7 @@ pub(crate) async fn run(task: Task) -> Result<(), PgError> {
     // At most one: the engine asks for a statement only once the last one
     // was answered (the answer was taken from here) or given up on (its
     // `Cancel` comes first in the same `carry_out`, and drops it).
-    let mut in_flight: Option<InFlight> = None;
+    let mut in_flight: Option<InFlight<L::Error>> = None;
     let mut fatal = None;
     let mut handle_gone = false;
     // A release freed rows: successors may be acquiring them.
@@ -193,7 +114,13 @@ pub(crate) async fn run(task: Task) -> Result<(), PgError> {
         if let Some(request) = carried.cancel {
             if let Some((_, ran, future)) = in_flight.take_if(|(r, _, _)| *r == request) {
                 drop(future);
-                abandon(&link, ran, timeout, &last_error);
+                tracing::warn!(
+                    during = ran_name(ran),
+                    ?timeout,
+                    "picolease: statement timed out; cancelling it and reconnecting"
+                );
+                let error = link.abandon(ran, timeout);
+                *last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
             }
         }
         if let Some(Execute {
@@ -211,7 +138,14 @@ pub(crate) async fn run(task: Task) -> Result<(), PgError> {
                 futures::future::join_all(stopped).map(drop).boxed()
             });
             let ran = Ran::of(&statement);
-            let future = execute(Arc::clone(&link), binding.clone(), statement, stopped);
+            let execute = Arc::clone(&link).execute(binding.clone(), statement);
+            let future = async move {
+                // The request timeout starts once the statement can be sent.
+                if let Some(stopped) = stopped {
+                    stopped.await;
+                }
+                execute.await
+            };
             in_flight = Some((request, ran, future.boxed()));
         }
         if runner.engine.is_finished() {
@@ -324,7 +258,11 @@ fn freed_rows(ran: Ran, answer: &Answer) -> bool {
 /// Notifications come in bursts (a node giving up its surplus frees
 /// hundreds of leases in one commit): take every one already here, and let
 /// the engine plan once for all of them.
-fn take_notices(runner: &mut Runner, first: Notice, mut more: Option<&mut mpsc::Receiver<Notice>>) {
+fn take_notices<F: TermFence>(
+    runner: &mut Runner<F>,
+    first: Notice,
+    mut more: Option<&mut mpsc::Receiver<Notice>>,
+) {
     let now = runner.now();
     let mut released = Vec::new();
     let mut lost = false;
@@ -343,31 +281,5 @@ fn take_notices(runner: &mut Runner, first: Notice, mut more: Option<&mut mpsc::
     }
     if lost {
         runner.engine.handle_notices_lost(now);
-    }
-}
-
-/// The engine gave up on the statement in flight (its future is dropped):
-/// the connection is suspect (a stalled socket would hold every later
-/// statement), so drop it and cancel the query on the server.
-fn abandon(link: &Link, ran: Ran, timeout: Duration, last_error: &LastError) {
-    let during = match ran {
-        Ran::Row(operation) => operation_name(operation),
-        Ran::Batch(kind) => batch_name(kind),
-    };
-    tracing::warn!(
-        during,
-        ?timeout,
-        "picolease: statement timed out; cancelling it and reconnecting"
-    );
-    *last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(PgError::Timeout {
-        during,
-        after: timeout,
-    });
-    if let Some(token) = link.abandon() {
-        let cancel = link.connector().cancel(token);
-        // Never waited for: the server may be unreachable.
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(timeout, cancel).await;
-        });
     }
 }

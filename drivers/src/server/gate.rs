@@ -16,35 +16,33 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt, Shared};
 use picolease_core::sql::Statements;
 use picolease_core::{Epoch, HolderId, LeaseName};
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::error::PgError;
-use super::fence::Fence;
-use super::transaction::FencedTransaction;
+use super::TermFence;
 use crate::publish::Publisher;
 use crate::view::Term;
 
 /// What a gated task is given when its term starts: the term (it
-/// dereferences to [`Term`]: `lease()`, `holder()`, `epoch()`), its fence,
-/// and the signal to stop.
+/// dereferences to [`Term`]: `lease()`, `holder()`, `epoch()`), its fence
+/// (of the database's type `F`), and the signal to stop. Each driver names
+/// its own: `postgres::LeaderContext`, `mysql::LeaderContext`.
 #[derive(Clone, Debug)]
-pub struct LeaderContext {
+pub struct LeaderContext<F> {
     term: Term,
     token: CancellationToken,
-    fence: Fence,
+    fence: F,
     publisher: Arc<Publisher>,
 }
 
-impl std::ops::Deref for LeaderContext {
+impl<F> std::ops::Deref for LeaderContext<F> {
     type Target = Term;
     fn deref(&self) -> &Term {
         &self.term
     }
 }
 
-impl LeaderContext {
+impl<F> LeaderContext<F> {
     /// Cancelled when the term ends (demotion or shutdown).
     pub fn token(&self) -> &CancellationToken {
         &self.token
@@ -93,38 +91,19 @@ impl LeaderContext {
 
     /// The fence of this term, to make the work's own writes conditional
     /// on it.
-    pub fn fence(&self) -> &Fence {
+    pub fn fence(&self) -> &F {
         &self.fence
     }
 }
 
-/// A fenced transaction of the term (its type and guarantees are in
-/// `transaction.rs`).
-impl LeaderContext {
-    /// Opens a fenced transaction of this term on `client`, bounded by the
-    /// leader's deadline as it stands now ([`LeaderContext::time_left`]);
-    /// see [`Fence::transaction`] for what it guarantees and the bound it
-    /// puts on a takeover's delay. Refused ([`PgError::Fenced`]) once the
-    /// term has ended.
-    pub async fn fenced_transaction<'c>(
-        &self,
-        client: &'c mut Client,
-    ) -> Result<FencedTransaction<'c>, PgError> {
-        if self.is_cancelled() || self.deadline().is_none() {
-            return Err(self.fence().over("the term has ended"));
-        }
-        let deadline = tokio::time::Instant::now() + self.time_left();
-        self.fence().transaction(client, deadline).await
-    }
-}
-
 /// A registered gated task: called once per term.
-pub(crate) type GatedTask = Arc<dyn Fn(LeaderContext) -> BoxFuture<'static, ()> + Send + Sync>;
+pub(crate) type GatedTask<F> =
+    Arc<dyn Fn(LeaderContext<F>) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// Boxes a user's `Fn(LeaderContext) -> impl Future` as a [`GatedTask`].
-pub(crate) fn gated_task<F, Fut>(task: F) -> GatedTask
+pub(crate) fn gated_task<F, T, Fut>(task: T) -> GatedTask<F>
 where
-    F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+    T: Fn(LeaderContext<F>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     Arc::new(move |ctx| task(ctx).boxed())
@@ -133,18 +112,18 @@ where
 /// Completes when a term's tasks have all finished.
 type Done = Shared<BoxFuture<'static, ()>>;
 
-struct Running {
+struct Running<F> {
     epoch: Epoch,
-    context: LeaderContext,
+    context: LeaderContext<F>,
     tracker: TaskTracker,
     /// The term before this one, still winding down when this one started.
     previous: Done,
 }
 
 /// The gated tasks of one driver and the term they run in.
-pub(crate) struct Gate {
-    tasks: Vec<GatedTask>,
-    current: Option<Running>,
+pub(crate) struct Gate<F> {
+    tasks: Vec<GatedTask<F>>,
+    current: Option<Running<F>>,
     /// The last stopped term's tasks (and, through it, every earlier one).
     stopped: Done,
     /// The fence statement, rendered once for the lease table (shared by
@@ -159,9 +138,9 @@ fn done() -> Done {
     futures::future::ready(()).boxed().shared()
 }
 
-impl Gate {
+impl<F: TermFence> Gate<F> {
     pub(crate) fn new(
-        tasks: Vec<GatedTask>,
+        tasks: Vec<GatedTask<F>>,
         statements: Arc<Statements>,
         lease: LeaseName,
         holder: HolderId,
@@ -179,7 +158,7 @@ impl Gate {
     }
 
     /// Registers a task; if a term is running it starts in it at once.
-    pub(crate) fn add(&mut self, task: GatedTask) {
+    pub(crate) fn add(&mut self, task: GatedTask<F>) {
         if let Some(term) = &self.current {
             spawn(term, &task);
         }
@@ -196,7 +175,7 @@ impl Gate {
         let context = LeaderContext {
             term: Term::new(self.lease.clone(), self.holder.clone(), epoch),
             token: CancellationToken::new(),
-            fence: Fence::new(&self.statements, &self.lease, &self.holder, epoch),
+            fence: F::for_term(&self.statements, &self.lease, &self.holder, epoch),
             publisher: Arc::clone(&self.publisher),
         };
         let term = Running {
@@ -251,7 +230,7 @@ impl Gate {
     }
 }
 
-fn stop(term: Running) -> Done {
+fn stop<F>(term: Running<F>) -> Done {
     term.context.token.cancel();
     term.tracker.close();
     let tracker = term.tracker;
@@ -264,7 +243,7 @@ fn stop(term: Running) -> Done {
     .shared()
 }
 
-fn spawn(term: &Running, task: &GatedTask) {
+fn spawn<F: TermFence>(term: &Running<F>, task: &GatedTask<F>) {
     let context = term.context.clone();
     let previous = term.previous.clone();
     let task = task.clone();
@@ -285,7 +264,7 @@ fn spawn(term: &Running, task: &GatedTask) {
     });
 }
 
-impl Drop for Gate {
+impl<F> Drop for Gate<F> {
     /// The driver task was dropped (aborted, or its runtime shut down):
     /// tell the running term's tasks to stop rather than leave them leading.
     fn drop(&mut self) {
@@ -296,7 +275,7 @@ impl Drop for Gate {
 }
 
 /// A set's member runs its work through the lone lease's gate.
-impl crate::set::TermGate for Gate {
+impl<F: TermFence> crate::set::TermGate for Gate<F> {
     fn start(&mut self, epoch: Epoch) {
         Gate::start(self, epoch);
     }

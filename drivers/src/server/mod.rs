@@ -1,0 +1,110 @@
+//! The driver of a database reached over the network, PostgreSQL's and
+//! MySQL's alike: one tokio task per lone lease or lease set
+//! (`driver.rs`), each lease's work behind its gate (`gate.rs`), the
+//! handle's side of the task (`task.rs`), the reconnect backoff
+//! (`backoff.rs`). A database brings only its statement connection (a
+//! [`Link`]), its fence and, where it has them, release notices.
+
+pub(crate) mod backoff;
+pub(crate) mod builder;
+pub(crate) mod driver;
+pub(crate) mod gate;
+pub(crate) mod task;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use picolease_core::sql::Statements;
+use picolease_core::{Epoch, HolderId, LeaseName};
+
+use crate::set::{Answer, Ran, Statement};
+
+pub use gate::LeaderContext;
+
+/// What the task hears from a database's release notices.
+#[derive(Debug)]
+pub(crate) enum Notice {
+    /// This row (a lease, or a set's membership row) was released.
+    Released(String),
+    /// Listening again after the connection was lost: notices sent
+    /// meanwhile are gone.
+    Resubscribed,
+}
+
+/// What binding a statement needs of the engine's configuration.
+#[derive(Clone)]
+pub(crate) struct Binding {
+    pub(crate) lease: Arc<str>,
+    pub(crate) holder: HolderId,
+    pub(crate) ttl_millis: i64,
+    pub(crate) stale_millis: i64,
+    /// The request timeout.
+    pub(crate) timeout: Duration,
+}
+
+/// A database's statement connection, as the task drives it.
+pub(crate) trait Link: Send + Sync + 'static {
+    /// The database's error type.
+    type Error: DriverError;
+
+    /// Runs `statement` and decodes it: the engine's answer, and the error
+    /// behind a failed one. Dropped unfinished when the engine gives up on
+    /// it (then [`Link::abandon`] follows).
+    fn execute(
+        self: Arc<Self>,
+        binding: Binding,
+        statement: Statement,
+    ) -> BoxFuture<'static, (Answer, Option<Self::Error>)>;
+
+    /// The engine gave up on the statement in flight (its future was
+    /// dropped): retire the connection, cancel the statement on the
+    /// server without waiting for it, and say what happened.
+    fn abandon(&self, ran: Ran, timeout: Duration) -> Self::Error;
+}
+
+/// What the task needs of a database's error type.
+pub(crate) trait DriverError: Clone + std::fmt::Display + Send + Sync + 'static {
+    /// The task ended by a panic or a cancel of its own (`reason`).
+    fn stopped(reason: String) -> Self;
+}
+
+/// A database's fence of one term, made for each term's context.
+pub(crate) trait TermFence: Clone + Send + Sync + 'static {
+    /// The fence of `holder` on `lease` at `epoch`, for `statements`' table.
+    fn for_term(
+        statements: &Statements,
+        lease: &LeaseName,
+        holder: &HolderId,
+        epoch: Epoch,
+    ) -> Self;
+}
+
+/// The name of an operation in messages.
+pub(crate) fn operation_name(operation: picolease_core::Operation) -> &'static str {
+    use picolease_core::Operation;
+    match operation {
+        Operation::Acquire => "acquire",
+        Operation::Renew { .. } => "renew",
+        Operation::Release { .. } => "release",
+    }
+}
+
+/// The name of a batch in messages.
+pub(crate) fn batch_name(kind: picolease_core::BatchKind) -> &'static str {
+    use picolease_core::BatchKind;
+    match kind {
+        BatchKind::Acquire => "acquire batch",
+        BatchKind::Renew => "renew batch",
+        BatchKind::Release => "release batch",
+        BatchKind::Survey => "survey",
+    }
+}
+
+/// The name of what `ran` in messages.
+pub(crate) fn ran_name(ran: Ran) -> &'static str {
+    match ran {
+        Ran::Row(operation) => operation_name(operation),
+        Ran::Batch(kind) => batch_name(kind),
+    }
+}

@@ -1,0 +1,173 @@
+//! The handle's side of a server database's task, a lone lease's or a
+//! set's alike: starting it, and everything a handle says to it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::driver::{run, Control, LastError, Runner, Task};
+use super::gate::GatedTask;
+use super::{DriverError, Link, Notice, TermFence};
+
+/// Release notices, and the task that listens for them.
+pub(crate) type Listening = (mpsc::Receiver<Notice>, tokio::task::JoinHandle<()>);
+
+/// The running task: its control channel, its join handle (`None` once
+/// joined or detached) and its last error.
+pub(crate) struct DriverTask<L: Link, F> {
+    control: mpsc::UnboundedSender<Control<F>>,
+    task: Option<tokio::task::JoinHandle<Result<(), L::Error>>>,
+    last_error: LastError<L::Error>,
+}
+
+impl<L: Link, F: TermFence> DriverTask<L, F> {
+    /// Spawns `runner`'s task on the current tokio runtime (panics outside
+    /// one, like `tokio::spawn`) with its statement connection `link` and,
+    /// where the database has them, its release notices. Connecting
+    /// happens in the task. After a release that freed rows the task
+    /// keeps its connections `linger` longer.
+    pub(crate) fn start(
+        runner: Runner<F>,
+        link: Arc<L>,
+        listening: Option<Listening>,
+        linger: Duration,
+    ) -> Self {
+        let (notices, listener) = listening.unzip();
+        let (control, inbox) = mpsc::unbounded_channel();
+        let last_error: LastError<L::Error> = Arc::new(Mutex::new(None));
+        let task = tokio::spawn(run(Task {
+            runner,
+            link,
+            notices,
+            listener,
+            inbox,
+            linger,
+            last_error: Arc::clone(&last_error),
+        }));
+        DriverTask {
+            control,
+            task: Some(task),
+            last_error,
+        }
+    }
+
+    /// Says `control` to the task (nothing once it has ended).
+    pub(crate) fn send(&self, control: Control<F>) {
+        let _ = self.control.send(control);
+    }
+
+    /// Registers work on every lease (started at once where held).
+    pub(crate) fn add_work(&self, task: GatedTask<F>) {
+        self.send(Control::AddWork(task));
+    }
+
+    /// The most recent error, cleared by the next successful statement.
+    pub(crate) fn last_error(&self) -> Option<L::Error> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// True once the task has ended (or was joined or detached).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+    }
+
+    /// Asks for a shutdown and waits for the task.
+    pub(crate) async fn shutdown(&mut self) -> Result<(), L::Error> {
+        self.send(Control::Shutdown);
+        self.join().await
+    }
+
+    /// Waits for the task to end; its fatal error, if any. Cancel-safe;
+    /// once it has returned, later calls return `Ok(())` at once.
+    pub(crate) async fn join(&mut self) -> Result<(), L::Error> {
+        let Some(task) = self.task.as_mut() else {
+            return Ok(());
+        };
+        let outcome = task.await;
+        self.task = None;
+        outcome.unwrap_or_else(|e| Err(L::Error::stopped(e.to_string())))
+    }
+
+    /// Stops the task at once without releasing anything, and detaches
+    /// it: the work is cancelled by the task in the background.
+    pub(crate) fn abort(&mut self) {
+        self.send(Control::Abort);
+        self.task = None;
+    }
+}
+
+/// The methods a lone lease's handle and a set's handle share, written
+/// once for every server database, for a handle with a field `task:
+/// DriverTask` whose driver's error type is `$error`: work, the last
+/// error, shutdown, the wait for a fatal stop, abort.
+macro_rules! task_methods {
+    ($error:ty) => {
+        /// Registers more work, like the builder's `while_leader`: it
+        /// starts at once in the current term of every lease this node
+        /// leads, and in every later term.
+        pub fn while_leader<F, Fut>(&self, task: F)
+        where
+            F: Fn(LeaderContext) -> Fut + Send + Sync + 'static,
+            Fut: std::future::Future<Output = ()> + Send + 'static,
+        {
+            self.task.add_work(crate::server::gate::gated_task(task));
+        }
+
+        /// The most recent error met (a failed connect, a failed or
+        /// timed-out statement, …), cleared by the next successful
+        /// statement. Transient errors are retried; they show here and in
+        /// the `tracing` logs.
+        pub fn last_error(&self) -> Option<$error> {
+            self.task.last_error()
+        }
+
+        /// Stops the work and waits for it, releases every held lease
+        /// (notifying the other contenders; a set's membership row too),
+        /// and returns when all of that is done. Returns the fatal error
+        /// that had stopped the driver, if any.
+        ///
+        /// Work that ignores its cancellation keeps this waiting (the
+        /// release itself is abandoned after the request timeout, and the
+        /// lease then lapses by its ttl).
+        pub async fn shutdown(mut self) -> Result<(), $error> {
+            self.task.shutdown().await
+        }
+
+        /// Waits until the driver stops by itself, which it does only on a
+        /// fatal error (a missing or malformed table, refused
+        /// credentials): returns that error. Does not give up the handle,
+        /// so it can race a signal in `select!` and the handle still be
+        /// shut down after:
+        ///
+        /// ```ignore
+        /// // `lease`: a `PgLease`, `PgLeaseSet`, `MysqlLease` or `MysqlLeaseSet`.
+        /// tokio::select! {
+        ///     result = lease.stopped() => result?,
+        ///     _ = tokio::signal::ctrl_c() => {}
+        /// }
+        /// lease.shutdown().await
+        /// ```
+        ///
+        /// Cancel-safe. Once it has returned, later calls (and `shutdown`)
+        /// return `Ok(())` at once: the outcome is reported only once.
+        pub async fn stopped(&mut self) -> Result<(), $error> {
+            self.task.join().await
+        }
+
+        /// Stops the driver at once, without stopping gracefully or
+        /// releasing: what a crash looks like to the other contenders (the
+        /// leases lapse by their ttl). The work is cancelled by the task in
+        /// the background; this returns without waiting.
+        pub fn abort(mut self) {
+            self.task.abort();
+        }
+    };
+}
+
+pub(crate) use task_methods;
