@@ -35,13 +35,13 @@ pub use picolease_core::{
     TableName, DEFAULT_TABLE,
 };
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod cancellation;
 mod clock;
 mod health;
 mod metrics;
 mod publish;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod set;
 mod subscription;
 mod view;
@@ -51,9 +51,11 @@ pub use publish::{Transition, RENEW_SAMPLES};
 pub use subscription::{RecvError, Subscription, SUBSCRIPTION_CAPACITY};
 pub use view::{LeaseView, Snapshot, Snapshots, Term};
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -59,6 +59,23 @@ impl From<sqlite::Error> for CliError {
     }
 }
 
+#[cfg(feature = "mysql")]
+impl From<picolease::mysql::MysqlError> for CliError {
+    /// As for PostgreSQL: pointing at the wrong thing is a configuration
+    /// error; everything else happened at run time.
+    fn from(e: picolease::mysql::MysqlError) -> Self {
+        use picolease::mysql::MysqlError;
+        match e {
+            MysqlError::Config(_)
+            | MysqlError::InvalidUrl { .. }
+            | MysqlError::Login { .. }
+            | MysqlError::MissingTable { .. }
+            | MysqlError::Schema { .. } => CliError::usage(e),
+            _ => CliError::runtime(e),
+        }
+    }
+}
+
 #[cfg(feature = "postgres")]
 impl From<picolease::postgres::PgError> for CliError {
     /// As on SQLite: pointing at the wrong thing (a malformed URL, a bad

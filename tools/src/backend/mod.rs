@@ -7,6 +7,8 @@
 //! so they hold no per-database branch. A binary built without
 //! `postgres` refuses `postgres://` URLs with a clear configuration error.
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
@@ -20,6 +22,15 @@ use picolease::{redact_url, Config, Epoch, LeaseName, Subscription, TableName};
 
 use crate::commands::child::Gated;
 use crate::failure::{one_line, CliError};
+
+/// A current-thread tokio runtime for an async driver or an admin call.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("cannot start the async runtime: {e}")))
+}
 
 /// A running contender of either backend, as `run` sees it.
 pub trait Contender {
@@ -67,6 +78,9 @@ pub enum Backend {
     /// `postgres://…` or `postgresql://…`.
     #[cfg(feature = "postgres")]
     Postgres(postgres::Target),
+    /// `mysql://…` or `mariadb://…`.
+    #[cfg(feature = "mysql")]
+    Mysql(mysql::Target),
 }
 
 impl Backend {
@@ -96,8 +110,16 @@ impl Backend {
                 "postgres support not built in this picolease binary (--db {scheme}://…; build with the `postgres` feature); use sqlite://PATH"
             )));
         }
+        if url.contains("://") && (scheme == "mysql" || scheme == "mariadb") {
+            #[cfg(feature = "mysql")]
+            return Ok(Backend::Mysql(mysql::Target::parse(url)?));
+            #[cfg(not(feature = "mysql"))]
+            return Err(CliError::usage(format!(
+                "mysql support not built in this picolease binary (--db {scheme}://…; build with the `mysql` feature); use sqlite://PATH"
+            )));
+        }
         Err(CliError::usage(format!(
-            "--db {:?} is not a supported database URL: use sqlite://PATH, sqlite::memory: or postgres://…",
+            "--db {:?} is not a supported database URL: use sqlite://PATH, sqlite::memory:, postgres://… or mysql://…",
             one_line(&redact_url(url))
         )))
     }
@@ -109,6 +131,8 @@ impl Backend {
             Backend::Sqlite(location) => location.to_string(),
             #[cfg(feature = "postgres")]
             Backend::Postgres(target) => target.to_string(),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => target.to_string(),
         }
     }
 
@@ -118,6 +142,8 @@ impl Backend {
             Backend::Sqlite(location) => sqlite::init(location, table),
             #[cfg(feature = "postgres")]
             Backend::Postgres(target) => postgres::init(target, table),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::init(target, table),
         }
     }
 
@@ -128,6 +154,8 @@ impl Backend {
             Backend::Sqlite(location) => sqlite::status(location, table),
             #[cfg(feature = "postgres")]
             Backend::Postgres(target) => postgres::status(target, table),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::status(target, table),
         }
     }
 
@@ -142,6 +170,8 @@ impl Backend {
             Backend::Sqlite(location) => sqlite::force_release(location, table, lease),
             #[cfg(feature = "postgres")]
             Backend::Postgres(target) => postgres::force_release(target, table, lease),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::force_release(target, table, lease),
         }
     }
 
@@ -163,6 +193,8 @@ impl Backend {
             Backend::Postgres(target) => {
                 postgres::start_set(target, table, template, leases, gated)
             }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::start_set(target, table, template, leases, gated),
         }
     }
 
@@ -178,6 +210,8 @@ impl Backend {
             Backend::Sqlite(location) => sqlite::start(location, table, config, gated),
             #[cfg(feature = "postgres")]
             Backend::Postgres(target) => postgres::start(target, table, config, gated),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::start(target, table, config, gated),
         }
     }
 }

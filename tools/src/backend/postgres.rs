@@ -19,7 +19,7 @@ use picolease::sql::LeaseRow;
 use picolease::{redact_url, Config, Epoch, LeaseName, TableName, Term};
 use tokio::sync::oneshot;
 
-use super::{Contender, Started};
+use super::{runtime, Contender, Started};
 use crate::commands::child::{Gated, TermView};
 use crate::failure::CliError;
 
@@ -49,13 +49,6 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&redact_url(&self.url))
     }
-}
-
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::runtime(format!("cannot start the async runtime: {e}")))
 }
 
 /// Connects once (on the current runtime), sorting failures as the driver

@@ -17,7 +17,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
 use super::{bindings, Probe};
-use crate::backend::postgres::{connect, runtime, Target};
+use crate::backend::postgres::{connect, Target};
+use crate::backend::runtime;
 use crate::failure::CliError;
 
 /// Plain connections to the user's server, and the scratch table.

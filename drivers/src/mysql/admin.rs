@@ -1,0 +1,100 @@
+//! Administrative statements on MySQL, for the CLI and for operators:
+//! create the table, read the leases, force a lease free. Each connects
+//! with the [`MysqlConnector`] given, runs, and disconnects.
+
+use std::time::Duration;
+
+use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements};
+use picolease_core::{Epoch, LeaseName, RowError, TableName};
+
+use super::connect::MysqlConnector;
+use super::error::MysqlError;
+use super::link::{create_table, run};
+
+/// How long an administrative statement may take on the server.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Creates the lease table and its `(name, epoch)` index if missing.
+pub async fn init(connector: &MysqlConnector, table: &TableName) -> Result<(), MysqlError> {
+    let mut conn = connector.connect(ADMIN_TIMEOUT).await?;
+    let created = create_table(&mut conn, &Statements::new(Dialect::Mysql, table)).await;
+    let _ = conn.disconnect().await;
+    created
+}
+
+/// Every lease row, in name order, with the database's clock.
+pub async fn status(
+    connector: &MysqlConnector,
+    table: &TableName,
+) -> Result<Vec<LeaseRow>, MysqlError> {
+    let statements = Statements::new(Dialect::Mysql, table);
+    let rows = query(connector, table, "status", statements.status(), None).await?;
+    statements
+        .decode_status(&rows)
+        .map_err(|source| MysqlError::Row {
+            table: table.to_string(),
+            source,
+        })
+}
+
+/// Frees `lease` whoever holds it (its holder demotes at its next renewal
+/// with reason `lost`): the epoch it was held at, `None` if it was free or
+/// absent.
+pub async fn force_release(
+    connector: &MysqlConnector,
+    table: &TableName,
+    lease: &LeaseName,
+) -> Result<Option<Epoch>, MysqlError> {
+    let statements = Statements::new(Dialect::Mysql, table);
+    let row_error = |source: RowError| MysqlError::Row {
+        table: table.to_string(),
+        source: source.for_lease(lease.as_str()),
+    };
+    let rows = query(
+        connector,
+        table,
+        "force release",
+        statements.force_release(),
+        Some(lease),
+    )
+    .await?;
+    let released = statements.decode_force_release(&rows).map_err(row_error)?;
+    if released.is_none() {
+        // No such lease, or a malformed row the statement refused to
+        // touch: reading it tells which.
+        let rows = query(
+            connector,
+            table,
+            "force release",
+            statements.lease_row(),
+            Some(lease),
+        )
+        .await?;
+        statements.decode_status(&rows).map_err(row_error)?;
+    }
+    Ok(released)
+}
+
+/// Runs `statement` (with its read-back, in one transaction) bound to
+/// `lease`, on a connection of its own.
+async fn query(
+    connector: &MysqlConnector,
+    table: &TableName,
+    during: &'static str,
+    statement: &Statement,
+    lease: Option<&LeaseName>,
+) -> Result<Vec<Vec<Cell>>, MysqlError> {
+    let bindings = Bindings {
+        lease: lease.map_or("", LeaseName::as_str),
+        holder: "",
+        ttl_millis: 0,
+    };
+    let mut conn = connector.connect(ADMIN_TIMEOUT).await?;
+    let values: Vec<_> = statement.bind(&bindings, None).collect();
+    let read_values = statement
+        .read_back()
+        .map(|read| read.statement().bind(&bindings, None).collect());
+    let outcome = run(&mut conn, statement, values, read_values).await;
+    let _ = conn.disconnect().await;
+    outcome.map_err(|e| MysqlError::from_statement(during, &table.to_string(), &e))
+}

@@ -1,0 +1,133 @@
+//! Connections to MySQL or MariaDB from a URL, named so a DBA can find
+//! them (`program_name` connection attribute, in
+//! `performance_schema.session_connect_attrs`), with the session settings
+//! that bound a statement on the server.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder};
+
+use super::error::MysqlError;
+
+/// The `program_name` of the driver's connections.
+pub(crate) const PROGRAM_NAME: &str = "picolease";
+
+/// Where the driver connects: `mysql://USER[:PASSWORD]@HOST[:PORT]/DB`
+/// (or `mariadb://…`), always over TCP.
+#[derive(Clone)]
+pub struct MysqlConnector {
+    opts: Opts,
+    shown: String,
+}
+
+impl std::fmt::Debug for MysqlConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("MysqlConnector").field(&self.shown).finish()
+    }
+}
+
+/// `url` with its password replaced by `***`, for messages.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+impl MysqlConnector {
+    /// Parses `url` (`mysql://` or `mariadb://`).
+    pub fn new(url: &str) -> Result<Self, MysqlError> {
+        let shown = without_password(url);
+        let invalid = |reason: String| MysqlError::InvalidUrl {
+            url: shown.clone(),
+            reason,
+        };
+        let normalised = match url.split_once("://") {
+            Some(("mysql", rest)) | Some(("mariadb", rest)) => format!("mysql://{rest}"),
+            _ => {
+                return Err(invalid(
+                    "expected mysql://USER[:PASSWORD]@HOST[:PORT]/DATABASE (or mariadb://)".into(),
+                ))
+            }
+        };
+        let opts = Opts::from_url(&normalised).map_err(|e| invalid(e.to_string()))?;
+        if opts.db_name().is_none_or(str::is_empty) {
+            return Err(invalid("no database named (…/DATABASE)".into()));
+        }
+        let attributes = HashMap::from([("program_name".to_string(), PROGRAM_NAME.to_string())]);
+        let opts = OptsBuilder::from_opts(opts)
+            // Stay on TCP, as to a remote server (no switch to the socket).
+            .prefer_socket(false)
+            .tcp_nodelay(true)
+            .tcp_keepalive(Some(Duration::from_secs(1)))
+            .connect_attributes(attributes)
+            .into();
+        Ok(MysqlConnector { opts, shown })
+    }
+
+    /// The URL, its password hidden.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// A new connection whose statements the server itself stops after
+    /// about `timeout` (lock waits: `innodb_lock_wait_timeout`, whole
+    /// seconds; MariaDB's `max_statement_time`; MySQL's
+    /// `max_execution_time` for its reads). The driver's own cut at the
+    /// request timeout comes first; these end what it leaves behind.
+    pub(crate) async fn connect(&self, timeout: Duration) -> Result<Conn, MysqlError> {
+        let mut conn = Conn::new(self.opts.clone())
+            .await
+            .map_err(|e| MysqlError::from_connect(&e))?;
+        let seconds = timeout.as_secs_f64();
+        let settings = [
+            format!(
+                "SET SESSION innodb_lock_wait_timeout = {}",
+                seconds.ceil().max(1.0)
+            ),
+            format!("SET SESSION max_statement_time = {seconds:.3}"),
+            format!(
+                "SET SESSION max_execution_time = {}",
+                timeout.as_millis().max(1)
+            ),
+        ];
+        for setting in settings {
+            match conn.query_drop(&setting).await {
+                Ok(()) => {}
+                // ER_UNKNOWN_SYSTEM_VARIABLE: the other server's setting.
+                Err(mysql_async::Error::Server(e)) if e.code == 1193 => {}
+                Err(e) => return Err(MysqlError::from_connect(&e)),
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Kills connection `id` on the server (its statement stops, its
+    /// transaction rolls back), from a connection of its own; errors are
+    /// only logged (the server may be unreachable).
+    pub(crate) async fn kill(&self, id: u32) {
+        let outcome = async {
+            let mut conn = Conn::new(self.opts.clone()).await?;
+            let killed = conn.query_drop(format!("KILL {id}")).await;
+            let _ = conn.disconnect().await;
+            killed
+        }
+        .await;
+        match outcome {
+            Ok(()) => tracing::debug!(id, "picolease: killed the abandoned connection"),
+            // ER_NO_SUCH_THREAD: it had gone already.
+            Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+            Err(e) => {
+                tracing::warn!(id, error = %e, "picolease: could not kill the abandoned connection")
+            }
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! The statement connection of a MySQL driver, a lone lease's or a set's:
+//! connected on demand (the table created on first connect), reused,
+//! dropped when it breaks or a statement on it fails for a reason that is
+//! not contention, killed on the server when the engine gives up on its
+//! statement, and reconnected with the shared capped, jittered backoff.
+//!
+//! A statement with a read-back (MySQL has no `RETURNING`) runs with it in
+//! one transaction, as [`picolease_core::sql::ReadBack`] prescribes; the
+//! rows decoded are the read's, never the write's row count.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use mysql_async::consts::ColumnType;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Params};
+use picolease_core::sql::{BatchBindings, Bindings, Cell, ReadOrder, Statement, Statements, Value};
+use picolease_core::{BatchReply, Reply};
+use tokio::time::Instant;
+
+use super::connect::MysqlConnector;
+use super::error::MysqlError;
+use crate::server::backoff::Backoff;
+use crate::server::{batch_name, operation_name, ran_name, Binding};
+use crate::set::{Answer, Ran};
+
+struct LinkState {
+    /// The connection between statements.
+    idle: Option<Conn>,
+    /// The server's id of the connection a statement is running on.
+    busy: Option<u32>,
+    /// The table has been created (or found) once.
+    table_ready: bool,
+    backoff: Backoff,
+}
+
+/// The statement connection of one driver.
+pub(crate) struct Link {
+    connector: MysqlConnector,
+    statements: Arc<Statements>,
+    auto_create: bool,
+    state: Mutex<LinkState>,
+}
+
+impl Link {
+    pub(crate) fn new(
+        connector: MysqlConnector,
+        statements: Arc<Statements>,
+        auto_create: bool,
+        backoff_cap: Duration,
+    ) -> Self {
+        Link {
+            connector,
+            statements,
+            auto_create,
+            state: Mutex::new(LinkState {
+                idle: None,
+                busy: None,
+                table_ready: false,
+                backoff: Backoff::new(backoff_cap),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, LinkState> {
+        // Each critical section is a single assignment: poisoning cannot
+        // leave the state inconsistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn table(&self) -> String {
+        self.statements.table().to_string()
+    }
+
+    /// The idle connection, or a new one (after the backoff) if there is
+    /// none; marked busy until given back.
+    async fn session(
+        &self,
+        during: &'static str,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Conn, MysqlError> {
+        let (wait_until, table_ready) = {
+            let mut state = self.state();
+            if let Some(conn) = state.idle.take() {
+                state.busy = Some(conn.id());
+                return Ok(conn);
+            }
+            (state.backoff.next_attempt(), state.table_ready)
+        };
+        if let Some(at) = wait_until {
+            if at >= deadline {
+                let state = self.state();
+                return Err(MysqlError::Connect {
+                    reason: format!(
+                        "backing off for {:?} after {} failed attempts (last: {})",
+                        at.saturating_duration_since(Instant::now()),
+                        state.backoff.failures,
+                        state.backoff.last_reason
+                    ),
+                });
+            }
+            tokio::time::sleep_until(at).await;
+        }
+        let attempt = async {
+            let mut conn = self.connector.connect(timeout).await?;
+            if self.auto_create && !table_ready {
+                create_table(&mut conn, &self.statements).await?;
+            }
+            Ok::<_, MysqlError>(conn)
+        };
+        let outcome = match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(MysqlError::Timeout {
+                during,
+                after: timeout,
+            }),
+        };
+        let mut state = self.state();
+        match outcome {
+            Ok(conn) => {
+                tracing::debug!(table = %self.statements.table(), id = conn.id(), "picolease: connected");
+                state.backoff.succeeded();
+                state.table_ready = true;
+                state.busy = Some(conn.id());
+                Ok(conn)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "picolease: could not connect");
+                state.backoff.failed(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives `conn` back after a statement, or drops it (retired) after
+    /// an error that is not contention.
+    async fn give_back(&self, mut conn: Conn, error: Option<&MysqlError>) {
+        if let Some(error) = error {
+            if error.retires_session() {
+                let mut state = self.state();
+                state.busy = None;
+                state.backoff.failed(error.to_string());
+                tracing::info!(error = %error, table = %self.statements.table(), "picolease: retiring the session; the next statement connects afresh");
+                return;
+            }
+            // Contention: the transaction may still be open.
+            if let Err(e) = conn.query_drop("ROLLBACK").await {
+                tracing::info!(error = %e, "picolease: rollback failed; retiring the session");
+                self.state().busy = None;
+                return;
+            }
+        }
+        let mut state = self.state();
+        state.busy = None;
+        state.idle = Some(conn);
+    }
+
+    /// Runs `statement` (with its read-back, in one transaction) and
+    /// returns the rows to decode.
+    async fn rows(
+        &self,
+        during: &'static str,
+        statement: &Statement,
+        values: Vec<Value<'_>>,
+        read_values: Option<Vec<Value<'_>>>,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<Cell>>, MysqlError> {
+        let mut conn = self.session(during, deadline, timeout).await?;
+        let result = run(&mut conn, statement, values, read_values).await;
+        let result = result.map_err(|e| MysqlError::from_statement(during, &self.table(), &e));
+        self.give_back(conn, result.as_ref().err()).await;
+        result
+    }
+
+    async fn execute(
+        &self,
+        binding: Binding,
+        statement: crate::set::Statement,
+    ) -> (Answer, Option<MysqlError>) {
+        let deadline = Instant::now() + binding.timeout;
+        let statements = Arc::clone(&self.statements);
+        let table = || statements.table().to_string();
+        match statement {
+            crate::set::Statement::Row(operation) => {
+                let bindings = Bindings {
+                    lease: &binding.lease,
+                    holder: binding.holder.as_str(),
+                    ttl_millis: binding.ttl_millis,
+                };
+                let sql = statements.for_operation(operation);
+                let epoch = operation.epoch();
+                let values = sql.bind(&bindings, epoch).collect();
+                let read = sql
+                    .read_back()
+                    .map(|read| read.statement().bind(&bindings, epoch).collect());
+                let rows = self
+                    .rows(
+                        operation_name(operation),
+                        sql,
+                        values,
+                        read,
+                        deadline,
+                        binding.timeout,
+                    )
+                    .await;
+                match rows.and_then(|rows| {
+                    statements
+                        .decode_reply(operation, &binding.holder, &rows)
+                        .map_err(|source| MysqlError::Row {
+                            table: table(),
+                            source: source.for_lease(&binding.lease),
+                        })
+                }) {
+                    Ok(reply) => (Answer::Row(reply), None),
+                    Err(e) => (Answer::Row(Reply::Failed(e.failure())), Some(e)),
+                }
+            }
+            crate::set::Statement::Batch(batch) => {
+                let json = batch.json();
+                let bindings = BatchBindings {
+                    holder: binding.holder.as_str(),
+                    ttl_millis: binding.ttl_millis,
+                    batch: &json,
+                    stale_millis: binding.stale_millis,
+                };
+                let sql = statements.for_batch(batch.kind);
+                let values = sql.bind_batch(&bindings).collect();
+                let read = sql
+                    .read_back()
+                    .map(|read| read.statement().bind_batch(&bindings).collect());
+                let rows = self
+                    .rows(
+                        batch_name(batch.kind),
+                        sql,
+                        values,
+                        read,
+                        deadline,
+                        binding.timeout,
+                    )
+                    .await;
+                match rows.and_then(|rows| {
+                    statements
+                        .decode_batch_reply(batch.kind, &binding.holder, &rows)
+                        .map_err(|source| MysqlError::Row {
+                            table: table(),
+                            source,
+                        })
+                }) {
+                    Ok(reply) => (Answer::Batch(reply), None),
+                    Err(e) => (Answer::Batch(BatchReply::Failed(e.failure())), Some(e)),
+                }
+            }
+        }
+    }
+}
+
+impl crate::server::Link for Link {
+    type Error = MysqlError;
+
+    fn execute(
+        self: Arc<Self>,
+        binding: Binding,
+        statement: crate::set::Statement,
+    ) -> BoxFuture<'static, (Answer, Option<MysqlError>)> {
+        async move { Link::execute(&self, binding, statement).await }.boxed()
+    }
+
+    /// The statement's future (and the connection it held) is dropped:
+    /// kill the connection on the server, so its statement stops and its
+    /// transaction rolls back there too.
+    fn abandon(&self, ran: Ran, timeout: Duration) -> MysqlError {
+        let busy = {
+            let mut state = self.state();
+            state.backoff.failed("a statement timed out".into());
+            state.busy.take()
+        };
+        if let Some(id) = busy {
+            let connector = self.connector.clone();
+            // Never waited for: the server may be unreachable.
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, connector.kill(id)).await;
+            });
+        }
+        MysqlError::Timeout {
+            during: ran_name(ran),
+            after: timeout,
+        }
+    }
+}
+
+/// Runs `statement` on `conn`: alone, or with its read-back in one
+/// transaction, whose rows are the result.
+pub(crate) async fn run(
+    conn: &mut Conn,
+    statement: &Statement,
+    values: Vec<Value<'_>>,
+    read_values: Option<Vec<Value<'_>>>,
+) -> Result<Vec<Vec<Cell>>, mysql_async::Error> {
+    let (Some(read), Some(read_values)) = (statement.read_back(), read_values) else {
+        let rows: Vec<mysql_async::Row> = conn.exec(statement.sql(), params(&values)).await?;
+        return Ok(rows.iter().map(cells).collect());
+    };
+    conn.query_drop("START TRANSACTION").await?;
+    let rows: Vec<mysql_async::Row> = match read.order() {
+        ReadOrder::AfterWrite => {
+            conn.exec_drop(statement.sql(), params(&values)).await?;
+            conn.exec(read.statement().sql(), params(&read_values))
+                .await?
+        }
+        ReadOrder::BeforeWrite => {
+            let rows = conn
+                .exec(read.statement().sql(), params(&read_values))
+                .await?;
+            conn.exec_drop(statement.sql(), params(&values)).await?;
+            rows
+        }
+    };
+    conn.query_drop("COMMIT").await?;
+    Ok(rows.iter().map(cells).collect())
+}
+
+/// Creates the table (and its `(name, epoch)` index, part of the
+/// `CREATE TABLE` on MySQL) if it is missing.
+pub(crate) async fn create_table(
+    conn: &mut Conn,
+    statements: &Statements,
+) -> Result<(), MysqlError> {
+    let table = statements.table().to_string();
+    conn.query_drop(statements.create_table())
+        .await
+        .map_err(|e| MysqlError::from_statement("create table", &table, &e))?;
+    if let Some(index) = statements.create_index() {
+        conn.query_drop(index)
+            .await
+            .map_err(|e| MysqlError::from_statement("create index", &table, &e))?;
+    }
+    Ok(())
+}
+
+/// The values of a statement as mysql_async binds them.
+fn params(values: &[Value<'_>]) -> Params {
+    if values.is_empty() {
+        return Params::Empty;
+    }
+    Params::Positional(
+        values
+            .iter()
+            .map(|v| match v {
+                Value::Text(s) => mysql_async::Value::Bytes(s.as_bytes().to_vec()),
+                Value::Int(n) => mysql_async::Value::Int(*n),
+            })
+            .collect(),
+    )
+}
+
+/// A row as [`Cell`]s: integers as `Int`, the string and binary-string
+/// types (the `VARBINARY` name and holder among them) as `Text` when they
+/// are UTF-8, anything else by its type's name (which the decoder
+/// reports as a malformed row).
+fn cells(row: &mysql_async::Row) -> Vec<Cell> {
+    let columns = row.columns_ref();
+    (0..row.len())
+        .map(|i| {
+            let ty = columns[i].column_type();
+            match row.as_ref(i) {
+                None | Some(mysql_async::Value::NULL) => Cell::Null,
+                Some(mysql_async::Value::Int(n)) => Cell::Int(*n),
+                Some(mysql_async::Value::UInt(n)) => i64::try_from(*n)
+                    .map(Cell::Int)
+                    .unwrap_or_else(|_| Cell::Other(format!("unsigned {n}"))),
+                Some(mysql_async::Value::Bytes(bytes)) if is_string(ty) => {
+                    String::from_utf8(bytes.clone())
+                        .map(Cell::Text)
+                        .unwrap_or_else(|_| Cell::Other("non-UTF-8 bytes".into()))
+                }
+                Some(_) => Cell::Other(format!("{ty:?}")),
+            }
+        })
+        .collect()
+}
+
+fn is_string(ty: ColumnType) -> bool {
+    matches!(
+        ty,
+        ColumnType::MYSQL_TYPE_VARCHAR
+            | ColumnType::MYSQL_TYPE_VAR_STRING
+            | ColumnType::MYSQL_TYPE_STRING
+            | ColumnType::MYSQL_TYPE_BLOB
+            | ColumnType::MYSQL_TYPE_TINY_BLOB
+            | ColumnType::MYSQL_TYPE_MEDIUM_BLOB
+            | ColumnType::MYSQL_TYPE_LONG_BLOB
+    )
+}

@@ -1,0 +1,75 @@
+//! The async driver on MySQL 8 and MariaDB 10.6+ (mysql_async).
+//!
+//! The same task as PostgreSQL's (`crate::server`: one per lone lease or
+//! lease set, each lease's work behind its gate), with MySQL's statement
+//! connection: each statement that must report what it did runs with its
+//! read-back in one transaction (MySQL has no `RETURNING`; DESIGN §3), so
+//! no decision rests on an affected-row count, which MySQL reports
+//! differently with and without `CLIENT_FOUND_ROWS`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use picolease::mysql::{MysqlConnector, MysqlLease};
+//! use picolease::{unique_holder_id, Config, LeaseName};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let connector = MysqlConnector::new("mysql://root@127.0.0.1:3306/test")?;
+//!     let config = Config::with_ttl(
+//!         LeaseName::new("maintenance")?,
+//!         unique_holder_id(),
+//!         Duration::from_secs(2),
+//!     );
+//!     let lease = MysqlLease::builder(config, connector)
+//!         .while_leader(|ctx| async move {
+//!             // Runs only while this node leads; ends when the term does.
+//!             ctx.cancelled().await;
+//!         })
+//!         .start()?;
+//!     let mut leadership = lease.watch();
+//!     leadership.wait_for(|l| l.is_leader()).await?;
+//!     lease.shutdown().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Connections and timeouts
+//!
+//! One statement connection per driver, over TCP, named `program_name =
+//! picolease` (visible in `performance_schema.session_connect_attrs`).
+//! Each session bounds its own statements on the server
+//! (`innodb_lock_wait_timeout`, and MariaDB's `max_statement_time` or
+//! MySQL's `max_execution_time`); past the request timeout the driver
+//! drops the connection and `KILL`s it from a second one, so its
+//! statement stops and its transaction rolls back. A statement error
+//! that is not contention (1205 lock wait timeout, 1213 deadlock, 1062 a
+//! raced first insert) retires the session; the next statement connects
+//! afresh after the shared backoff. A read-only server (`--read-only`, a
+//! replica) therefore never holds a node off once the address points at
+//! a writable one again.
+//!
+//! # Not yet
+//!
+//! No release notices (a follower takes a released lease at its next
+//! poll, within one interval), and no fenced transaction helper: put
+//! [`Fence::condition`] into your own statement inside your own
+//! transaction.
+
+mod admin;
+mod connect;
+mod error;
+mod fence;
+mod handle;
+mod link;
+mod options;
+
+pub use admin::{force_release, init, status};
+pub use connect::MysqlConnector;
+pub use error::MysqlError;
+pub use fence::Fence;
+pub use handle::{MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet, MysqlLeaseSetBuilder};
+
+/// What a gated task is given when its term starts: the term (`lease()`,
+/// `holder()`, `epoch()`), its [`Fence`], its deadline, and the signal to
+/// stop (`cancelled().await`).
+pub type LeaderContext = crate::server::LeaderContext<Fence>;
