@@ -167,9 +167,15 @@ fn bad_database_urls_and_paths() {
         &["/proc/picolease/none/x.db"],
     );
     assert_error(
-        &picolease(&["--db", "mysql://h/db", "status"]),
+        &picolease(&["--db", "oracle://h/db", "status"]),
         2,
-        &["mysql://h/db"],
+        &["oracle://h/db", "not a supported database URL"],
+    );
+    // A MySQL URL without a database, its password hidden.
+    assert_error(
+        &picolease(&["--db", "mysql://u:secret@h", "status"]),
+        2,
+        &["mysql://u:***@h", "no database"],
     );
     // With the `postgres` feature (the default) such URLs are served:
     // tests/cli_postgres.rs covers them.

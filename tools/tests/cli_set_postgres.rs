@@ -10,11 +10,11 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use support::pg::sql;
-use support::{now_ms, signal, Log, Node};
+use support::{counts, held, now_ms, signal, wait_for, Log, Node};
 
 const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -46,40 +46,6 @@ impl Drop for Database {
             )
         });
     }
-}
-
-fn held(log: &Log, dead: &BTreeSet<usize>) -> BTreeMap<usize, BTreeSet<String>> {
-    let mut held: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
-    for event in log.lock().unwrap().iter() {
-        let name = event.json["name"].as_str().unwrap().to_string();
-        let mine = held.entry(event.node).or_default();
-        match event.kind() {
-            "leader" => {
-                mine.insert(name);
-            }
-            "follower" => {
-                mine.remove(&name);
-            }
-            _ => {}
-        }
-    }
-    held.retain(|node, _| !dead.contains(node));
-    held
-}
-
-fn counts(log: &Log, dead: &BTreeSet<usize>) -> Vec<usize> {
-    let mut counts: Vec<usize> = held(log, dead).values().map(BTreeSet::len).collect();
-    counts.sort_unstable();
-    counts
-}
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    started.elapsed()
 }
 
 #[test]

@@ -78,9 +78,11 @@ pub fn run(backend: &Backend, options: Options) -> Result<std::process::ExitCode
         #[cfg(feature = "postgres")]
         Backend::Postgres(target) => Box::new(postgres::PgProbe::open(target, &table)?),
         #[cfg(feature = "mysql")]
-        Backend::Mysql(target) => return Err(CliError::usage(format!(
+        Backend::Mysql(target) => {
+            return Err(CliError::usage(format!(
             "bench has no MySQL probe yet (--db {target}): it measures sqlite:// and postgres://"
-        ))),
+        )))
+        }
     };
     let started = Instant::now();
     let outcome = measure(backend, &table, probe.as_mut(), &options);

@@ -5,8 +5,10 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod mysql;
 pub mod pg;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -309,4 +311,43 @@ pub fn kill_term_and_pause(nodes: &mut [Node], log: &Log, ttl: Duration, clean_h
     let leaders = events.iter().filter(|e| e.kind() == "leader").count();
     assert!(leaders >= 4, "{events:#?}");
     check_terms(&events, &ends);
+}
+
+/// The leases each live process holds, by its `leader`/`follower` events
+/// (the processes in `dead` left out).
+pub fn held(log: &Log, dead: &BTreeSet<usize>) -> BTreeMap<usize, BTreeSet<String>> {
+    let mut held: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for event in log.lock().unwrap().iter() {
+        let name = event.json["name"].as_str().unwrap().to_string();
+        let mine = held.entry(event.node).or_default();
+        match event.kind() {
+            "leader" => {
+                mine.insert(name);
+            }
+            "follower" => {
+                mine.remove(&name);
+            }
+            _ => {}
+        }
+    }
+    held.retain(|node, _| !dead.contains(node));
+    held
+}
+
+/// How many leases each live process holds, sorted.
+pub fn counts(log: &Log, dead: &BTreeSet<usize>) -> Vec<usize> {
+    let mut counts: Vec<usize> = held(log, dead).values().map(BTreeSet::len).collect();
+    counts.sort_unstable();
+    counts
+}
+
+/// Polls `done` every 20 ms until it holds (how long that took); fails
+/// the test past `limit`.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
 }
