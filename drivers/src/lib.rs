@@ -56,7 +56,7 @@ pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-mod server;
+pub mod server;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -153,7 +153,7 @@ impl crate::server::TermFence for Fence {
 /// A fenced transaction of a term's work.
 impl super::LeaderContext {
     /// Opens a fenced transaction of this term on `client`, bounded by the
-    /// leader's deadline as it stands now ([`LeaderContext::time_left`]);
+    /// leader's deadline as it stands now ([`LeaderContext::time_left`](super::LeaderContext::time_left));
     /// see [`Fence::transaction`] for what it guarantees and the bound it
     /// puts on a takeover's delay. Refused ([`PgError::Fenced`]) once the
     /// term has ended.

@@ -3,7 +3,10 @@
 //! (`driver.rs`), each lease's work behind its gate (`gate.rs`), the
 //! handle's side of the task (`task.rs`), the reconnect backoff
 //! (`backoff.rs`). A database brings only its statement connection (a
-//! [`Link`]), its fence and, where it has them, release notices.
+//! `Link`), its fence and, where it has them, release notices.
+//!
+//! Of all this only [`LeaderContext`] is public, as each driver's
+//! `LeaderContext` (`postgres::LeaderContext`, `mysql::LeaderContext`).
 
 pub(crate) mod backoff;
 pub(crate) mod builder;
