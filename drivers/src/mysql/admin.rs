@@ -2,8 +2,6 @@
 //! create the table, read the leases, force a lease free. Each connects
 //! with the [`MysqlConnector`] given, runs, and disconnects.
 
-use std::time::Duration;
-
 use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements};
 use picolease_core::{Epoch, LeaseName, RowError, TableName};
 
@@ -11,12 +9,9 @@ use super::connect::MysqlConnector;
 use super::error::MysqlError;
 use super::link::{create_table, run};
 
-/// How long an administrative statement may take on the server.
-const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Creates the lease table and its `(name, epoch)` index if missing.
 pub async fn init(connector: &MysqlConnector, table: &TableName) -> Result<(), MysqlError> {
-    let mut conn = connector.connect(ADMIN_TIMEOUT).await?;
+    let mut conn = connector.connect_client().await?;
     let created = create_table(&mut conn, &Statements::new(Dialect::Mysql, table)).await;
     let _ = conn.disconnect().await;
     created
@@ -75,6 +70,24 @@ pub async fn force_release(
     Ok(released)
 }
 
+/// Runs one protocol statement on `conn` as the driver runs it: with its
+/// read-back in one transaction when it has one (MySQL has no
+/// `RETURNING`), returning the rows to decode (`Statements::decode_reply`
+/// and the others): for tools that measure or inspect the statements on a
+/// plain connection.
+pub async fn run_statement(
+    conn: &mut mysql_async::Conn,
+    statement: &Statement,
+    bindings: &Bindings<'_>,
+    epoch: Option<Epoch>,
+) -> Result<Vec<Vec<Cell>>, mysql_async::Error> {
+    let values: Vec<_> = statement.bind(bindings, epoch).collect();
+    let read_values = statement
+        .read_back()
+        .map(|read| read.statement().bind(bindings, epoch).collect());
+    run(conn, statement, values, read_values).await
+}
+
 /// Runs `statement` (with its read-back, in one transaction) bound to
 /// `lease`, on a connection of its own.
 async fn query(
@@ -89,12 +102,8 @@ async fn query(
         holder: "",
         ttl_millis: 0,
     };
-    let mut conn = connector.connect(ADMIN_TIMEOUT).await?;
-    let values: Vec<_> = statement.bind(&bindings, None).collect();
-    let read_values = statement
-        .read_back()
-        .map(|read| read.statement().bind(&bindings, None).collect());
-    let outcome = run(&mut conn, statement, values, read_values).await;
+    let mut conn = connector.connect_client().await?;
+    let outcome = run_statement(&mut conn, statement, &bindings, None).await;
     let _ = conn.disconnect().await;
     outcome.map_err(|e| MysqlError::from_statement(during, &table.to_string(), &e))
 }

@@ -78,6 +78,13 @@ impl MysqlConnector {
         &self.shown
     }
 
+    /// A plain connection, as the driver's are made (TCP, named, its
+    /// statements bounded on the server after 10 s): for administrative
+    /// statements and your own fenced writes.
+    pub async fn connect_client(&self) -> Result<Conn, MysqlError> {
+        self.connect(Duration::from_secs(10)).await
+    }
+
     /// A new connection whose statements the server itself stops after
     /// about `timeout` (lock waits: `innodb_lock_wait_timeout`, whole
     /// seconds; MariaDB's `max_statement_time`; MySQL's

@@ -63,7 +63,7 @@ mod handle;
 mod link;
 mod options;
 
-pub use admin::{force_release, init, status};
+pub use admin::{force_release, init, run_statement, status};
 pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;

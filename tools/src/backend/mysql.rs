@@ -43,6 +43,11 @@ impl Target {
             connector: MysqlConnector::new(url)?,
         })
     }
+
+    /// The connector for the URL.
+    pub(crate) fn connector(&self) -> &MysqlConnector {
+        &self.connector
+    }
 }
 
 impl std::fmt::Display for Target {

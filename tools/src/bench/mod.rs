@@ -14,6 +14,8 @@
 //! | clean handover | `shutdown` of the leader to the successor's leadership | release commit (+ NOTIFY) and acquire commit on plain connections |
 //! | crash lag | the row's expiry (read right after the crash) to the successor's leadership | — |
 
+#[cfg(feature = "mysql")]
+mod mysql;
 mod postgres;
 mod report;
 mod sqlite;
@@ -78,11 +80,7 @@ pub fn run(backend: &Backend, options: Options) -> Result<std::process::ExitCode
         #[cfg(feature = "postgres")]
         Backend::Postgres(target) => Box::new(postgres::PgProbe::open(target, &table)?),
         #[cfg(feature = "mysql")]
-        Backend::Mysql(target) => {
-            return Err(CliError::usage(format!(
-            "bench has no MySQL probe yet (--db {target}): it measures sqlite:// and postgres://"
-        )))
-        }
+        Backend::Mysql(target) => Box::new(mysql::MysqlProbe::open(target, &table)?),
     };
     let started = Instant::now();
     let outcome = measure(backend, &table, probe.as_mut(), &options);

@@ -134,7 +134,13 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
     }
     println!(
         "floors: renew = the same UPDATE on a plain connection at the same pace; clean handover = release commit{} then acquire commit on plain connections",
-        if matches!(backend, Backend::Sqlite(_)) { "" } else { " with NOTIFY, its delivery," }
+        match backend {
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => " with NOTIFY, its delivery,",
+            // No release notice on SQLite's floor; none at all on MySQL
+            // yet (the driver's handover waits for a poll).
+            _ => "",
+        }
     );
     println!(
         "recommended: --ttl {ttl}ms --interval {interval}ms (interval: 10x the slowest renewal, at least 100ms; ttl: 4 intervals)"
