@@ -10,12 +10,14 @@ use std::process::Output;
 
 use support::picolease;
 
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 11] = [
     "rtt_p50_ms",
     "renew_p50_ms",
     "renew_p99_ms",
+    "renew_floor_p50_ms",
     "clean_handover_p50_ms",
     "clean_handover_max_ms",
+    "clean_handover_floor_p50_ms",
     "crash_lag_p50_ms",
     "crash_lag_max_ms",
     "recommended_ttl_ms",
@@ -24,7 +26,7 @@ const KEYS: [&str; 9] = [
 
 const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// Runs `bench --json` and checks the object: exactly the nine keys, all
+/// Runs `bench --json` and checks the object: exactly the eleven keys, all
 /// numbers, non-negative, p50 ≤ p99/max, and a recommendation the run
 /// command accepts (interval below ttl / 2).
 fn bench_json(db: &str) -> serde_json::Map<String, serde_json::Value> {
@@ -70,7 +72,7 @@ fn bench_json(db: &str) -> serde_json::Map<String, serde_json::Value> {
 }
 
 #[test]
-fn sqlite_bench_prints_the_nine_figures_and_leaves_no_table() {
+fn sqlite_bench_prints_the_figures_and_their_floors_and_leaves_no_table() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("bench.db").display());
     bench_json(&db);
@@ -88,8 +90,22 @@ fn sqlite_bench_prints_the_nine_figures_and_leaves_no_table() {
 }
 
 #[test]
-fn postgres_bench_prints_the_nine_figures() {
+fn postgres_bench_prints_the_figures_and_their_floors() {
     bench_json(PG);
+}
+
+/// MySQL/MariaDB at 127.0.0.1:3306 (fails, not skips, without it); the
+/// scratch table is dropped.
+#[test]
+fn mysql_bench_prints_the_figures_and_their_floors_and_leaves_no_table() {
+    let object = bench_json("mysql://root@127.0.0.1:3306/test");
+    assert!(object["renew_floor_p50_ms"].as_f64().unwrap() > 0.0);
+    let out = std::process::Command::new("mysql")
+        .args(["-h", "127.0.0.1", "-u", "root", "--batch", "--skip-column-names", "test"])
+        .args(["-e", "SELECT count(*) FROM information_schema.tables WHERE table_name LIKE 'picolease_bench_%'"])
+        .output()
+        .expect("the mysql client runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{out:?}");
 }
 
 #[test]
