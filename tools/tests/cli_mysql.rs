@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::Duration;
@@ -213,24 +213,7 @@ fn four_processes_share_200_leases_and_take_a_killed_ones_at_expiry() {
     }
 
     // Nobody led a lease another process led.
-    let mut leader: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, event) in events.iter().enumerate() {
-        if i == killed_index {
-            leader.retain(|_, node| *node != 3);
-        }
-        let name = event.json["name"].as_str().unwrap().to_string();
-        match event.kind() {
-            "leader" => {
-                if let Some(other) = leader.insert(name.clone(), event.node) {
-                    panic!("{name} led by {other} and {} at once", event.node);
-                }
-            }
-            "follower" if leader.get(&name) == Some(&event.node) => {
-                leader.remove(&name);
-            }
-            _ => {}
-        }
-    }
+    support::assert_never_led_twice(&events, Some((killed_index, 3)));
     for node in &mut nodes[..3] {
         signal(node, Signal::SIGTERM);
         assert_eq!(node.child.wait().unwrap().code(), Some(0));

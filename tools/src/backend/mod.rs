@@ -11,6 +11,8 @@
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod server;
 pub mod sqlite;
 
 use std::sync::Arc;

@@ -7,18 +7,15 @@
 //! code on every backend.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use futures::future::{BoxFuture, FutureExt};
-use picolease::mysql::{
-    self, LeaderContext, MysqlConnector, MysqlError, MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet,
-};
+use picolease::mysql::{self, MysqlConnector, MysqlError, MysqlLease, MysqlLeaseSet};
+use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
-use picolease::{Config, Epoch, LeaseName, TableName, Term};
-use tokio::sync::oneshot;
+use picolease::{Config, Epoch, LeaseName, TableName};
 
-use super::{runtime, Contender, Started};
-use crate::commands::child::{Gated, TermView};
+use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
+use super::{runtime, Started};
+use crate::commands::child::Gated;
 use crate::failure::CliError;
 
 /// A validated `mysql://` or `mariadb://` URL.
@@ -107,13 +104,6 @@ fn check(target: &Target, table: &TableName) -> Result<tokio::runtime::Runtime, 
     runtime()
 }
 
-/// The driver of `run` (one name), on its own thread with its own runtime.
-pub struct MysqlContender {
-    /// `true`: shut down (release); `false`: abort (no release).
-    stop: Option<oneshot::Sender<bool>>,
-    thread: Option<JoinHandle<Result<(), MysqlError>>>,
-}
-
 /// Starts the driver for `config` on `table`, with `gated` (CMD) as its
 /// gated work.
 pub fn start(
@@ -128,95 +118,23 @@ pub fn start(
     if let Some(gated) = gated {
         builder = builder.while_leader(supervise(gated));
     }
-    let (stop_tx, stop_rx) = oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("picolease-mysql".into())
-        .spawn(move || runtime.block_on(drive(builder, stop_rx)))
-        .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    let contender = MysqlContender {
-        stop: Some(stop_tx),
-        thread: Some(thread),
-    };
-    Ok((Box::new(contender), transitions))
+    let contender = spawn_lease(runtime, "MySQL", move || builder.start())?;
+    Ok((contender, transitions))
 }
 
-/// CMD as gated work, on the runtime's blocking pool.
-fn supervise(gated: Arc<Gated>) -> impl Fn(LeaderContext) -> BoxFuture<'static, ()> + Send + Sync {
-    move |ctx: LeaderContext| {
-        let gated = Arc::clone(&gated);
-        async move {
-            let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
-        }
-        .boxed()
-    }
-}
+impl AsyncLease for MysqlLease {
+    type Error = MysqlError;
 
-async fn drive(
-    builder: MysqlLeaseBuilder,
-    stop: oneshot::Receiver<bool>,
-) -> Result<(), MysqlError> {
-    let mut lease = builder.start()?;
-    tokio::select! {
-        result = lease.stopped() => result,
-        release = stop => match release {
-            Ok(false) => {
-                lease.abort();
-                Ok(())
-            }
-            _ => lease.shutdown().await,
-        },
-    }
-}
-
-/// The blocking supervisor's view of an async term, as on PostgreSQL.
-impl TermView for LeaderContext {
-    fn term(&self) -> &Term {
-        self
+    async fn stopped(&mut self) -> Result<(), MysqlError> {
+        MysqlLease::stopped(self).await
     }
 
-    fn deadline(&self) -> Option<std::time::Duration> {
-        LeaderContext::deadline(self)
+    async fn shutdown(self) -> Result<(), MysqlError> {
+        MysqlLease::shutdown(self).await
     }
 
-    fn ended(&self, timeout: std::time::Duration) -> bool {
-        if self.is_cancelled() {
-            return true;
-        }
-        let wait = timeout.min(self.time_left());
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let token = self.token().clone();
-                let _ = runtime.block_on(tokio::time::timeout(wait, token.cancelled_owned()));
-            }
-            Err(_) => std::thread::sleep(wait),
-        }
-        self.is_cancelled()
-    }
-}
-
-fn joined(thread: Option<JoinHandle<Result<(), MysqlError>>>) -> Result<(), CliError> {
-    match thread.map(JoinHandle::join) {
-        None | Some(Ok(Ok(()))) => Ok(()),
-        Some(Ok(Err(e))) => Err(e.into()),
-        Some(Err(_)) => Err(CliError::runtime("the MySQL lease thread panicked")),
-    }
-}
-
-impl Contender for MysqlContender {
-    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(true);
-        }
-        joined(self.thread.take())
-    }
-
-    fn abort(mut self: Box<Self>) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(false);
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    fn abort(self) {
+        MysqlLease::abort(self);
     }
 }
 
@@ -236,56 +154,22 @@ pub fn start_set(
     if let Some(gated) = gated {
         builder = builder.while_leader(supervise(gated));
     }
-    let (commands, mut inbox) = tokio::sync::mpsc::unbounded_channel();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name("picolease-mysql".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let set = match builder.start() {
-                    Ok(set) => set,
-                    Err(e) => {
-                        let _ = started_tx.send(Err(e));
-                        return Ok(());
-                    }
-                };
-                let _ = started_tx.send(Ok(set.snapshots()));
-                loop {
-                    match inbox.recv().await {
-                        Some(Some(lease)) => set.give_up(&lease),
-                        Some(None) | None => return set.shutdown().await,
-                    }
-                }
-            })
-        })
-        .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    let view = started
-        .recv()
-        .map_err(|_| CliError::runtime("the MySQL lease thread stopped at its start"))??;
-    Ok((
-        Box::new(MysqlSetContender {
-            commands,
-            thread: Some(thread),
-        }),
-        transitions,
-        view,
-    ))
+    let (contender, view) = spawn_set(runtime, "MySQL", move || builder.start())?;
+    Ok((contender, transitions, view))
 }
 
-/// A lease set on its own runtime thread; `Some(lease)` gives a lease up,
-/// `None` shuts down.
-struct MysqlSetContender {
-    commands: tokio::sync::mpsc::UnboundedSender<Option<LeaseName>>,
-    thread: Option<JoinHandle<Result<(), MysqlError>>>,
-}
+impl AsyncSet for MysqlLeaseSet {
+    type Error = MysqlError;
 
-impl super::SetContender for MysqlSetContender {
     fn give_up(&self, lease: &LeaseName) {
-        let _ = self.commands.send(Some(lease.clone()));
+        MysqlLeaseSet::give_up(self, lease);
     }
 
-    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        let _ = self.commands.send(None);
-        joined(self.thread.take())
+    fn snapshots(&self) -> SetSnapshots {
+        (**self).snapshots()
+    }
+
+    async fn shutdown(self) -> Result<(), MysqlError> {
+        MysqlLeaseSet::shutdown(self).await
     }
 }

@@ -9,18 +9,15 @@
 //! code on both backends.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use futures::future::{BoxFuture, FutureExt};
-use picolease::postgres::{
-    self, LeaderContext, PgConnector, PgError, PgLease, PgLeaseBuilder, PgLeaseSet,
-};
+use picolease::postgres::{self, PgConnector, PgError, PgLease, PgLeaseSet};
+use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
-use picolease::{redact_url, Config, Epoch, LeaseName, TableName, Term};
-use tokio::sync::oneshot;
+use picolease::{redact_url, Config, Epoch, LeaseName, TableName};
 
-use super::{runtime, Contender, Started};
-use crate::commands::child::{Gated, TermView};
+use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
+use super::{runtime, Started};
+use crate::commands::child::Gated;
 use crate::failure::CliError;
 
 /// A validated `postgres://` URL.
@@ -106,13 +103,6 @@ pub fn force_release(
     })
 }
 
-/// The driver of `run`, on its own thread with its own runtime.
-pub struct PgContender {
-    /// `true`: shut down (release); `false`: abort (no release).
-    stop: Option<oneshot::Sender<bool>>,
-    thread: Option<JoinHandle<Result<(), PgError>>>,
-}
-
 /// Starts the driver for `config` on `table`, with `gated` (CMD) as its
 /// gated work. Connects once first, so that an unreachable server or a
 /// refused login is reported at once (exit 1 or 2) rather than retried
@@ -126,103 +116,28 @@ pub fn start(
     let connector = target.connector()?;
     let runtime = runtime()?;
     runtime.block_on(async { connect(&connector, target).await.map(drop) })?;
-
     let mut builder = PgLease::builder(config, connector).table(table.clone());
     let transitions = builder.subscribe();
     if let Some(gated) = gated {
         builder = builder.while_leader(supervise(gated));
     }
-
-    let (stop_tx, stop_rx) = oneshot::channel();
-    let thread = std::thread::Builder::new()
-        .name("picolease-postgres".into())
-        .spawn(move || runtime.block_on(drive(builder, stop_rx)))
-        .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    let contender = PgContender {
-        stop: Some(stop_tx),
-        thread: Some(thread),
-    };
-    Ok((Box::new(contender), transitions))
+    let contender = spawn_lease(runtime, "PostgreSQL", move || builder.start())?;
+    Ok((contender, transitions))
 }
 
-/// CMD as gated work of a lone lease or of each lease of a set: the same
-/// blocking supervisor as on SQLite, on the runtime's blocking pool; the
-/// task (and so the lease's next statement, or its release) waits for it.
-fn supervise(gated: Arc<Gated>) -> impl Fn(LeaderContext) -> BoxFuture<'static, ()> + Send + Sync {
-    move |ctx: LeaderContext| {
-        let gated = Arc::clone(&gated);
-        async move {
-            let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
-        }
-        .boxed()
-    }
-}
+impl AsyncLease for PgLease {
+    type Error = PgError;
 
-/// Starts the driver and shuts it down when asked (or when the handle is
-/// dropped); returns the driver's outcome.
-async fn drive(builder: PgLeaseBuilder, stop: oneshot::Receiver<bool>) -> Result<(), PgError> {
-    let mut lease = builder.start()?;
-    tokio::select! {
-        result = lease.stopped() => result,
-        release = stop => match release {
-            Ok(false) => {
-                lease.abort();
-                Ok(())
-            }
-            _ => lease.shutdown().await,
-        },
-    }
-}
-
-/// The blocking supervisor's view of an async term (it runs on a blocking
-/// thread of the runtime).
-impl TermView for LeaderContext {
-    fn term(&self) -> &Term {
-        self
+    async fn stopped(&mut self) -> Result<(), PgError> {
+        PgLease::stopped(self).await
     }
 
-    fn deadline(&self) -> Option<std::time::Duration> {
-        LeaderContext::deadline(self)
+    async fn shutdown(self) -> Result<(), PgError> {
+        PgLease::shutdown(self).await
     }
 
-    /// Waits on the term's token (woken at once when the driver stops the
-    /// work) or its deadline, whichever comes first, from the runtime's
-    /// blocking pool, where the supervisor runs.
-    fn ended(&self, timeout: std::time::Duration) -> bool {
-        if self.is_cancelled() {
-            return true;
-        }
-        let wait = timeout.min(self.time_left());
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let token = self.token().clone();
-                let _ = runtime.block_on(tokio::time::timeout(wait, token.cancelled_owned()));
-            }
-            Err(_) => std::thread::sleep(wait),
-        }
-        self.is_cancelled()
-    }
-}
-
-impl Contender for PgContender {
-    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(true);
-        }
-        match self.thread.take().map(JoinHandle::join) {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(e))) => Err(e.into()),
-            Some(Err(_)) => Err(CliError::runtime("the PostgreSQL lease thread panicked")),
-        }
-    }
-
-    fn abort(mut self: Box<Self>) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(false);
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+    fn abort(self) {
+        PgLease::abort(self);
     }
 }
 
@@ -243,62 +158,22 @@ pub fn start_set(
     if let Some(gated) = gated {
         builder = builder.while_leader(supervise(gated));
     }
-    let (commands, mut inbox) = tokio::sync::mpsc::unbounded_channel();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name("picolease-postgres".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let set = match builder.start() {
-                    Ok(set) => set,
-                    Err(e) => {
-                        let _ = started_tx.send(Err(e));
-                        return Ok(());
-                    }
-                };
-                let _ = started_tx.send(Ok(set.snapshots()));
-                loop {
-                    match inbox.recv().await {
-                        Some(SetCommand::GiveUp(lease)) => set.give_up(&lease),
-                        Some(SetCommand::Shutdown) | None => return set.shutdown().await,
-                    }
-                }
-            })
-        })
-        .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    let view = started
-        .recv()
-        .map_err(|_| CliError::runtime("the PostgreSQL lease thread stopped at its start"))??;
-    let contender = PgSetContender {
-        commands,
-        thread: Some(thread),
-    };
-    Ok((Box::new(contender), transitions, view))
+    let (contender, view) = spawn_set(runtime, "PostgreSQL", move || builder.start())?;
+    Ok((contender, transitions, view))
 }
 
-/// What `run` asks of the set's runtime thread.
-enum SetCommand {
-    GiveUp(LeaseName),
-    Shutdown,
-}
+impl AsyncSet for PgLeaseSet {
+    type Error = PgError;
 
-/// A lease set on its own runtime thread.
-struct PgSetContender {
-    commands: tokio::sync::mpsc::UnboundedSender<SetCommand>,
-    thread: Option<JoinHandle<Result<(), PgError>>>,
-}
-
-impl super::SetContender for PgSetContender {
     fn give_up(&self, lease: &LeaseName) {
-        let _ = self.commands.send(SetCommand::GiveUp(lease.clone()));
+        PgLeaseSet::give_up(self, lease);
     }
 
-    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        let _ = self.commands.send(SetCommand::Shutdown);
-        match self.thread.take().map(JoinHandle::join) {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(e))) => Err(e.into()),
-            Some(Err(_)) => Err(CliError::runtime("the PostgreSQL lease thread panicked")),
-        }
+    fn snapshots(&self) -> SetSnapshots {
+        (**self).snapshots()
+    }
+
+    async fn shutdown(self) -> Result<(), PgError> {
+        PgLeaseSet::shutdown(self).await
     }
 }

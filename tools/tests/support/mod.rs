@@ -351,3 +351,29 @@ pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> 
     }
     started.elapsed()
 }
+
+/// Fails the test if any lease in `events` was led by two processes at
+/// once; `killed` (the index of the first event after a SIGKILL, and the
+/// process killed) ends that process's terms there.
+pub fn assert_never_led_twice(events: &[Event], killed: Option<(usize, usize)>) {
+    let mut leader: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, event) in events.iter().enumerate() {
+        if let Some((at, victim)) = killed {
+            if i == at {
+                leader.retain(|_, node| *node != victim);
+            }
+        }
+        let name = event.json["name"].as_str().unwrap().to_string();
+        match event.kind() {
+            "leader" => {
+                if let Some(other) = leader.insert(name.clone(), event.node) {
+                    panic!("{name} led by {other} and {} at once", event.node);
+                }
+            }
+            "follower" if leader.get(&name) == Some(&event.node) => {
+                leader.remove(&name);
+            }
+            _ => {}
+        }
+    }
+}
