@@ -209,4 +209,12 @@ impl crate::server::DriverError for MysqlError {
     fn stopped(reason: String) -> Self {
         MysqlError::Stopped { reason }
     }
+
+    fn row(table: String, source: RowError) -> Self {
+        MysqlError::Row { table, source }
+    }
+
+    fn failure(&self) -> Failure {
+        MysqlError::failure(self)
+    }
 }

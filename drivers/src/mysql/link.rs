@@ -17,13 +17,12 @@ use mysql_async::consts::ColumnType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params};
 use picolease_core::sql::{BatchBindings, Bindings, Cell, ReadOrder, Statement, Statements, Value};
-use picolease_core::{BatchReply, Reply};
 use tokio::time::Instant;
 
 use super::connect::MysqlConnector;
 use super::error::MysqlError;
 use crate::server::backoff::Backoff;
-use crate::server::{batch_name, operation_name, ran_name, Binding};
+use crate::server::{answer, batch_name, operation_name, ran_name, Binding};
 use crate::set::{Answer, Ran};
 
 struct LinkState {
@@ -183,8 +182,8 @@ impl Link {
     ) -> (Answer, Option<MysqlError>) {
         let deadline = Instant::now() + binding.timeout;
         let statements = Arc::clone(&self.statements);
-        let table = || statements.table().to_string();
-        match statement {
+        let ran = Ran::of(&statement);
+        let rows = match statement {
             crate::set::Statement::Row(operation) => {
                 let bindings = Bindings {
                     lease: &binding.lease,
@@ -197,27 +196,9 @@ impl Link {
                 let read = sql
                     .read_back()
                     .map(|read| read.statement().bind(&bindings, epoch).collect());
-                let rows = self
-                    .rows(
-                        operation_name(operation),
-                        sql,
-                        values,
-                        read,
-                        deadline,
-                        binding.timeout,
-                    )
-                    .await;
-                match rows.and_then(|rows| {
-                    statements
-                        .decode_reply(operation, &binding.holder, &rows)
-                        .map_err(|source| MysqlError::Row {
-                            table: table(),
-                            source: source.for_lease(&binding.lease),
-                        })
-                }) {
-                    Ok(reply) => (Answer::Row(reply), None),
-                    Err(e) => (Answer::Row(Reply::Failed(e.failure())), Some(e)),
-                }
+                let during = operation_name(operation);
+                self.rows(during, sql, values, read, deadline, binding.timeout)
+                    .await
             }
             crate::set::Statement::Batch(batch) => {
                 let json = batch.json();
@@ -232,29 +213,12 @@ impl Link {
                 let read = sql
                     .read_back()
                     .map(|read| read.statement().bind_batch(&bindings).collect());
-                let rows = self
-                    .rows(
-                        batch_name(batch.kind),
-                        sql,
-                        values,
-                        read,
-                        deadline,
-                        binding.timeout,
-                    )
-                    .await;
-                match rows.and_then(|rows| {
-                    statements
-                        .decode_batch_reply(batch.kind, &binding.holder, &rows)
-                        .map_err(|source| MysqlError::Row {
-                            table: table(),
-                            source,
-                        })
-                }) {
-                    Ok(reply) => (Answer::Batch(reply), None),
-                    Err(e) => (Answer::Batch(BatchReply::Failed(e.failure())), Some(e)),
-                }
+                let during = batch_name(batch.kind);
+                self.rows(during, sql, values, read, deadline, binding.timeout)
+                    .await
             }
-        }
+        };
+        answer(&statements, ran, &binding, rows)
     }
 }
 

@@ -8,17 +8,25 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use picolease_core::sql::{BatchBindings, Cell};
-use picolease_core::{BatchReply, Reply};
+use picolease_core::sql::BatchBindings;
+use picolease_core::{Failure, RowError};
 
 use super::error::PgError;
 use super::link::{Call, Link};
-use crate::server::{ran_name, Binding, DriverError};
+use crate::server::{answer, ran_name, Binding, DriverError};
 use crate::set::{Answer, Ran, Statement};
 
 impl DriverError for PgError {
     fn stopped(reason: String) -> Self {
         PgError::Stopped { reason }
+    }
+
+    fn row(table: String, source: RowError) -> Self {
+        PgError::Row { table, source }
+    }
+
+    fn failure(&self) -> Failure {
+        PgError::failure(self)
     }
 }
 
@@ -54,9 +62,8 @@ impl crate::server::Link for Link {
 /// error behind a failed one. The request timeout starts now.
 async fn execute(link: &Link, binding: Binding, statement: Statement) -> (Answer, Option<PgError>) {
     let deadline = tokio::time::Instant::now() + binding.timeout;
-    let statements = link.statements();
-    let table = || statements.table().to_string();
-    match statement {
+    let ran = Ran::of(&statement);
+    let rows = match statement {
         Statement::Row(operation) => {
             let call = Call {
                 operation,
@@ -66,18 +73,7 @@ async fn execute(link: &Link, binding: Binding, statement: Statement) -> (Answer
                 deadline,
                 timeout: binding.timeout,
             };
-            let rows = link.execute(call).await;
-            match rows.and_then(|rows| {
-                statements
-                    .decode_reply(operation, &binding.holder, &rows)
-                    .map_err(|source| PgError::Row {
-                        table: table(),
-                        source: source.for_lease(&binding.lease),
-                    })
-            }) {
-                Ok(reply) => (Answer::Row(reply), None),
-                Err(e) => (Answer::Row(Reply::Failed(e.failure())), Some(e)),
-            }
+            link.execute(call).await
         }
         Statement::Batch(batch) => {
             let json = batch.json();
@@ -87,20 +83,9 @@ async fn execute(link: &Link, binding: Binding, statement: Statement) -> (Answer
                 batch: &json,
                 stale_millis: binding.stale_millis,
             };
-            let rows: Result<Vec<Vec<Cell>>, PgError> = link
-                .execute_batch(batch.kind, &bindings, deadline, binding.timeout)
-                .await;
-            match rows.and_then(|rows| {
-                statements
-                    .decode_batch_reply(batch.kind, &binding.holder, &rows)
-                    .map_err(|source| PgError::Row {
-                        table: table(),
-                        source,
-                    })
-            }) {
-                Ok(reply) => (Answer::Batch(reply), None),
-                Err(e) => (Answer::Batch(BatchReply::Failed(e.failure())), Some(e)),
-            }
+            link.execute_batch(batch.kind, &bindings, deadline, binding.timeout)
+                .await
         }
-    }
+    };
+    answer(link.statements(), ran, &binding, rows)
 }

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use picolease_core::sql::Statements;
-use picolease_core::{Epoch, HolderId, LeaseName};
+use picolease_core::sql::{Cell, Statements};
+use picolease_core::{BatchReply, Epoch, Failure, HolderId, LeaseName, Reply, RowError};
 
 use crate::set::{Answer, Ran, Statement};
 
@@ -70,6 +70,40 @@ pub(crate) trait Link: Send + Sync + 'static {
 pub(crate) trait DriverError: Clone + std::fmt::Display + Send + Sync + 'static {
     /// The task ended by a panic or a cancel of its own (`reason`).
     fn stopped(reason: String) -> Self;
+    /// A row of `table` that does not decode.
+    fn row(table: String, source: RowError) -> Self;
+    /// Whether retrying may help.
+    fn failure(&self) -> Failure;
+}
+
+/// The engine's answer to `ran` from the rows a database returned for it
+/// (or the error that stopped it), decoded by `statements`; with the error
+/// behind a failed answer.
+pub(crate) fn answer<E: DriverError>(
+    statements: &Statements,
+    ran: Ran,
+    binding: &Binding,
+    rows: Result<Vec<Vec<Cell>>, E>,
+) -> (Answer, Option<E>) {
+    let table = || statements.table().to_string();
+    match ran {
+        Ran::Row(operation) => match rows.and_then(|rows| {
+            statements
+                .decode_reply(operation, &binding.holder, &rows)
+                .map_err(|source| E::row(table(), source.for_lease(&binding.lease)))
+        }) {
+            Ok(reply) => (Answer::Row(reply), None),
+            Err(e) => (Answer::Row(Reply::Failed(e.failure())), Some(e)),
+        },
+        Ran::Batch(kind) => match rows.and_then(|rows| {
+            statements
+                .decode_batch_reply(kind, &binding.holder, &rows)
+                .map_err(|source| E::row(table(), source))
+        }) {
+            Ok(reply) => (Answer::Batch(reply), None),
+            Err(e) => (Answer::Batch(BatchReply::Failed(e.failure())), Some(e)),
+        },
+    }
 }
 
 /// A database's fence of one term, made for each term's context.
