@@ -172,6 +172,14 @@ impl MysqlLeaseSetBuilder {
         self.fanout.subscribe()
     }
 
+    /// `lease`'s leadership changes from the start on, in order, as a lone
+    /// lease's builder's `subscribe()`; `None` for a lease outside the set.
+    pub fn subscribe_to(&self, lease: &LeaseName) -> Option<Subscription> {
+        self.leases
+            .contains(lease)
+            .then(|| self.fanout.subscribe_to(Some(lease.clone())))
+    }
+
     /// Validates the set and spawns its task on the current tokio runtime
     /// (panics outside one, like `tokio::spawn`).
     pub fn start(self) -> Result<MysqlLeaseSet, MysqlError> {
