@@ -238,10 +238,13 @@ mod tests {
         );
         assert!(Backend::parse("mysql://x").is_err());
         assert!(Backend::parse("sqlite://").is_err());
-        let foreign = Backend::parse("mysql://u:secret@h/db")
+        let foreign = Backend::parse("oracle://u:secret@h/db")
             .unwrap_err()
             .to_string();
         assert!(!foreign.contains("secret"), "{foreign}");
+        // A MySQL URL: its password hidden wherever it is shown.
+        let mysql = Backend::parse("mariadb://u:secret@h/db").unwrap();
+        assert_eq!(mysql.place(), "mariadb://u:***@h/db");
     }
 
     #[cfg(feature = "postgres")]
