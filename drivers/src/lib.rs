@@ -88,8 +88,45 @@ pub fn random_u64() -> u64 {
 
 /// A connection URL with any password hidden, so no message prints it:
 /// the userinfo password (`scheme://user:***@host/…`) and any
-/// `password=` value (`?password=***`, `host=h password=*** …`).
+/// `password=` value (`?password=***`, `host=h password=*** …`), also
+/// inside a percent-encoded notice URL (`picolease_notify_url=`).
 pub fn redact_url(url: &str) -> String {
+    let shown = redact_plain(url);
+    let key = "picolease_notify_url=";
+    let Some(start) = shown.find(key).map(|at| at + key.len()) else {
+        return shown;
+    };
+    let end = shown[start..]
+        .find(['&', ' '])
+        .map_or(shown.len(), |i| start + i);
+    let inner = redact_encoded(&shown[start..end]);
+    format!("{}{inner}{}", &shown[..start], &shown[end..])
+}
+
+/// A percent-encoded URL (`postgres%3A%2F%2Fu%3Apw%40h%2Fdb`) with its
+/// userinfo password hidden.
+fn redact_encoded(value: &str) -> String {
+    let upper = value.to_ascii_uppercase();
+    let Some(authority) = upper.find("%2F%2F").map(|at| at + 6) else {
+        return value.to_string();
+    };
+    let authority_end = upper[authority..]
+        .find("%2F")
+        .map_or(upper.len(), |i| authority + i);
+    let Some(at) = upper[authority..authority_end].rfind("%40") else {
+        return value.to_string();
+    };
+    match upper[authority..authority + at].find("%3A") {
+        Some(colon) => format!(
+            "{}***{}",
+            &value[..authority + colon + 3],
+            &value[authority + at..]
+        ),
+        None => value.to_string(),
+    }
+}
+
+fn redact_plain(url: &str) -> String {
     let mut shown = url.to_string();
     if let Some(scheme_end) = url.find("://") {
         let rest = &url[scheme_end + 3..];
@@ -142,6 +179,10 @@ mod tests {
         assert_eq!(kv, "host=db password=*** user=u");
         // An '@' in the path is not userinfo.
         assert_eq!(redact_url("postgres://h/db@x"), "postgres://h/db@x");
+        assert_eq!(
+            redact_url("postgres://u:pw@b/db?picolease_notify_url=postgres%3A%2F%2Fu%3Asecret%40db%2Fx&y=1"),
+            "postgres://u:***@b/db?picolease_notify_url=postgres%3A%2F%2Fu%3A***%40db%2Fx&y=1"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //!   suite (`conformance/mod.rs`, cases 1–11) run on both drivers, plus each
 //!   driver's own cases.
 //! - `pg_fence`: fenced transactions on PostgreSQL (lock modes, bounds).
+//! - `pg_pooler`: the driver behind a private PgBouncer in transaction mode.
 //! - `suspend`: a suspend-like clock jump stops gated work at once.
 //! - `pg_faults`, `pg_handover`, `pg_many`: the async driver behind a TCP
 //!   proxy (stall, reset, latency), clean handovers, 50 contenders.

@@ -6,9 +6,8 @@ use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statemen
 use picolease_core::{Epoch, LeaseName, RowError, TableName};
 use tokio_postgres::Client;
 
-use super::cells::{param_type, rows_to_cells, to_sql};
+use super::cells::{rows_to_cells, typed};
 use super::error::PgError;
-use super::link::create_table;
 
 /// Creates the lease table if it does not exist (`init`), and the unique
 /// index on `(name, epoch)` that orders fenced transactions before a
@@ -25,7 +24,7 @@ pub async fn init(client: &Client, table: &TableName) -> Result<(), PgError> {
 pub async fn status(client: &Client, table: &TableName) -> Result<Vec<LeaseRow>, PgError> {
     let statements = Statements::new(Dialect::Postgres, table);
     let rows = client
-        .query(statements.status().sql(), &[])
+        .query_typed(statements.status().sql(), &[])
         .await
         .map_err(|e| PgError::from_statement("status", &table.to_string(), &e))?;
     let cells = rows_to_cells(&rows)
@@ -72,7 +71,8 @@ pub async fn force_release(
     Ok(released)
 }
 
-/// Prepares `statement` with typed parameters, runs it, and returns its
+/// Runs `statement` unnamed with typed parameters (one round trip, and
+/// nothing left on the session for a pooler to mix up), and returns its
 /// rows as cells.
 async fn query(
     client: &Client,
@@ -82,13 +82,41 @@ async fn query(
 ) -> Result<Vec<Vec<Cell>>, PgError> {
     let fail =
         |e: tokio_postgres::Error| PgError::from_statement("force release", &table.to_string(), &e);
-    let types: Vec<_> = statement.params().iter().copied().map(param_type).collect();
-    let prepared = client
-        .prepare_typed(statement.sql(), &types)
+    let values: Vec<_> = statement.bind(bindings, None).collect();
+    let rows = client
+        .query_typed(statement.sql(), &typed(statement, &values))
         .await
         .map_err(fail)?;
-    let values: Vec<_> = statement.bind(bindings, None).collect();
-    let params: Vec<_> = values.iter().map(to_sql).collect();
-    let rows = client.query(&prepared, &params).await.map_err(fail)?;
     rows_to_cells(&rows).map_err(fail)
+}
+
+/// Runs `CREATE TABLE IF NOT EXISTS`, then creates the fence index on
+/// `(name, epoch)` if it is missing ([`Statements::create_index`]), on a new
+/// table or one created before the index existed. Two contenders creating
+/// either at the same moment can make PostgreSQL report a duplicate (42P07;
+/// 23505 on its catalog; 42710 for the table's row type): it exists, which
+/// is all that was asked.
+pub(super) async fn create_table(client: &Client, statements: &Statements) -> Result<(), PgError> {
+    let table = statements.table().to_string();
+    let tolerate_duplicate =
+        |during: &'static str, result: Result<(), tokio_postgres::Error>| match result {
+            Ok(()) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.code().map(|c| c.code()),
+                    Some("42P07" | "23505" | "42710")
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(PgError::from_statement(during, &table, &e)),
+        };
+    tolerate_duplicate(
+        "create table",
+        client.batch_execute(statements.create_table()).await,
+    )?;
+    if let Some(index) = statements.create_index() {
+        tolerate_duplicate("create index", client.batch_execute(index).await)?;
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 //! The driver does not interpret rows: it maps each column to a `Cell` by
 //! its PostgreSQL type and lets `Statements::decode_reply` judge the shape.
 
-use picolease_core::sql::{Cell, Param, Value};
+use picolease_core::sql::{Cell, Param, Statement, Value};
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::Row;
 
@@ -62,4 +62,18 @@ pub(crate) fn to_sql<'a>(value: &'a Value<'a>) -> &'a (dyn ToSql + Sync) {
         Value::Text(text) => text,
         Value::Int(int) => int,
     }
+}
+
+/// `values` (bound for `statement`, one per placeholder) with the type
+/// each is sent as: the parameters of an unnamed statement
+/// (`Client::query_typed`).
+pub(crate) fn typed<'a>(
+    statement: &Statement,
+    values: &'a [Value<'a>],
+) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    values
+        .iter()
+        .zip(statement.params())
+        .map(|(value, param)| (to_sql(value), param_type(*param)))
+        .collect()
 }

@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Connection, NoTls};
 
 use super::error::PgError;
+use super::pooler::{own_params, Pooler};
 use crate::redact_url;
 
 /// A boxed, sendable future: what connector methods return.
@@ -77,6 +78,15 @@ pub trait Connect: Send + Sync + 'static {
     fn cancel(&self, token: CancelToken) -> BoxFuture<Result<(), tokio_postgres::Error>> {
         Box::pin(async move { token.cancel_query(NoTls).await })
     }
+
+    /// How the connections reach the server; [`Pooler::Transaction`]
+    /// makes the driver send every statement unnamed. The default is
+    /// [`Pooler::None`]; a connector for a transaction pooler says so
+    /// here, and its [`Connect::connect_listener`] should connect directly
+    /// (or return `None`).
+    fn pooler(&self) -> Pooler {
+        Pooler::None
+    }
 }
 
 impl<F, Fut> Connect for F
@@ -97,40 +107,59 @@ where
 /// unless the URL names them. Unless the URL says otherwise it sets a connect timeout of 5 s
 /// and TCP keepalives after 30 s idle, so a dead peer is noticed by the
 /// operating system too.
+///
+/// Two parameters of the URL are picolease's own, taken out before
+/// tokio-postgres reads it: `picolease_pooler=transaction` says a
+/// transaction pooler (PgBouncer in transaction mode) is in the way
+/// ([`Pooler::Transaction`]: no named prepared statements, no `LISTEN`
+/// through it), and `picolease_notify_url=…` (a percent-encoded
+/// `postgres://` URL) names a direct connection for release notices.
+/// [`PgConnector::with_pooler`] and [`PgConnector::with_notify_url`] set the
+/// same.
 #[derive(Clone)]
 pub struct PgConnector {
     config: tokio_postgres::Config,
+    pooler: Pooler,
+    /// Where release notices are listened for behind a transaction
+    /// pooler (without one, nowhere: followers poll).
+    notify: Option<tokio_postgres::Config>,
 }
 
 impl PgConnector {
     /// Parses `url`; a malformed URL is [`PgError::InvalidUrl`] (with the
     /// password removed from the message).
     pub fn new(url: &str) -> Result<Self, PgError> {
-        let mut config =
-            tokio_postgres::Config::from_str(url).map_err(|e| PgError::InvalidUrl {
-                url: redact_url(url),
-                reason: e.to_string(),
-            })?;
-        if config.get_application_name().is_none() {
-            // Named for `pg_stat_activity`, unless the URL names them.
-            config.application_name(super::link::APPLICATION_NAME);
+        let own = own_params(url)?;
+        let config = with_defaults(parse(&own.rest, url)?, url);
+        let mut connector = PgConnector::from_config(config).with_pooler(own.pooler);
+        if let Some(notify_url) = own.notify_url {
+            connector = connector.with_notify_url(&notify_url)?;
         }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(5));
-        }
-        config.keepalives(true);
-        if !url.contains("keepalives_idle") {
-            // The listening connection only reads: without keepalives a
-            // silently dropped peer would go unnoticed (and notifications
-            // with it) for tokio-postgres's default of two hours.
-            config.keepalives_idle(Duration::from_secs(30));
-        }
-        Ok(PgConnector { config })
+        Ok(connector)
     }
 
-    /// A connector for an already built configuration.
+    /// The same connector for connections through `pooler`.
+    pub fn with_pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// The same connector, listening for release notices on a direct
+    /// connection to `url` when a transaction pooler is in the way (the
+    /// pooler cannot carry `LISTEN`). Without a transaction pooler the
+    /// notices come through the connector's own URL and this is unused.
+    pub fn with_notify_url(mut self, url: &str) -> Result<Self, PgError> {
+        self.notify = Some(PgConnector::new(url)?.config);
+        Ok(self)
+    }
+
+    /// A connector for an already built configuration, as it is.
     pub fn from_config(config: tokio_postgres::Config) -> Self {
-        PgConnector { config }
+        PgConnector {
+            config,
+            pooler: Pooler::None,
+            notify: None,
+        }
     }
 
     /// The configuration connections are made with.
@@ -147,13 +176,52 @@ impl PgConnector {
     }
 }
 
+/// `config` with picolease's defaults where `url` is silent: the
+/// connections named for `pg_stat_activity`, a connect timeout of 5 s and
+/// TCP keepalives after 30 s idle.
+fn with_defaults(mut config: tokio_postgres::Config, url: &str) -> tokio_postgres::Config {
+    if config.get_application_name().is_none() {
+        config.application_name(super::link::APPLICATION_NAME);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    config.keepalives(true);
+    if !url.contains("keepalives_idle") {
+        // The listening connection only reads: without keepalives a
+        // silently dropped peer would go unnoticed (and notifications
+        // with it) for tokio-postgres's default of two hours.
+        config.keepalives_idle(Duration::from_secs(30));
+    }
+    config
+}
+
+/// `rest` (a URL without picolease's own parameters) as tokio-postgres
+/// reads it; errors name `url`, the URL as given, without its password.
+fn parse(rest: &str, url: &str) -> Result<tokio_postgres::Config, PgError> {
+    tokio_postgres::Config::from_str(rest).map_err(|e| PgError::InvalidUrl {
+        url: redact_url(url),
+        reason: e.to_string(),
+    })
+}
+
 impl std::fmt::Debug for PgConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // tokio_postgres::Config's Debug already hides the password.
         f.debug_struct("PgConnector")
             .field("config", &self.config)
+            .field("pooler", &self.pooler)
+            .field("notify", &self.notify)
             .finish()
     }
+}
+
+/// Connects with `config` and hands the connection to the caller.
+async fn connect_listening(
+    config: tokio_postgres::Config,
+) -> Result<Listener, tokio_postgres::Error> {
+    let (client, connection) = config.connect(NoTls).await?;
+    Ok(Listener::new(client, connection))
 }
 
 impl Connect for PgConnector {
@@ -170,11 +238,17 @@ impl Connect for PgConnector {
         })
     }
 
+    /// Through a transaction pooler, only on the direct notice
+    /// connection, if there is one.
     fn connect_listener(&self) -> Option<BoxFuture<Result<Listener, tokio_postgres::Error>>> {
-        let config = self.config.clone();
-        Some(Box::pin(async move {
-            let (client, connection) = config.connect(NoTls).await?;
-            Ok(Listener::new(client, connection))
-        }))
+        let config = match self.pooler {
+            Pooler::None => self.config.clone(),
+            Pooler::Transaction => self.notify.clone()?,
+        };
+        Some(Box::pin(connect_listening(config)))
+    }
+
+    fn pooler(&self) -> Pooler {
+        self.pooler
     }
 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use picolease_core::{ConfigError, Failure, RowError};
 
+use super::pooler::is_pooler_signature;
+
 /// Everything the PostgreSQL driver can report.
 ///
 /// Messages name the value at fault (the table, the SQLSTATE, the URL
@@ -82,6 +84,26 @@ pub enum PgError {
         /// The server's message.
         reason: String,
     },
+    /// A transaction pooler (PgBouncer in transaction mode) is between the
+    /// driver and the server and lost or mixed up a named prepared
+    /// statement (SQLSTATE 42P05 or 26000). The session is retired and the
+    /// driver sends unnamed statements on that link from then on; say
+    /// `picolease_pooler=transaction` in the URL to start so.
+    #[error(
+        "a transaction pooler is in the way during {during} (SQLSTATE {code}: {reason}): \
+         named prepared statements do not survive it; picolease sends unnamed statements \
+         from now on; add picolease_pooler=transaction to the URL to start so \
+         (and picolease_notify_url=… for release notices)"
+    )]
+    Pooler {
+        /// What the driver was doing.
+        during: &'static str,
+        /// The SQLSTATE: 42P05 (another client's statement of that name)
+        /// or 26000 (the statement is gone).
+        code: String,
+        /// The server's message.
+        reason: String,
+    },
     /// The connection broke (closed, reset, I/O error).
     #[error("PostgreSQL connection lost during {during}: {reason}")]
     Connection {
@@ -127,8 +149,8 @@ impl PgError {
     ///
     /// Every [`PgError::Database`] error is transient for the core, even
     /// one that repeats on a session (25006 read-only transaction: the
-    /// address still points at a demoted primary; 26000 prepared statement
-    /// lost behind a pooler; 0A000 cached plan changed): the node must keep
+    /// address still points at a demoted primary; 0A000 cached plan
+    /// changed), and so is a [`PgError::Pooler`] error: the node must keep
     /// competing, since the database may come back writable. What cures
     /// such an error is a new session, so the driver retires the session on
     /// any statement error that is not clearly transient (see
@@ -141,6 +163,7 @@ impl PgError {
             | PgError::Connection { .. }
             | PgError::Timeout { .. }
             | PgError::Database { .. }
+            | PgError::Pooler { .. }
             | PgError::Fenced { .. } => Failure::Transient,
             _ => Failure::Fatal,
         }
@@ -177,6 +200,11 @@ impl PgError {
         let code = db.code().code().to_string();
         let reason = db.message().to_string();
         match code.as_str() {
+            c if is_pooler_signature(c) => PgError::Pooler {
+                during,
+                code,
+                reason,
+            },
             "42P01" => PgError::MissingTable {
                 table: table.to_string(),
             },

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use picolease_core::sql::{Param, Statement, Statements};
 use picolease_core::{Epoch, HolderId, LeaseName};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
+use super::cells::param_type;
 use super::connect::Connect;
 use super::error::PgError;
 
@@ -125,6 +126,18 @@ impl Fence {
                 Param::Batch => &"[]",
                 Param::StaleMillis => &0i64,
             })
+            .collect()
+    }
+
+    /// [`Fence::params`] with the type each is sent as, for an unnamed
+    /// statement (`query_typed`, `execute_typed`: what a client behind a
+    /// transaction pooler sends, since named prepared statements do not
+    /// survive one).
+    pub fn typed_params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        self.params()
+            .into_iter()
+            .zip(self.statement.params())
+            .map(|(value, param)| (value, param_type(*param)))
             .collect()
     }
 }

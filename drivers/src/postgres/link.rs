@@ -7,6 +7,7 @@
 //! with capped, jittered backoff.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,9 +17,11 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tokio_postgres::{CancelToken, Client};
 
-use super::cells::{param_type, rows_to_cells, to_sql};
+use super::admin::create_table;
+use super::cells::{param_type, rows_to_cells, to_sql, typed};
 use super::connect::Connect;
 use super::error::PgError;
+use super::pooler::Pooler;
 use crate::server::backoff::Backoff;
 use crate::server::{batch_name, operation_name};
 
@@ -140,6 +143,9 @@ pub(crate) struct Link {
     connector: Arc<dyn Connect>,
     statements: Arc<Statements>,
     auto_create: bool,
+    /// Send every statement unnamed (`query_typed`): a transaction pooler
+    /// is in the way, said by the connector or met ([`PgError::Pooler`]).
+    unnamed: AtomicBool,
     state: Mutex<LinkState>,
 }
 
@@ -164,6 +170,7 @@ impl Link {
         backoff_cap: Duration,
     ) -> Self {
         Link {
+            unnamed: AtomicBool::new(connector.pooler() == Pooler::Transaction),
             connector,
             statements,
             auto_create,
@@ -198,8 +205,13 @@ impl Link {
         let values: Vec<_> = statement.bind(&bindings, call.operation.epoch()).collect();
         let params: Vec<_> = values.iter().map(to_sql).collect();
         let result = async {
-            let prepared = session.prepared(call.operation, &self.statements).await?;
-            let rows = session.client.query(prepared, &params).await?;
+            let rows = if self.unnamed.load(Ordering::Relaxed) {
+                let params = typed(statement, &values);
+                session.client.query_typed(statement.sql(), &params).await?
+            } else {
+                let prepared = session.prepared(call.operation, &self.statements).await?;
+                session.client.query(prepared, &params).await?
+            };
             rows_to_cells(&rows)
         }
         .await;
@@ -223,8 +235,13 @@ impl Link {
         let values: Vec<_> = statement.bind_batch(bindings).collect();
         let params: Vec<_> = values.iter().map(to_sql).collect();
         let result = async {
-            let prepared = session.prepared_batch(kind, &self.statements).await?;
-            let rows = session.client.query(prepared, &params).await?;
+            let rows = if self.unnamed.load(Ordering::Relaxed) {
+                let params = typed(statement, &values);
+                session.client.query_typed(statement.sql(), &params).await?
+            } else {
+                let prepared = session.prepared_batch(kind, &self.statements).await?;
+                session.client.query(prepared, &params).await?
+            };
             rows_to_cells(&rows)
         }
         .await;
@@ -240,6 +257,9 @@ impl Link {
         e: &tokio_postgres::Error,
     ) -> PgError {
         let error = PgError::from_statement(during, &self.table(), e);
+        if matches!(error, PgError::Pooler { .. }) && !self.unnamed.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %error, "picolease: a transaction pooler is in the way; sending unnamed statements from now on");
+        }
         if session.client.is_closed() || error.retires_session() {
             self.retire(session, &error);
         }
@@ -348,35 +368,4 @@ impl Link {
     pub(crate) fn connector(&self) -> &Arc<dyn Connect> {
         &self.connector
     }
-}
-
-/// Runs `CREATE TABLE IF NOT EXISTS`, then creates the fence index on
-/// `(name, epoch)` if it is missing ([`Statements::create_index`]), on a new
-/// table or one created before the index existed. Two contenders creating
-/// either at the same moment can make PostgreSQL report a duplicate (42P07;
-/// 23505 on its catalog; 42710 for the table's row type): it exists, which
-/// is all that was asked.
-pub(crate) async fn create_table(client: &Client, statements: &Statements) -> Result<(), PgError> {
-    let table = statements.table().to_string();
-    let tolerate_duplicate =
-        |during: &'static str, result: Result<(), tokio_postgres::Error>| match result {
-            Ok(()) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.code().map(|c| c.code()),
-                    Some("42P07" | "23505" | "42710")
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(PgError::from_statement(during, &table, &e)),
-        };
-    tolerate_duplicate(
-        "create table",
-        client.batch_execute(statements.create_table()).await,
-    )?;
-    if let Some(index) = statements.create_index() {
-        tolerate_duplicate("create index", client.batch_execute(index).await)?;
-    }
-    Ok(())
 }

@@ -104,6 +104,7 @@ mod handle;
 mod link;
 mod notify;
 mod options;
+mod pooler;
 mod set;
 mod statement;
 mod task;
@@ -113,6 +114,7 @@ pub use admin::{force_release, init, status};
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};
 pub use error::PgError;
 pub use fence::Fence;
+pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 
 /// What a gated task is given when its term starts: the term (`lease()`,
 /// `holder()`, `epoch()`), its [`Fence`], its deadline, fenced

@@ -333,13 +333,14 @@ impl Fence {
             return Err(self.over("the leader's deadline had passed before it began"));
         }
         let check = format!("SELECT {}", self.condition(1));
-        let params = self.params();
+        let params = self.typed_params();
         let bounds = timeouts(left);
         let begin = async {
             let tx = client.transaction().await?;
             let (_, row) = try_join(
                 tx.batch_execute(&bounds),
-                tx.query_one(check.as_str(), &params),
+                // Unnamed: one round trip, and safe behind a pooler.
+                tx.query_typed_one(check.as_str(), &params),
             )
             .await?;
             let holds: bool = row.try_get(0)?;

@@ -1,0 +1,243 @@
+//! The PostgreSQL driver behind a transaction pooler: a private PgBouncer
+//! (Debian's `pgbouncer`, which `.ci/run` installs when missing) started
+//! by each test on a free port in transaction mode with a pool of 2
+//! server connections, in front of the shared server at 127.0.0.1:5432.
+//!
+//! PgBouncer refuses to run as root, so it runs as `postgres`; it is
+//! killed when the test ends, also on failure. These tests fail when
+//! `pgbouncer` or the server is missing.
+//!
+//! `cargo test -p picolease-tests --test pg_pooler`
+
+mod pg_support;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pg_support::{admin, config, drop_table, unique_table, wait_for, PG_ADDR};
+use picolease::postgres::{Connect, PgConnector, PgLease, Pooler};
+use picolease::TableName;
+
+const TTL: Duration = Duration::from_millis(1000);
+
+/// A private PgBouncer in transaction mode, pool of 2; killed on drop.
+struct Bouncer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Bouncer {
+    fn start() -> Bouncer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let (host, server_port) = PG_ADDR.rsplit_once(':').unwrap();
+        let ini = dir.path().join("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\ntest = host={host} port={server_port} dbname=test user=postgres\n\
+                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
+                 auth_type = any\npool_mode = transaction\ndefault_pool_size = 2\n\
+                 max_client_conn = 200\nunix_socket_dir =\n\
+                 ignore_startup_parameters = extra_float_digits\n"
+            ),
+        )
+        .unwrap();
+        // Readable by `postgres`, whom PgBouncer runs as.
+        let status = Command::new("chmod")
+            .arg("-R")
+            .arg("a+rwx")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let child = Command::new("runuser")
+            .args(["-u", "postgres", "--", "pgbouncer"])
+            .arg(&ini)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pgbouncer must be installed (apt-get install -y pgbouncer)");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "pgbouncer did not listen on {port} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Bouncer {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// The test database through the pooler, with `extra` URL parameters.
+    fn url(&self, app: &str, extra: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/test?application_name={app}&connect_timeout=2{extra}",
+            self.port
+        )
+    }
+}
+
+impl Drop for Bouncer {
+    fn drop(&mut self) {
+        // runuser passes SIGTERM on to PgBouncer, which then exits.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("pkill")
+            .args(["-f", &format!("{}", self._dir.path().display())])
+            .status();
+    }
+}
+
+const POOLED: &str = "&picolease_pooler=transaction";
+
+fn start(url: &str, table: &TableName, holder: &str) -> PgLease {
+    let connector = PgConnector::new(url).unwrap();
+    PgLease::builder(config("pooled", holder, TTL), connector)
+        .table(table.clone())
+        .start()
+        .unwrap()
+}
+
+/// Elects a leader through the pooler, hands over on shutdown at the next
+/// epoch, and no contender finishes with an error on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_lease_elects_and_hands_over_through_the_pooler() {
+    let bouncer = Bouncer::start();
+    let admin = admin().await;
+    let table = unique_table("pooled_handover");
+    let leases: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|h| start(&bouncer.url(h, POOLED), &table, h))
+        .collect();
+    let started = Instant::now();
+    let mut leader = None;
+    while leader.is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no leader");
+        leader = leases.iter().position(|l| l.leadership().is_leader());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let leader = leader.unwrap();
+    let first = leases[leader].leadership().leader_epoch().unwrap();
+    // Renewals go on through the pooler for a few intervals.
+    tokio::time::sleep(TTL).await;
+    assert!(leases[leader].leadership().is_leader(), "kept the lease");
+    assert_eq!(
+        leases.iter().filter(|l| l.leadership().is_leader()).count(),
+        1
+    );
+    let mut leases = leases;
+    let old = leases.remove(leader);
+    old.shutdown().await.expect("a clean shutdown");
+    let mut watches: Vec<_> = leases.iter().map(|l| l.watch()).collect();
+    let taken = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            for w in &mut watches {
+                if let Some(e) = w.borrow().leader_epoch() {
+                    return e;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("a successor within 5 s");
+    assert!(
+        taken > first,
+        "the successor's epoch {taken:?} exceeds {first:?}"
+    );
+    for lease in leases {
+        assert!(!lease.is_finished(), "no contender finished");
+        lease.shutdown().await.unwrap();
+    }
+    drop_table(&admin, &table).await;
+}
+
+/// Without the pooler option, named statements collide behind the pooler
+/// (SQLSTATE 42P05/26000): the driver names the pooler, retires the
+/// session, switches to unnamed statements, and goes on; no contender
+/// finishes, and one leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooler_met_unannounced_is_survived_not_fatal() {
+    let bouncer = Bouncer::start();
+    let admin = admin().await;
+    let table = unique_table("pooled_unannounced");
+    let leases: Vec<_> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|h| start(&bouncer.url(h, ""), &table, h))
+        .collect();
+    tokio::time::sleep(4 * TTL).await;
+    for lease in &leases {
+        assert!(!lease.is_finished(), "a pooler's errors are not fatal");
+    }
+    let leaders = leases.iter().filter(|l| l.leadership().is_leader()).count();
+    assert_eq!(leaders, 1, "one leader behind the pooler");
+    for lease in leases {
+        lease.shutdown().await.unwrap();
+    }
+    drop_table(&admin, &table).await;
+}
+
+/// A fenced transaction through the pooler: one transaction, one server
+/// connection; its write commits while the fence holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_transaction_commits_through_the_pooler() {
+    let bouncer = Bouncer::start();
+    let admin = admin().await;
+    let table = unique_table("pooled_fence");
+    let jobs = format!("{}_jobs", table.table());
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, done boolean); \
+             INSERT INTO \"{jobs}\" VALUES (1, false)"
+        ))
+        .await
+        .unwrap();
+    let lease = start(&bouncer.url("a", POOLED), &table, "a");
+    let mut rx = lease.watch();
+    wait_for(&mut rx, Duration::from_secs(10), "leads", |l| l.is_leader()).await;
+    let fence = lease.fence().expect("a fence while leading");
+    let mut client = PgConnector::new(&bouncer.url("a_work", POOLED))
+        .unwrap()
+        .connect_client()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    let tx = fence.transaction(&mut client, deadline).await.unwrap();
+    let sql = format!(
+        "UPDATE \"{jobs}\" SET done = true WHERE id = 1 AND {}",
+        tx.fence().condition(1)
+    );
+    assert_eq!(
+        tx.execute(sql.as_str(), &tx.fence().params())
+            .await
+            .unwrap(),
+        1
+    );
+    tx.commit().await.unwrap();
+    let done: bool = admin
+        .query_one(&format!("SELECT done FROM \"{jobs}\" WHERE id = 1"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(done);
+    assert_eq!(
+        Connect::pooler(&PgConnector::new(&bouncer.url("x", POOLED)).unwrap()),
+        Pooler::Transaction
+    );
+    lease.shutdown().await.unwrap();
+    admin
+        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
+        .await
+        .unwrap();
+    drop_table(&admin, &table).await;
+}
