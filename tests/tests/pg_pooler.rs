@@ -108,6 +108,15 @@ fn start(url: &str, table: &TableName, holder: &str) -> PgLease {
         .unwrap()
 }
 
+/// A contender for each of `holders` through `bouncer`, with `extra` URL
+/// parameters.
+fn contenders(bouncer: &Bouncer, table: &TableName, holders: &[&str], extra: &str) -> Vec<PgLease> {
+    holders
+        .iter()
+        .map(|h| start(&bouncer.url(h, extra), table, h))
+        .collect()
+}
+
 /// Elects a leader through the pooler, hands over on shutdown at the next
 /// epoch, and no contender finishes with an error on the way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,10 +124,7 @@ async fn a_pooled_lease_elects_and_hands_over_through_the_pooler() {
     let bouncer = Bouncer::start();
     let admin = admin().await;
     let table = unique_table("pooled_handover");
-    let leases: Vec<_> = ["a", "b", "c"]
-        .iter()
-        .map(|h| start(&bouncer.url(h, POOLED), &table, h))
-        .collect();
+    let leases = contenders(&bouncer, &table, &["a", "b", "c"], POOLED);
     let started = Instant::now();
     let mut leader = None;
     while leader.is_none() {
@@ -171,10 +177,7 @@ async fn a_pooler_met_unannounced_is_survived_not_fatal() {
     let bouncer = Bouncer::start();
     let admin = admin().await;
     let table = unique_table("pooled_unannounced");
-    let leases: Vec<_> = ["a", "b", "c", "d"]
-        .iter()
-        .map(|h| start(&bouncer.url(h, ""), &table, h))
-        .collect();
+    let leases = contenders(&bouncer, &table, &["a", "b", "c", "d"], "");
     tokio::time::sleep(4 * TTL).await;
     for lease in &leases {
         assert!(!lease.is_finished(), "a pooler's errors are not fatal");

@@ -7,11 +7,12 @@
 //! with capped, jittered backoff.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use picolease_core::sql::{BatchBindings, Bindings, Cell, Statement, Statements};
+use picolease_core::sql::{BatchBindings, Bindings, Cell, Statement, Statements, Value};
 use picolease_core::{BatchKind, Operation};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
@@ -203,18 +204,8 @@ impl Link {
             ttl_millis: call.ttl_millis,
         };
         let values: Vec<_> = statement.bind(&bindings, call.operation.epoch()).collect();
-        let params: Vec<_> = values.iter().map(to_sql).collect();
-        let result = async {
-            let rows = if self.unnamed.load(Ordering::Relaxed) {
-                let params = typed(statement, &values);
-                session.client.query_typed(statement.sql(), &params).await?
-            } else {
-                let prepared = session.prepared(call.operation, &self.statements).await?;
-                session.client.query(prepared, &params).await?
-            };
-            rows_to_cells(&rows)
-        }
-        .await;
+        let prepared = session.prepared(call.operation, &self.statements);
+        let result = self.query(&session, statement, &values, prepared).await;
         result.map_err(|e| self.failed(&session, during, &e))
     }
 
@@ -233,19 +224,29 @@ impl Link {
         let session = self.session(during, deadline, timeout).await?;
         let statement = self.statements.for_batch(kind);
         let values: Vec<_> = statement.bind_batch(bindings).collect();
-        let params: Vec<_> = values.iter().map(to_sql).collect();
-        let result = async {
-            let rows = if self.unnamed.load(Ordering::Relaxed) {
-                let params = typed(statement, &values);
-                session.client.query_typed(statement.sql(), &params).await?
-            } else {
-                let prepared = session.prepared_batch(kind, &self.statements).await?;
-                session.client.query(prepared, &params).await?
-            };
-            rows_to_cells(&rows)
-        }
-        .await;
+        let prepared = session.prepared_batch(kind, &self.statements);
+        let result = self.query(&session, statement, &values, prepared).await;
         result.map_err(|e| self.failed(&session, during, &e))
+    }
+
+    /// Runs `statement` with `values` on `session` and returns its rows as
+    /// cells: unnamed when a transaction pooler is in the way, else as the
+    /// statement `prepared` on this session (awaited only then).
+    async fn query<'s>(
+        &self,
+        session: &'s Session,
+        statement: &Statement,
+        values: &[Value<'_>],
+        prepared: impl Future<Output = Result<&'s tokio_postgres::Statement, tokio_postgres::Error>>,
+    ) -> Result<Vec<Vec<Cell>>, tokio_postgres::Error> {
+        let rows = if self.unnamed.load(Ordering::Relaxed) {
+            let params = typed(statement, values);
+            session.client.query_typed(statement.sql(), &params).await?
+        } else {
+            let params: Vec<_> = values.iter().map(to_sql).collect();
+            session.client.query(prepared.await?, &params).await?
+        };
+        rows_to_cells(&rows)
     }
 
     /// The error of a statement on `session`, which is retired when the
