@@ -63,17 +63,21 @@ impl Config {
 
     /// Like [`Config::new`] with another ttl; the other timings follow it.
     pub fn with_ttl(lease: LeaseName, holder: HolderId, ttl: Duration) -> Self {
-        let interval = ttl / 4;
-        Config {
-            lease,
-            holder,
-            ttl,
-            interval,
-            request_timeout: interval,
-            drift: ttl / 100,
-            jitter: interval / 10,
-            seed: 0,
-            stop_lead: Duration::ZERO,
+        SetConfig::with_ttl(holder, ttl).for_lease(lease)
+    }
+
+    /// The holder id and timings of this configuration without its lease:
+    /// the configuration of a lease set contended the same way.
+    pub fn without_lease(&self) -> SetConfig {
+        SetConfig {
+            holder: self.holder.clone(),
+            ttl: self.ttl,
+            interval: self.interval,
+            request_timeout: self.request_timeout,
+            drift: self.drift,
+            jitter: self.jitter,
+            seed: self.seed,
+            stop_lead: self.stop_lead,
         }
     }
 
@@ -88,14 +92,163 @@ impl Config {
 
     /// Checks that the timings can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let Config {
+        self.timings().validate()
+    }
+
+    /// The stop lead must be strictly below this: the local validity
+    /// (ttl·(1 − ρ) − the database clock's resolution) minus the interval
+    /// minus the request timeout. A renewal sent on time and answered
+    /// within its timeout then always lands before `deadline − g`, so in
+    /// steady state the work is never stopped early. Zero when the timings
+    /// leave no room (then only `stop_lead = 0` is valid).
+    pub fn stop_lead_bound(&self) -> Duration {
+        self.timings().stop_lead_bound()
+    }
+
+    /// How long after sending a successful acquire or renew the leader may
+    /// still consider itself leader: ttl − drift − the database clock's
+    /// resolution.
+    pub fn local_validity(&self) -> Duration {
+        self.timings().local_validity()
+    }
+
+    /// The ttl in whole milliseconds, as bound into the statements.
+    pub fn ttl_millis(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn timings(&self) -> Timings {
+        Timings {
+            ttl: self.ttl,
+            interval: self.interval,
+            request_timeout: self.request_timeout,
+            drift: self.drift,
+            jitter: self.jitter,
+            stop_lead: self.stop_lead,
+        }
+    }
+}
+
+/// How one node contends for every lease of a lease set: a [`Config`]
+/// without its lease, since the set names its leases itself.
+///
+/// Built like a [`Config`] ([`SetConfig::new`], [`SetConfig::with_ttl`],
+/// [`SetConfig::interval`]; [`Config::without_lease`] from a lone lease's),
+/// with the same public fields, checked by the same rules
+/// ([`SetConfig::validate`], called by `LeaseSet::new`). Each lease of the
+/// set runs with [`SetConfig::for_lease`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetConfig {
+    /// This contender's id, unique per running instance.
+    pub holder: HolderId,
+    /// As [`Config::ttl`].
+    pub ttl: Duration,
+    /// As [`Config::interval`]; a set also surveys its table this often.
+    pub interval: Duration,
+    /// As [`Config::request_timeout`]: also the bound of every batch.
+    pub request_timeout: Duration,
+    /// As [`Config::drift`].
+    pub drift: Duration,
+    /// As [`Config::jitter`].
+    pub jitter: Duration,
+    /// As [`Config::seed`]; each lease's machine derives its own from it.
+    pub seed: u64,
+    /// As [`Config::stop_lead`].
+    pub stop_lead: Duration,
+}
+
+impl SetConfig {
+    /// The default ttl of 10 s and the timings derived from it, as
+    /// [`Config::new`].
+    pub fn new(holder: HolderId) -> Self {
+        Self::with_ttl(holder, Config::DEFAULT_TTL)
+    }
+
+    /// Like [`SetConfig::new`] with another ttl; the other timings follow
+    /// it (interval = timeout = ttl/4, drift = ttl/100, jitter =
+    /// interval/10, seed 0).
+    pub fn with_ttl(holder: HolderId, ttl: Duration) -> Self {
+        let interval = ttl / 4;
+        SetConfig {
+            holder,
+            ttl,
+            interval,
+            request_timeout: interval,
+            drift: ttl / 100,
+            jitter: interval / 10,
+            seed: 0,
+            stop_lead: Duration::ZERO,
+        }
+    }
+
+    /// Sets the interval, and with it the request timeout and the jitter,
+    /// as [`Config::interval`].
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self.request_timeout = interval;
+        self.jitter = interval / 10;
+        self
+    }
+
+    /// Checks that the timings can work together, by the rules of
+    /// [`Config::validate`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.timings().validate()
+    }
+
+    /// The ttl in whole milliseconds, as bound into the batches.
+    pub fn ttl_millis(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The configuration `lease` runs with in the set.
+    pub fn for_lease(&self, lease: LeaseName) -> Config {
+        Config {
+            lease,
+            holder: self.holder.clone(),
+            ttl: self.ttl,
+            interval: self.interval,
+            request_timeout: self.request_timeout,
+            drift: self.drift,
+            jitter: self.jitter,
+            seed: self.seed,
+            stop_lead: self.stop_lead,
+        }
+    }
+
+    fn timings(&self) -> Timings {
+        Timings {
+            ttl: self.ttl,
+            interval: self.interval,
+            request_timeout: self.request_timeout,
+            drift: self.drift,
+            jitter: self.jitter,
+            stop_lead: self.stop_lead,
+        }
+    }
+}
+
+/// The durations both configurations validate the same way.
+#[derive(Clone, Copy)]
+struct Timings {
+    ttl: Duration,
+    interval: Duration,
+    request_timeout: Duration,
+    drift: Duration,
+    jitter: Duration,
+    stop_lead: Duration,
+}
+
+impl Timings {
+    /// Checks that the timings can work together.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let Timings {
             ttl,
             interval,
             request_timeout: timeout,
             drift,
             jitter,
             stop_lead,
-            ..
         } = *self;
         if ttl < Duration::from_millis(10) {
             return Err(ConfigError::TtlTooShort { ttl });
@@ -130,30 +283,16 @@ impl Config {
         Ok(())
     }
 
-    /// The stop lead must be strictly below this: the local validity
-    /// (ttl·(1 − ρ) − the database clock's resolution) minus the interval
-    /// minus the request timeout. A renewal sent on time and answered
-    /// within its timeout then always lands before `deadline − g`, so in
-    /// steady state the work is never stopped early. Zero when the timings
-    /// leave no room (then only `stop_lead = 0` is valid).
-    pub fn stop_lead_bound(&self) -> Duration {
+    fn stop_lead_bound(&self) -> Duration {
         self.local_validity()
             .saturating_sub(self.interval)
             .saturating_sub(self.request_timeout)
     }
 
-    /// How long after sending a successful acquire or renew the leader may
-    /// still consider itself leader: ttl − drift − the database clock's
-    /// resolution.
-    pub fn local_validity(&self) -> Duration {
+    fn local_validity(&self) -> Duration {
         self.ttl
             .saturating_sub(self.drift)
             .saturating_sub(DB_CLOCK_RESOLUTION)
-    }
-
-    /// The ttl in whole milliseconds, as bound into the statements.
-    pub fn ttl_millis(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
     }
 }
 

@@ -42,7 +42,7 @@ pub mod sql;
 mod state;
 mod time;
 
-pub use config::{Config, DB_CLOCK_RESOLUTION};
+pub use config::{Config, SetConfig, DB_CLOCK_RESOLUTION};
 pub use error::{ConfigError, RowError};
 pub use names::{
     Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN,

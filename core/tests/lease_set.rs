@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use picolease_core::sql::{LeaseRow, MEMBER_PREFIX};
 use picolease_core::{
-    Batch, BatchKind, BatchReply, Config, Demotion, Epoch, Failure, HolderId, Instant, Leadership,
-    LeaseName, LeaseSet, Reply, RequestId, Role, SetCommand,
+    Batch, BatchKind, BatchReply, Demotion, Epoch, Failure, HolderId, Instant, Leadership,
+    LeaseName, LeaseSet, Reply, RequestId, Role, SetCommand, SetConfig,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -32,8 +32,8 @@ fn member() -> String {
     format!("{MEMBER_PREFIX}me")
 }
 
-fn template() -> Config {
-    let mut c = Config::with_ttl(name("unused"), me(), TTL);
+fn template() -> SetConfig {
+    let mut c = SetConfig::with_ttl(me(), TTL);
     c.jitter = Duration::ZERO;
     c
 }

@@ -25,7 +25,7 @@ use picolease::sql::{
     batch_names, batch_pairs, BatchBindings, Dialect, Param, Statement, Statements, Value,
 };
 use picolease::sqlite::{Database, LeaseTable, SqliteLeaseSet};
-use picolease::{Config, Epoch, HolderId, LeaseName, TableName};
+use picolease::{Epoch, HolderId, LeaseName, SetConfig, TableName};
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -80,13 +80,8 @@ fn args() -> Result<Args> {
     Ok(out)
 }
 
-fn template(holder: &str) -> Config {
-    Config::with_ttl(
-        LeaseName::new("unused").unwrap(),
-        HolderId::new(holder).unwrap(),
-        TTL,
-    )
-    .interval(INTERVAL)
+fn template(holder: &str) -> SetConfig {
+    SetConfig::with_ttl(HolderId::new(holder).unwrap(), TTL).interval(INTERVAL)
 }
 
 fn lease_names(n: usize) -> Vec<LeaseName> {

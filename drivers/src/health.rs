@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use picolease_core::Config;
+use picolease_core::SetConfig;
 
 use crate::subscription::lock;
 
@@ -53,6 +53,6 @@ impl Health {
 /// wedged: a follower's poll (the interval), a statement and a timed-out
 /// one (2 × request timeout), and the longest reconnect backoff (the
 /// PostgreSQL driver's cap: the interval, at least 100 ms).
-pub(crate) fn stall_after(config: &Config) -> Duration {
+pub(crate) fn stall_after(config: &SetConfig) -> Duration {
     config.interval + config.request_timeout * 2 + config.interval.max(Duration::from_millis(100))
 }

@@ -32,7 +32,7 @@
 
 pub use picolease_core::{
     sql, Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, Role, RowError,
-    TableName, DEFAULT_TABLE,
+    SetConfig, TableName, DEFAULT_TABLE,
 };
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

@@ -135,7 +135,7 @@ impl Publisher {
         let _ = publisher.attached.set(Attached {
             lease: config.lease.clone(),
             holder: config.holder.clone(),
-            stall_after: stall_after(config),
+            stall_after: stall_after(&config.without_lease()),
             #[cfg(feature = "metrics")]
             metrics: None,
         });
@@ -149,7 +149,7 @@ impl Publisher {
         let attached = Attached {
             lease: config.lease.clone(),
             holder: config.holder.clone(),
-            stall_after: stall_after(config),
+            stall_after: stall_after(&config.without_lease()),
             #[cfg(feature = "metrics")]
             metrics: Some(crate::metrics::Metrics::register(config.lease.as_str())),
         };

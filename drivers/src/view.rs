@@ -88,6 +88,25 @@ impl LeaseView {
         self.publisher.renew_latencies()
     }
 
+    /// Blocks the calling thread until the leadership state satisfies
+    /// `done` (checked now and on every change), the driver finishes, or
+    /// `timeout` passes; returns the state that satisfied it. For threads
+    /// (async code awaits [`LeaseView::watch`]'s `changed()` instead).
+    pub fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl FnMut(&Leadership) -> bool,
+    ) -> Option<Leadership> {
+        self.publisher.wait_for(timeout, done)
+    }
+
+    /// Blocks the calling thread until the leadership state changes, the
+    /// driver finishes, or `timeout` passes; returns the new state if it
+    /// changed.
+    pub fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
+        self.publisher.wait_change(timeout)
+    }
+
     /// Everything a health check or a "who leads" endpoint needs, read at
     /// once: see [`Snapshot`].
     pub fn snapshot(&self) -> Snapshot {

@@ -35,7 +35,9 @@ use picolease::mysql::{
 };
 use picolease::set::SetView;
 use picolease::sql::LeaseRow;
-use picolease::{Config, Epoch, HolderId, Leadership, LeaseName, Subscription, TableName};
+use picolease::{
+    Config, Epoch, HolderId, Leadership, LeaseName, SetConfig, Subscription, TableName,
+};
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::watch;
 
@@ -519,7 +521,7 @@ impl SetBackend for My {
 
     fn start_set(
         &self,
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         options: Options,
     ) -> Result<(MySetContender, Subscription), Fault> {

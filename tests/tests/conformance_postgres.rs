@@ -30,7 +30,9 @@ use picolease::postgres::{
 };
 use picolease::set::SetView;
 use picolease::sql::LeaseRow;
-use picolease::{Config, Epoch, HolderId, Leadership, LeaseName, Subscription, TableName};
+use picolease::{
+    Config, Epoch, HolderId, Leadership, LeaseName, SetConfig, Subscription, TableName,
+};
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::watch;
 use tokio_postgres::types::ToSql;
@@ -410,7 +412,7 @@ impl SetBackend for Pg {
 
     fn start_set(
         &self,
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         options: Options,
     ) -> Result<(PgSetContender, Subscription), Fault> {

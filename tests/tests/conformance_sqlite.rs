@@ -22,7 +22,9 @@ use conformance::{
 use picolease::set::SetView;
 use picolease::sql::LeaseRow;
 use picolease::sqlite::{Database, Error, Fence, LeaseTable, SqliteLease, SqliteLeaseSet};
-use picolease::{Config, Demotion, Epoch, HolderId, Leadership, LeaseName, Subscription};
+use picolease::{
+    Config, Demotion, Epoch, HolderId, Leadership, LeaseName, SetConfig, Subscription,
+};
 use tokio::sync::watch;
 
 const TTL: Duration = Duration::from_millis(400);
@@ -338,7 +340,7 @@ impl SetBackend for Sqlite {
 
     fn start_set(
         &self,
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         options: Options,
     ) -> Result<(SqliteLeaseSet, Subscription), Fault> {

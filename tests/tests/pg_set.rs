@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use pg_support::*;
 use picolease::postgres::{PgConnector, PgLeaseSet};
-use picolease::{Config, HolderId, LeaseName, TableName};
+use picolease::{HolderId, LeaseName, SetConfig, TableName};
 
 fn leases(prefix: &str, n: usize) -> Vec<LeaseName> {
     (0..n)
@@ -21,13 +21,9 @@ fn leases(prefix: &str, n: usize) -> Vec<LeaseName> {
         .collect()
 }
 
-fn template(holder: &str) -> Config {
-    Config::with_ttl(
-        LeaseName::new("unused").unwrap(),
-        HolderId::new(holder).unwrap(),
-        Duration::from_millis(1_000),
-    )
-    .interval(Duration::from_millis(200))
+fn template(holder: &str) -> SetConfig {
+    SetConfig::with_ttl(HolderId::new(holder).unwrap(), Duration::from_millis(1_000))
+        .interval(Duration::from_millis(200))
 }
 
 /// Which node runs each lease's work, as the work itself records it.

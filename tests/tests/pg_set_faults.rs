@@ -160,7 +160,7 @@ async fn a_read_only_database_ends_every_term_of_a_pg_set_and_it_leads_again_onc
         .collect();
     let terms: Terms = Arc::default();
     let builder = PgLeaseSet::builder(
-        config("unused", &app, TTL),
+        config(names[0].as_str(), &app, TTL).without_lease(),
         names.clone(),
         PgConnector::new(&db.url(&app)).unwrap(),
     )

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pg_support::*;
 use picolease::postgres::{init, PgConnector, PgError, PgLeaseSet};
-use picolease::{Config, Epoch, HolderId, LeaseName};
+use picolease::{Epoch, HolderId, LeaseName, SetConfig};
 use tokio_postgres::types::ToSql;
 
 /// What each term's work saw: (lease, epoch, rows its fenced update
@@ -34,8 +34,7 @@ async fn set_work_writes_through_fenced_transactions_only_inside_its_term() {
         .iter()
         .map(|n| LeaseName::new(n).unwrap())
         .collect();
-    let template = Config::with_ttl(
-        LeaseName::new("template").unwrap(),
+    let template = SetConfig::with_ttl(
         HolderId::new(&format!("sf-{}", std::process::id())).unwrap(),
         Duration::from_millis(1_000),
     )

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use picolease::sqlite::{Cancellation, Database, SqliteLease, SqliteLeaseSet};
-use picolease::{boottime, Config, Demotion, Epoch, HolderId, LeaseName, Role};
+use picolease::{boottime, Config, Demotion, Epoch, HolderId, LeaseName, Role, SetConfig};
 use rusqlite::functions::FunctionFlags;
 
 const TTL: Duration = Duration::from_millis(800);
@@ -130,11 +130,7 @@ fn a_stepped_wall_clock_demotes_every_lease_of_a_sqlite_set_with_clock() {
     // (at most an interval, 500 ms, after it), so a work that ends only
     // at its deadline is told apart from one the demotion stopped.
     let ttl = Duration::from_secs(2);
-    let template = Config::with_ttl(
-        LeaseName::new("template").unwrap(),
-        HolderId::new("a").unwrap(),
-        ttl,
-    );
+    let template = SetConfig::with_ttl(HolderId::new("a").unwrap(), ttl);
     let names: Vec<LeaseName> = ["s0", "s1", "s2"]
         .iter()
         .map(|n| LeaseName::new(n).unwrap())

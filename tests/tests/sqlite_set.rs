@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use picolease::sqlite::{Database, SqliteLeaseSet};
-use picolease::{Config, HolderId, LeaseName};
+use picolease::{HolderId, LeaseName, SetConfig};
 
 fn leases(n: usize) -> Vec<LeaseName> {
     (0..n)
@@ -16,13 +16,9 @@ fn leases(n: usize) -> Vec<LeaseName> {
         .collect()
 }
 
-fn template(holder: &str) -> Config {
-    Config::with_ttl(
-        LeaseName::new("unused").unwrap(),
-        HolderId::new(holder).unwrap(),
-        Duration::from_millis(1_000),
-    )
-    .interval(Duration::from_millis(200))
+fn template(holder: &str) -> SetConfig {
+    SetConfig::with_ttl(HolderId::new(holder).unwrap(), Duration::from_millis(1_000))
+        .interval(Duration::from_millis(200))
 }
 
 /// Which node runs each lease's work, as the work itself records it.
@@ -152,4 +148,52 @@ fn three_sqlite_nodes_share_thirty_leases_and_take_over_a_crashed_ones() {
     assert!(took < Duration::from_secs(2), "{took:?}");
     a.shutdown().unwrap();
     assert_eq!(workers(&running), 0, "work stopped on shutdown");
+}
+
+/// A set's handle waits on one lease as a lone lease's handle waits on its
+/// own: `wait_for` returns the state that met the condition, `wait_change`
+/// the next state, and both answer `None` for a lease outside the set and
+/// once their timeout passes with nothing to report.
+#[test]
+fn a_sqlite_set_waits_on_one_lease_as_a_lone_lease_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("set.db");
+    let set = SqliteLeaseSet::builder(template("alone"), leases(2), Database::file(&path))
+        .start()
+        .expect("start");
+    let s0 = LeaseName::new("s0").unwrap();
+    let led = set
+        .wait_for(&s0, Duration::from_secs(5), |l| l.is_leader())
+        .expect("the only node leads s0 within 5 s");
+    assert!(led.is_leader());
+    assert_eq!(set.leadership(&s0), Some(led.clone()));
+    // The same through the lease's own view.
+    let view = set.lease(&s0).expect("s0 is in the set");
+    assert_eq!(
+        view.wait_for(Duration::from_secs(1), |l| l.is_leader()),
+        Some(led.clone())
+    );
+    // Nothing changes while it renews: the wait times out.
+    assert_eq!(set.wait_change(&s0, Duration::from_millis(300)), None);
+    let stranger = LeaseName::new("not-in-the-set").unwrap();
+    assert_eq!(
+        set.wait_for(&stranger, Duration::from_millis(50), |_| true),
+        None
+    );
+    assert_eq!(set.wait_change(&stranger, Duration::from_millis(50)), None);
+    // Giving s0 up is seen by a thread waiting on its view; the next
+    // change is this node taking it back once its rest (a ttl) is over.
+    let waiter = {
+        let view = set.lease(&s0).unwrap();
+        std::thread::spawn(move || view.wait_for(Duration::from_secs(5), |l| !l.is_leader()))
+    };
+    set.give_up(&s0);
+    let gave_up = waiter.join().unwrap().expect("s0 given up within 5 s");
+    assert!(!gave_up.is_leader(), "{gave_up:?}");
+    let back = set
+        .wait_change(&s0, Duration::from_secs(5))
+        .expect("s0 led again within 5 s");
+    assert!(back.is_leader(), "{back:?}");
+    assert!(back.epoch > led.epoch, "{back:?} after {led:?}");
+    set.shutdown().expect("shutdown");
 }

@@ -8,17 +8,13 @@ use std::time::{Duration, Instant};
 
 use picolease::set::SetSnapshot;
 use picolease::sqlite::{Database, SqliteLease, SqliteLeaseSet};
-use picolease::{Config, HolderId, LeaseName};
+use picolease::{Config, HolderId, LeaseName, SetConfig};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
-fn template(holder: &str) -> Config {
-    Config::with_ttl(
-        LeaseName::new("unused").unwrap(),
-        HolderId::new(holder).unwrap(),
-        Duration::from_millis(1_000),
-    )
-    .interval(Duration::from_millis(200))
+fn template(holder: &str) -> SetConfig {
+    SetConfig::with_ttl(HolderId::new(holder).unwrap(), Duration::from_millis(1_000))
+        .interval(Duration::from_millis(200))
 }
 
 fn start(path: &std::path::Path, holder: &str) -> SqliteLeaseSet {

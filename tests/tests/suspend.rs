@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use picolease::sqlite::{Database, SqliteLease};
-use picolease::{boottime, Clock, Config, Demotion, HolderId, LeaseName, Role};
+use picolease::{boottime, Clock, Config, Demotion, HolderId, LeaseName, Role, SetConfig};
 
 /// The system's clock plus a jump the test chooses.
 #[derive(Clone, Default)]
@@ -116,11 +116,7 @@ fn a_jump_past_the_deadline_stops_every_lease_of_a_set() {
 
     let dir = tempfile::tempdir().unwrap();
     let ttl = Duration::from_secs(10);
-    let template = Config::with_ttl(
-        LeaseName::new("template").unwrap(),
-        HolderId::new("sleeper").unwrap(),
-        ttl,
-    );
+    let template = SetConfig::with_ttl(HolderId::new("sleeper").unwrap(), ttl);
     let names: Vec<LeaseName> = ["a", "b"]
         .iter()
         .map(|n| LeaseName::new(n).unwrap())

@@ -40,8 +40,8 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use crate::sql::{LeaseRow, MEMBER_PREFIX};
 use crate::{
-    BatchKind, BatchReply, Config, Epoch, Failure, HolderId, Instant, LeaseName, LeaseSet, Reply,
-    RequestId, Role, SetCommand,
+    BatchKind, BatchReply, Epoch, Failure, HolderId, Instant, LeaseName, LeaseSet, Reply,
+    RequestId, Role, SetCommand, SetConfig,
 };
 
 /// The set's leases.
@@ -158,7 +158,7 @@ fn execute(data: &[u8]) -> Vec<SetCommand> {
     let mut u = Unstructured::new(data);
     let ttl = Duration::from_millis(u.int_in_range(40..=60_000).unwrap_or(10_000));
     let me = HolderId::new("me").expect("valid");
-    let mut template = Config::with_ttl(LeaseName::new("unused").expect("valid"), me.clone(), ttl);
+    let mut template = SetConfig::with_ttl(me.clone(), ttl);
     template.seed = u.arbitrary().unwrap_or(0);
     if u.ratio(1, 2).unwrap_or(false) {
         template.jitter = Duration::ZERO;

@@ -26,7 +26,7 @@ use batch::InFlight;
 #[cfg(feature = "sim")]
 pub(crate) use view::SeenView;
 
-use crate::config::Config;
+use crate::config::SetConfig;
 use crate::error::ConfigError;
 use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::{Command, Failure, Leadership, Operation, Reply, RequestId};
@@ -91,7 +91,7 @@ struct Slot {
 /// unexpired row, so balancing never steals.
 #[derive(Clone, Debug)]
 pub struct LeaseSet {
-    template: Config,
+    template: SetConfig,
     slots: Vec<Slot>,
     index: HashMap<String, usize>,
     /// The membership row's slot (the last one).
@@ -128,11 +128,11 @@ pub struct LeaseSet {
 
 impl LeaseSet {
     /// A node contending for `leases` with the timings and holder of
-    /// `template` (its lease name is ignored). Rejects an empty set, more
-    /// than [`MAX_LEASES`], a repeated name, a name in the membership
-    /// namespace, and timings [`Config::validate`] rejects.
+    /// `template`. Rejects an empty set, more than [`MAX_LEASES`], a
+    /// repeated name, a name in the membership namespace, and timings
+    /// [`SetConfig::validate`] rejects.
     pub fn new(
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
@@ -156,8 +156,7 @@ impl LeaseSet {
                     name: name.as_str().chars().take(80).collect(),
                 });
             }
-            let mut config = template.clone();
-            config.lease = name.clone();
+            let mut config = template.for_lease(name.clone());
             config.seed = template.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let mut machine = LeaseState::new(config, now)?;
             slots.push(Slot {
@@ -229,9 +228,8 @@ impl LeaseSet {
         }
     }
 
-    /// The configuration every lease of the set runs with (its lease name
-    /// is the first lease's).
-    pub fn config(&self) -> &Config {
+    /// The holder id and timings every lease of the set runs with.
+    pub fn config(&self) -> &SetConfig {
         &self.template
     }
 

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::Duration;
 
 use super::{ModelDb, SimRng, DB_EPOCH_MS};
-use crate::config::Config;
+use crate::config::SetConfig;
 use crate::error::ConfigError;
 use crate::names::TableName;
 use crate::names::{Epoch, HolderId, LeaseName};
@@ -255,13 +255,9 @@ impl SetSimulation {
         Ok(sim)
     }
 
-    fn template(&self, node: usize) -> Result<Config, ConfigError> {
-        let mut config = Config::with_ttl(
-            self.names.first().cloned().unwrap_or(LeaseName::new("s0")?),
-            self.nodes[node].holder.clone(),
-            self.config.ttl,
-        )
-        .interval(self.config.interval);
+    fn template(&self, node: usize) -> Result<SetConfig, ConfigError> {
+        let mut config = SetConfig::with_ttl(self.nodes[node].holder.clone(), self.config.ttl)
+            .interval(self.config.interval);
         config.seed = self.config.seed ^ node as u64;
         Ok(config)
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, LeaseName, LeaseSet, LeaseState};
+use picolease_core::{Config, LeaseName, LeaseSet, LeaseState, SetConfig};
 
 use super::connect::MysqlConnector;
 use super::error::MysqlError;
@@ -38,7 +38,7 @@ fn start(
         connector,
         Arc::clone(statements),
         options.auto_create,
-        backoff_cap(runner.engine.config()),
+        backoff_cap(&runner.engine.config()),
     ));
     DriverTask::start(runner, link, None, std::time::Duration::ZERO)
 }
@@ -150,7 +150,7 @@ impl MysqlLease {
 /// Builds a [`MysqlLeaseSet`]: `MysqlLeaseSet::builder(template, leases,
 /// connector)`, options, optional work, then `start()`.
 pub struct MysqlLeaseSetBuilder {
-    template: Config,
+    template: SetConfig,
     leases: Vec<LeaseName>,
     connector: MysqlConnector,
     options: MysqlOptions,
@@ -234,9 +234,9 @@ impl MysqlLeaseSet {
     task_methods!(MysqlError);
 
     /// A set of `leases` contended with the timings and holder id of
-    /// `template` (its lease name is not used), through `connector`.
+    /// `template` through `connector`.
     pub fn builder(
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         connector: MysqlConnector,
     ) -> MysqlLeaseSetBuilder {

@@ -27,7 +27,7 @@
 use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, LeaseName, LeaseSet};
+use picolease_core::{LeaseName, LeaseSet, SetConfig};
 
 use super::connect::Connect;
 use super::error::PgError;
@@ -52,7 +52,7 @@ const NOTICE_BACKLOG: usize = 4096;
 /// Builds a [`PgLeaseSet`]: `PgLeaseSet::builder(template, leases,
 /// connector)`, options, optional work, then `start()`.
 pub struct PgLeaseSetBuilder {
-    template: Config,
+    template: SetConfig,
     leases: Vec<LeaseName>,
     connector: Arc<dyn Connect>,
     options: PgOptions,
@@ -151,10 +151,10 @@ impl PgLeaseSet {
     task_methods!(PgError);
 
     /// A set of `leases` contended with the timings and holder id of
-    /// `template` (its lease name is not used), over connections from
+    /// `template` over connections from
     /// `connector`.
     pub fn builder(
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         connector: impl Connect,
     ) -> PgLeaseSetBuilder {

@@ -34,7 +34,7 @@ pub(crate) fn start(
         Arc::clone(&connector),
         Arc::clone(statements),
         options.auto_create,
-        backoff_cap(runner.engine.config()),
+        backoff_cap(&runner.engine.config()),
     ));
     let listening = if options.notifications {
         let (tx, rx) = mpsc::channel(backlog);

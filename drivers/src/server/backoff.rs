@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 /// The longest wait between reconnects for `config`: the interval, at
 /// least 100 ms (the bound `publish::stall_after` counts with).
-pub(crate) fn backoff_cap(config: &picolease_core::Config) -> Duration {
+pub(crate) fn backoff_cap(config: &picolease_core::SetConfig) -> Duration {
     config.interval.max(Duration::from_millis(100))
 }
 

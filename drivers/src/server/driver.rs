@@ -93,7 +93,10 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
     let me = config.holder.clone();
     let timeout = config.request_timeout;
     let binding = Binding {
-        lease: config.lease.as_str().into(),
+        lease: runner
+            .engine
+            .lone_lease()
+            .map_or_else(Default::default, |lease| lease.as_str().into()),
         holder: me.clone(),
         ttl_millis: config.ttl_millis(),
         stale_millis: runner.engine.stale_millis(),

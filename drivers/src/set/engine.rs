@@ -11,8 +11,8 @@
 
 use picolease_core::sql::LeaseRow;
 use picolease_core::{
-    Batch, BatchKind, BatchReply, Command, Config, Demotion, Epoch, HolderId, Instant, Leadership,
-    LeaseName, LeaseSet, LeaseState, Operation, Reply, RequestId, SetCommand,
+    Batch, BatchKind, BatchReply, Command, Demotion, Epoch, HolderId, Instant, Leadership,
+    LeaseName, LeaseSet, LeaseState, Operation, Reply, RequestId, SetCommand, SetConfig,
 };
 
 /// The core machine of one driver loop.
@@ -105,11 +105,20 @@ pub(crate) enum Order {
 }
 
 impl Engine {
-    /// The configuration (a set's: its template).
-    pub(crate) fn config(&self) -> &Config {
+    /// The holder id and timings (a lone lease's without its name).
+    pub(crate) fn config(&self) -> SetConfig {
         match self {
-            Engine::Lease(state) => state.config(),
-            Engine::Set(set) => set.config(),
+            Engine::Lease(state) => state.config().without_lease(),
+            Engine::Set(set) => set.config().clone(),
+        }
+    }
+
+    /// A lone lease's name, which its single-row statements bind; `None`
+    /// for a set (its batches name their leases).
+    pub(crate) fn lone_lease(&self) -> Option<&LeaseName> {
+        match self {
+            Engine::Lease(state) => Some(&state.config().lease),
+            Engine::Set(_) => None,
         }
     }
 

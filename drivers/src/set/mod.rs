@@ -60,9 +60,8 @@ pub(crate) struct Carried {
 
 /// The template of the set tests: holder `me`, ttl 1 s.
 #[cfg(test)]
-pub(crate) fn test_template() -> picolease_core::Config {
-    picolease_core::Config::with_ttl(
-        picolease_core::LeaseName::new("unused").expect("valid"),
+pub(crate) fn test_template() -> picolease_core::SetConfig {
+    picolease_core::SetConfig::with_ttl(
         picolease_core::HolderId::new("me").expect("valid"),
         std::time::Duration::from_secs(1),
     )

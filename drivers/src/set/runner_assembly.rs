@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use picolease_core::{Config, LeaseName, LeaseSet, LeaseState};
+use picolease_core::{LeaseName, LeaseSet, LeaseState};
 use tokio::sync::watch;
 
 use super::super::engine::Engine;
@@ -32,10 +32,7 @@ impl<G: TermGate> SetRunner<G> {
         let publishers = set
             .leases()
             .map(|lease| {
-                let config = Config {
-                    lease: lease.clone(),
-                    ..template.clone()
-                };
+                let config = template.for_lease(lease.clone());
                 let publisher = Publisher::member(
                     Arc::clone(&clock),
                     &config,
@@ -81,7 +78,7 @@ impl<G: TermGate> SetRunner<G> {
         publishers: HashMap<LeaseName, Arc<Publisher>>,
         mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
     ) -> (Self, SetView) {
-        let template = engine.config().clone();
+        let template = engine.config();
         let snapshot = SharedSnapshot::new(Mutex::new(SetSnapshot {
             me: Some(template.holder.clone()),
             stall_after: crate::publish::stall_after(&template),

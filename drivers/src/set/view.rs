@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picolease_core::{Config, Epoch, HolderId, Leadership, LeaseName};
+use picolease_core::{Epoch, HolderId, Leadership, LeaseName, SetConfig};
 use tokio::sync::watch;
 
 use crate::publish::{Health, Publisher, SharedHealth};
@@ -88,7 +88,7 @@ pub(crate) type SharedSnapshot = Arc<Mutex<SetSnapshot>>;
 /// do to [`crate::LeaseView`]; per lease it answers what a lone lease's
 /// handle answers.
 pub struct SetView {
-    pub(super) template: Config,
+    pub(super) template: SetConfig,
     pub(super) snapshot: SharedSnapshot,
     /// The set loop's health: the snapshot's `last_step` is read from it.
     pub(super) health: SharedHealth,
@@ -111,7 +111,7 @@ impl std::fmt::Debug for SetView {
 
 impl SetView {
     /// The timings and holder id every lease of the set is contended with.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &SetConfig {
         &self.template
     }
 
@@ -140,11 +140,28 @@ impl SetView {
     /// (it renews every lease). `None` for a lease outside the set.
     pub fn lease(&self, lease: &LeaseName) -> Option<LeaseView> {
         let publisher = self.publishers.get(lease)?;
-        let config = Config {
-            lease: lease.clone(),
-            ..self.template.clone()
-        };
+        let config = self.template.for_lease(lease.clone());
         Some(LeaseView::new(config, Arc::clone(publisher)))
+    }
+
+    /// Blocks the calling thread until `lease`'s leadership satisfies `done`
+    /// (checked now and on every change), the set finishes, or `timeout`
+    /// passes, as a lone lease's [`LeaseView::wait_for`]; `None` also for
+    /// a lease outside the set.
+    pub fn wait_for(
+        &self,
+        lease: &LeaseName,
+        timeout: Duration,
+        done: impl FnMut(&Leadership) -> bool,
+    ) -> Option<Leadership> {
+        self.publishers.get(lease)?.wait_for(timeout, done)
+    }
+
+    /// Blocks the calling thread until `lease`'s leadership changes, the
+    /// set finishes, or `timeout` passes, as a lone lease's
+    /// [`LeaseView::wait_change`]; the new state if it changed.
+    pub fn wait_change(&self, lease: &LeaseName, timeout: Duration) -> Option<Leadership> {
+        self.publishers.get(lease)?.wait_change(timeout)
     }
 
     /// While this node leads `lease`, the time left before it demotes

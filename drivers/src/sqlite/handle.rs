@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, Instant, Leadership, LeaseState};
+use picolease_core::{Config, Instant, LeaseState};
 
 use super::error::Error;
 use super::fence::Fence;
@@ -135,23 +135,6 @@ impl SqliteLease {
             self.holder(),
             epoch,
         ))
-    }
-
-    /// Blocks until the leadership state satisfies `done` (checked now and
-    /// on every change), the driver finishes, or `timeout` passes. Returns
-    /// the state that satisfied it.
-    pub fn wait_for(
-        &self,
-        timeout: Duration,
-        done: impl FnMut(&Leadership) -> bool,
-    ) -> Option<Leadership> {
-        self.view.publisher().wait_for(timeout, done)
-    }
-
-    /// Blocks until the leadership state changes or `timeout` passes;
-    /// returns the new state if it changed.
-    pub fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
-        self.view.publisher().wait_change(timeout)
     }
 
     /// True once the thread has stopped (after shutdown, abort, or a fatal

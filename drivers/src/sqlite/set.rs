@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, LeaseName, LeaseSet};
+use picolease_core::{LeaseName, LeaseSet, SetConfig};
 
 use super::error::Error;
 use super::fence::Fence;
@@ -19,7 +19,7 @@ use crate::subscription::{Fanout, Subscription};
 /// Builds a [`SqliteLeaseSet`]: `SqliteLeaseSet::builder(template, leases,
 /// database)`, optional work, then `start()`.
 pub struct SqliteLeaseSetBuilder {
-    template: Config,
+    template: SetConfig,
     leases: Vec<LeaseName>,
     database: Database,
     options: SqliteOptions,
@@ -94,9 +94,9 @@ pub struct SqliteLeaseSet {
 
 impl SqliteLeaseSet {
     /// A set of `leases` contended with the timings and holder id of
-    /// `template` (its lease name is not used).
+    /// `template`.
     pub fn builder(
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         database: Database,
     ) -> SqliteLeaseSetBuilder {

@@ -73,9 +73,9 @@ impl Connection {
                     gate.join_stopped();
                 }
                 runner.reap();
-                let lease = runner.engine.config().lease.clone();
+                let lease = runner.engine.lone_lease().cloned();
                 let bindings = Bindings {
-                    lease: lease.as_str(),
+                    lease: lease.as_ref().map_or("", LeaseName::as_str),
                     holder: me.as_str(),
                     ttl_millis,
                 };

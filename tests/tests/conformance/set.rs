@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use picolease::set::SetView;
 use picolease::sql::LeaseRow;
 use picolease::{
-    Config, Epoch, HolderId, Leadership, LeaseName, LeaseView, RecvError, Subscription,
+    Config, Epoch, HolderId, Leadership, LeaseName, LeaseView, RecvError, SetConfig, Subscription,
 };
 use tokio::sync::watch;
 
@@ -38,7 +38,7 @@ pub trait SetBackend: Backend {
     /// and `options`, with its builder's subscription to [`LEASE`].
     fn start_set(
         &self,
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         options: Options,
     ) -> Result<(Self::Set, Subscription), Fault>;
@@ -237,7 +237,9 @@ impl<B: SetBackend, const N: usize> Backend for AsSet<B, N> {
             ..options
         };
         let holder = config.holder.clone();
-        let (set, from_start) = self.db.start_set(config, set_leases(N), options)?;
+        let (set, from_start) =
+            self.db
+                .start_set(config.without_lease(), set_leases(N), options)?;
         self.running.lock().unwrap().push(holder);
         let lease = set
             .view()

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
 use picolease::sqlite::Location;
-use picolease::{redact_url, Config, Epoch, LeaseName, Subscription, TableName};
+use picolease::{redact_url, Config, Epoch, LeaseName, SetConfig, Subscription, TableName};
 
 use crate::commands::child::Gated;
 use crate::failure::{one_line, CliError};
@@ -183,7 +183,7 @@ impl Backend {
     pub fn start_set(
         &self,
         table: &TableName,
-        template: Config,
+        template: SetConfig,
         leases: Vec<LeaseName>,
         gated: Option<Arc<Gated>>,
     ) -> Result<StartedSet, CliError> {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use picolease::mysql::{self, MysqlConnector, MysqlError, MysqlLease, MysqlLeaseSet};
 use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
-use picolease::{Config, Epoch, LeaseName, TableName};
+use picolease::{Config, Epoch, LeaseName, SetConfig, TableName};
 
 use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
 use super::{runtime, Started};
@@ -143,7 +143,7 @@ impl AsyncLease for MysqlLease {
 pub fn start_set(
     target: &Target,
     table: &TableName,
-    template: Config,
+    template: SetConfig,
     leases: Vec<LeaseName>,
     gated: Option<Arc<Gated>>,
 ) -> Result<super::StartedSet, CliError> {

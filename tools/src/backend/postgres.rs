@@ -13,7 +13,7 @@ use std::sync::Arc;
 use picolease::postgres::{self, PgConnector, PgError, PgLease, PgLeaseSet};
 use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
-use picolease::{redact_url, Config, Epoch, LeaseName, TableName};
+use picolease::{redact_url, Config, Epoch, LeaseName, SetConfig, TableName};
 
 use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
 use super::{runtime, Started};
@@ -146,7 +146,7 @@ impl AsyncLease for PgLease {
 pub fn start_set(
     target: &Target,
     table: &TableName,
-    template: Config,
+    template: SetConfig,
     leases: Vec<LeaseName>,
     gated: Option<Arc<Gated>>,
 ) -> Result<super::StartedSet, CliError> {

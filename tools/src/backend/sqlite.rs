@@ -6,7 +6,7 @@ use picolease::sql::LeaseRow;
 use picolease::sqlite::{
     Database, LeaderContext, LeaseTable, Location, SqliteLease, SqliteLeaseSet,
 };
-use picolease::{Config, Epoch, LeaseName, TableName, Term};
+use picolease::{Config, Epoch, LeaseName, SetConfig, TableName, Term};
 
 use super::{Contender, Started};
 use crate::commands::child::{Gated, TermView};
@@ -102,7 +102,7 @@ impl Contender for SqliteLease {
 pub fn start_set(
     location: &Location,
     table: &TableName,
-    template: Config,
+    template: SetConfig,
     leases: Vec<LeaseName>,
     gated: Option<Arc<Gated>>,
 ) -> Result<super::StartedSet, CliError> {

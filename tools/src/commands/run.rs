@@ -103,7 +103,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         let prepared = super::run_set::Prepared {
             node,
             holder,
-            template: config,
+            template: config.without_lease(),
             grace,
             listener,
         };

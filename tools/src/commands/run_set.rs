@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use picolease::{Config, HolderId, LeaseName, RecvError, TableName, Transition};
+use picolease::{HolderId, LeaseName, RecvError, SetConfig, TableName, Transition};
 
 use super::child::{ChildEvent, Gated};
 use super::events::{Printed, Printer};
@@ -36,8 +36,8 @@ pub struct Prepared {
     pub node: String,
     /// This process's holder id.
     pub holder: HolderId,
-    /// Timings and holder for every lease (the lease name is unused).
-    pub template: Config,
+    /// Timings and holder for every lease.
+    pub template: SetConfig,
     /// CMD's grace.
     pub grace: Duration,
     /// `--listen`, bound.

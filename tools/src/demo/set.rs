@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use picolease::set::SetSnapshot;
 use picolease::sqlite::{Database, SqliteLeaseSet};
-use picolease::{Config, HolderId, LeaseName};
+use picolease::{HolderId, LeaseName, SetConfig};
 
 use crate::duration::show;
 use crate::failure::CliError;
@@ -189,11 +189,7 @@ impl SetDemo {
 
     /// Starts a node whose work for each lease records itself in `works`.
     fn start_node(&mut self, name: &str) -> Result<(), CliError> {
-        let config = Config::with_ttl(
-            LeaseName::new("unused").map_err(CliError::usage)?,
-            HolderId::new(name).map_err(CliError::usage)?,
-            self.ttl,
-        );
+        let config = SetConfig::with_ttl(HolderId::new(name).map_err(CliError::usage)?, self.ttl);
         let works = Arc::clone(&self.works);
         let node = SqliteLeaseSet::builder(config, self.leases.clone(), self.database.clone())
             .while_leader(move |ctx| {

@@ -166,7 +166,7 @@ pub(super) fn new_set(
     holder: HolderId,
     now: Instant,
 ) -> Result<LeaseSet, ConfigError> {
-    let config = setup.bounds.lease_config(holder)?;
+    let config = setup.bounds.lease_config(holder)?.without_lease();
     #[allow(unused_mut)]
     let mut set = LeaseSet::new(config, setup.names.clone(), now)?;
     #[cfg(feature = "mutants")]
