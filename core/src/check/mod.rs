@@ -128,7 +128,9 @@
 mod bounds;
 mod canon;
 mod channel;
+mod contender;
 mod invariants;
+mod lone;
 mod relation;
 mod replay;
 mod search;
@@ -335,6 +337,6 @@ pub fn check(
         let initial = SetWorld::new(&setup)?;
         return Ok(search::run(&setup, initial, budget, progress));
     }
-    let initial = World::new(&setup)?;
+    let initial = <World>::new(&setup)?;
     Ok(search::run(&setup, initial, budget, progress))
 }
