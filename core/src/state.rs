@@ -740,6 +740,12 @@ pub enum Mutation {
     /// (g) The model database's batch acquire takes every named row, held
     /// or not (consulted by `sim::ModelDb::acquire_batch`): a set steals.
     AcquireBatchTakesHeld,
+    /// (h) A lease set's fair share rounded down for every member (the
+    /// `N mod n` first-ranked members not given their extra lease;
+    /// consulted by `LeaseSet::target`): with 1 lease and 2 nodes each
+    /// aims for none, so once both plan nobody competes for it. Nothing is
+    /// held twice, nothing stolen: only liveness can tell.
+    SetShareRoundsDown,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

@@ -4,7 +4,7 @@
 //!
 //! `cargo test -p picolease-core --features mutants --test check_mutants`
 
-use picolease_core::check::{check, replay, Bounds, Budget, Property, SetupMutation};
+use picolease_core::check::{check, replay, Bounds, Budget, Property, SetupMutation, Violation};
 use picolease_core::Mutation;
 
 /// The checker at `bounds` stops at a violation of one of `expected`, and
@@ -139,4 +139,59 @@ fn the_real_machine_keeps_its_stop_lead_in_the_whole_space() {
     println!("{report}");
     assert!(report.violations.is_empty(), "{report}");
     assert!(report.complete && report.frontier_left == 0, "{report}");
+}
+
+/// A prompt schedule of 2 nodes, built one step at a time: whatever a
+/// machine or the database can do now (timers, statements, replies) goes
+/// first, then the node clocks, then the database clock, so time moves as
+/// fast as the drift allows and nothing waits. Returns the trace and how
+/// its replay ended.
+fn prompt_schedule(bounds: &Bounds, steps: usize) -> (String, Option<Violation>) {
+    let order = [
+        "n0:timer", "n1:timer", "db:n0", "db:n1", "n0:recv", "n1:recv", "tick:n0", "tick:n1",
+        "tick:db",
+    ];
+    let mut trace: Vec<&str> = Vec::new();
+    let mut last = None;
+    for _ in 0..steps {
+        let next = order.iter().find_map(|step| {
+            let text = [trace.as_slice(), &[*step]].concat().join(";");
+            replay(&text, bounds).ok().map(|r| (*step, r))
+        });
+        let (step, replayed) = next.expect("some step is always enabled");
+        trace.push(step);
+        last = replayed.violation;
+        if last.is_some() {
+            break;
+        }
+    }
+    (trace.join(";"), last)
+}
+
+/// (h) Lease sets, liveness: a fair share rounded down for every member
+/// gives each of 2 nodes a target of 0 for a set of 1 lease. Nothing is
+/// held twice, nothing stolen, no work out of step: no safety property can
+/// fail, only liveness. The breadth-first search cannot reach its bound
+/// (ttl + 2·interval = 16 database ticks; a set's space grows about 1.4×
+/// a level and reaches 6 or 7 ticks by depth 30), so the property is shown
+/// on one prompt schedule: the real set leads the lease on it and keeps it
+/// past the bound, the mutant never does and liveness fails.
+#[test]
+fn a_set_whose_share_rounds_down_is_found_by_liveness_only() {
+    let mut bounds = Bounds::for_set(2, 1);
+    bounds.depth = 200;
+    let (trace, found) = prompt_schedule(&bounds, 120);
+    assert_eq!(found, None, "the real set: {trace}");
+    let held = replay(&trace, &bounds).expect("the trace replays");
+    let state = &held.steps.last().expect("steps").state;
+    assert!(
+        state.contains("holds s0@"),
+        "the real set leads s0: {state}"
+    );
+
+    bounds.mutation = Mutation::SetShareRoundsDown;
+    let (trace, found) = prompt_schedule(&bounds, 120);
+    let found = found.unwrap_or_else(|| panic!("not found: {trace}"));
+    assert_eq!(found.property, Property::Liveness, "{found}");
+    println!("{found}\ntrace: {trace}");
 }

@@ -102,7 +102,7 @@ impl Fingerprinter {
         if let Some(row) = world.db.row(LEASE) {
             e.push(u64::try_from(row.epoch).unwrap_or(0));
         }
-        e.extend(world.last_epoch.map(Epoch::get));
+        e.extend(world.last_epoch.iter().flatten().map(|e| e.get()));
         if let Some(req) = &world.stray {
             e.extend(req.operation.epoch().map(Epoch::get));
         }
@@ -221,18 +221,11 @@ impl Ctx<'_> {
 
     /// A local instant relative to the node's clock, clamped.
     fn local(&self, node: &Node, at: Instant) -> i64 {
-        let ticks = i128::from(at.as_nanos()) / TICK.as_nanos() as i128;
-        let rel = ticks - i128::from(node.clock);
-        rel.clamp(-i128::from(self.horizon), i128::from(self.horizon)) as i64
+        local(node.clock, at, self.horizon)
     }
 
     fn operation(&self, out: &mut Vec<i64>, op: Operation) {
-        let (kind, epoch) = match op {
-            Operation::Acquire => (0, None),
-            Operation::Renew { epoch } => (1, Some(epoch)),
-            Operation::Release { epoch } => (2, Some(epoch)),
-        };
-        out.extend([kind, self.epoch(epoch)]);
+        operation(out, op, |e| self.epoch(e));
     }
 
     fn request(&self, out: &mut Vec<i64>, req: &Request) {
@@ -250,8 +243,8 @@ impl Ctx<'_> {
         let w = self.world;
         out.extend([
             i64::from(w.faults),
-            i64::from(w.leaderless),
-            self.epoch(w.last_epoch),
+            i64::from(w.leaderless[0]),
+            self.epoch(w.last_epoch[0]),
         ]);
         match w.db.row(LEASE) {
             Some(row) => {
@@ -351,31 +344,21 @@ impl Ctx<'_> {
     fn delivery(&self, out: &mut Vec<i64>, i: usize, d: &Delivery) {
         match d {
             Delivery::Notice => out.push(-5),
-            Delivery::Reply(id, reply) => {
+            Delivery::Reply(id, answer) => {
                 out.push(self.id(i, *id));
-                match reply {
-                    Reply::Acquired { epoch } => out.extend([0, self.epoch(Some(*epoch))]),
-                    Reply::Held {
-                        holder,
-                        epoch,
-                        expires_in,
-                    } => out.extend([
-                        1,
-                        self.holder(Some(holder.as_str())),
-                        self.epoch(Some(*epoch)),
-                        expires_in.as_millis().min(1 << 20) as i64,
-                    ]),
-                    Reply::Accepted => out.push(2),
-                    Reply::Rejected => out.push(3),
-                    Reply::Failed(Failure::Transient) => out.push(4),
-                    Reply::Failed(Failure::Fatal) => out.push(5),
-                }
+                reply(
+                    out,
+                    answer,
+                    |e| self.epoch(Some(e)),
+                    |h| self.holder(Some(h)),
+                );
             }
         }
     }
 }
 
-fn demotion(d: Demotion) -> i64 {
+/// A demotion's reason as a number.
+pub(super) fn demotion(d: Demotion) -> i64 {
     match d {
         Demotion::Lost => 0,
         Demotion::Expired => 1,
@@ -383,5 +366,51 @@ fn demotion(d: Demotion) -> i64 {
         Demotion::Error => 3,
         // Never fed by the checker's world (no database clock steps).
         _ => 4,
+    }
+}
+
+/// A local instant relative to its node's clock `clock` (ticks), clamped
+/// to `horizon` ticks either way: further than any timing of the protocol
+/// reaches, the distance no longer matters.
+pub(super) fn local(clock: u64, at: Instant, horizon: i64) -> i64 {
+    let ticks = i128::from(at.as_nanos()) / TICK.as_nanos() as i128;
+    let rel = ticks - i128::from(clock);
+    rel.clamp(-i128::from(horizon), i128::from(horizon)) as i64
+}
+
+/// A statement as its kind and its epoch, the epoch encoded by `epoch`.
+pub(super) fn operation(out: &mut Vec<i64>, op: Operation, epoch: impl Fn(Option<Epoch>) -> i64) {
+    let (kind, e) = match op {
+        Operation::Acquire => (0, None),
+        Operation::Renew { epoch } => (1, Some(epoch)),
+        Operation::Release { epoch } => (2, Some(epoch)),
+    };
+    out.extend([kind, epoch(e)]);
+}
+
+/// A single statement's reply, its epoch and holder encoded by `epoch`
+/// and `holder` (each model ranks them its own way).
+pub(super) fn reply(
+    out: &mut Vec<i64>,
+    r: &Reply,
+    epoch: impl Fn(Epoch) -> i64,
+    holder: impl Fn(&str) -> i64,
+) {
+    match r {
+        Reply::Acquired { epoch: e } => out.extend([0, epoch(*e)]),
+        Reply::Held {
+            holder: h,
+            epoch: e,
+            expires_in,
+        } => out.extend([
+            1,
+            holder(h.as_str()),
+            epoch(*e),
+            expires_in.as_millis().min(1 << 20) as i64,
+        ]),
+        Reply::Accepted => out.push(2),
+        Reply::Rejected => out.push(3),
+        Reply::Failed(Failure::Transient) => out.push(4),
+        Reply::Failed(Failure::Fatal) => out.push(5),
     }
 }

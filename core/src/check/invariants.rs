@@ -1,15 +1,15 @@
-//! The invariants checked on every state reached: mutual exclusion,
-//! validity and the stop lead (gating and fencing are checked on each
-//! command, in the step relation).
-
-use std::fmt::Write as _;
+//! The invariants checked on every state reached, per lease, for both
+//! models: mutual exclusion, validity and the stop lead (DESIGN §6; for a
+//! set, §9's "no lease is worked by two nodes, work runs only while its
+//! row is the node's at that epoch and unexpired"). Gating and fencing are
+//! checked on each command, in each model's hooks; liveness and progress
+//! in the step relation; no stealing on each acquire a set's batch runs.
 
 use super::bounds::TICK;
-use super::world::{Setup, World, LEASE};
+use super::contender::Contender;
+use super::world::{Setup, World};
 use super::{Property, Violation};
-use crate::names::Epoch;
-use crate::sim::DB_EPOCH_MS;
-use crate::state::LeaseState;
+use crate::sim::{ModelRow, DB_EPOCH_MS};
 
 pub(super) fn violation(property: Property, detail: String) -> Violation {
     Violation {
@@ -20,106 +20,119 @@ pub(super) fn violation(property: Property, detail: String) -> Violation {
     }
 }
 
-impl World {
-    /// Mutual exclusion and validity, on the state reached.
-    pub(super) fn check_state(&self, setup: &Setup) -> Option<Violation> {
-        let leaders: Vec<usize> = (0..self.nodes.len())
-            .filter(|&i| self.nodes[i].leading())
-            .collect();
-        if let [a, b, ..] = leaders[..] {
-            return Some(violation(
-                Property::MutualExclusion,
-                format!(
-                    "n{a} and n{b} both lead at db tick {} (epochs {:?} and {:?})",
-                    self.db_clock,
-                    self.leader_epoch(a),
-                    self.leader_epoch(b)
-                ),
-            ));
-        }
-        let now_ms = DB_EPOCH_MS + self.db_clock as i64;
-        for &i in &leaders {
-            let n = &self.nodes[i];
-            let Some(epoch) = self.leader_epoch(i) else {
-                continue;
-            };
-            let row = self.db.row(LEASE);
-            let valid = row.is_some_and(|row| {
-                row.holder.as_deref() == Some(n.holder.as_str())
-                    && (row.epoch == epoch.to_i64() || n.fenced_out)
-                    && row.expires_at > now_ms
-            });
-            if !valid {
-                let mut detail = format!(
-                    "n{i} ({}) leads at epoch {epoch} at db tick {}, but the row is ",
-                    n.holder, self.db_clock
-                );
-                match row {
-                    Some(r) => {
-                        let _ = write!(
-                            detail,
-                            "({}, epoch {}, expires at db tick {})",
-                            r.holder.as_deref().unwrap_or("free"),
-                            r.epoch,
-                            r.expires_at - DB_EPOCH_MS
-                        );
-                    }
-                    None => detail.push_str("absent"),
-                }
-                return Some(violation(Property::Validity, detail));
-            }
-        }
-        self.check_stop_lead(setup)
+fn row_text(row: Option<&ModelRow>) -> String {
+    match row {
+        Some(r) => format!(
+            "({}, epoch {}, expires at db tick {})",
+            r.holder.as_deref().unwrap_or("free"),
+            r.epoch,
+            r.expires_at - DB_EPOCH_MS
+        ),
+        None => "absent".to_string(),
     }
+}
 
-    /// The stop lead `g` (`Config::stop_lead`): a node's work is stopped
-    /// no later than its local `deadline − g` (at that very tick only
-    /// while its timer, due then, has yet to run), and while the work runs
-    /// the row is the node's with more than `g` database ticks left. A
-    /// paused process's work is frozen with it; its timer runs first on
-    /// resuming. With `g = 0` this is the deadline itself and validity.
-    fn check_stop_lead(&self, setup: &Setup) -> Option<Violation> {
-        let g = u64::from(setup.bounds.stop_lead_ticks);
+impl<N: Contender> World<N> {
+    /// Every lease: at most one node leads it (twins included), a leader's
+    /// row is its own at its epoch, unexpired (after a stray acquire of its
+    /// own, `fenced_out`, its own at any epoch), and work runs only on such
+    /// a row with more than the stop lead `g` left, stopped by its local
+    /// `deadline − g` (at that very tick only while its timer, due then,
+    /// has yet to run). A paused process's work is frozen with it; its
+    /// timer runs first on resuming. With `g = 0` this is the deadline
+    /// itself, and validity.
+    pub(super) fn check_state(&self, setup: &Setup) -> Option<Violation> {
         let now_ms = DB_EPOCH_MS + self.db_clock as i64;
-        for (i, n) in self.nodes.iter().enumerate() {
-            let (Some(epoch), true) = (n.work, n.running()) else {
-                continue;
+        let g = u64::from(setup.bounds.stop_lead_ticks);
+        let lone = setup.bounds.leases == 0;
+        for (k, name) in setup.names.iter().enumerate() {
+            // How the lease is named in a detail: not at all when it is
+            // the only one.
+            let lease = || {
+                if lone {
+                    String::new()
+                } else {
+                    format!(" {name}")
+                }
             };
-            let deadline = n.lease.as_ref().and_then(LeaseState::leader_deadline);
-            if let Some(deadline) = deadline {
-                let stop = (deadline.as_nanos() / TICK.as_nanos() as u64).saturating_sub(g);
-                if n.clock > stop || (n.clock == stop && !n.due()) {
+            let of_lease = || {
+                if lone {
+                    String::new()
+                } else {
+                    format!(" of {name}")
+                }
+            };
+            let leaders: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].leading(k))
+                .collect();
+            if let [a, b, ..] = leaders[..] {
+                return Some(violation(
+                    Property::MutualExclusion,
+                    format!(
+                        "n{a} and n{b} both lead{} at db tick {} (epochs {:?} and {:?})",
+                        lease(),
+                        self.db_clock,
+                        self.nodes[a].leader_epoch(k),
+                        self.nodes[b].leader_epoch(k)
+                    ),
+                ));
+            }
+            let row = self.db.row(name.as_str());
+            let mine = |n: &N, epoch: crate::names::Epoch| {
+                row.filter(|r| {
+                    r.holder.as_deref() == Some(n.holder().as_str())
+                        && (r.epoch == epoch.to_i64() || n.fenced_out(k))
+                })
+            };
+            for &i in &leaders {
+                let n = &self.nodes[i];
+                let Some(epoch) = n.leader_epoch(k) else {
+                    continue;
+                };
+                if mine(n, epoch).is_none_or(|r| r.expires_at <= now_ms) {
                     return Some(violation(
-                        Property::StopLead,
+                        Property::Validity,
                         format!(
-                            "n{i} runs the work of epoch {epoch} at local tick {}, its deadline − stop lead being {stop}",
-                            n.clock
+                            "n{i} ({}) leads{} at epoch {epoch} at db tick {}, but the row is {}",
+                            n.holder(),
+                            lease(),
+                            self.db_clock,
+                            row_text(row)
                         ),
                     ));
                 }
             }
-            let row = self.db.row(LEASE);
-            let left = row
-                .filter(|r| r.holder.as_deref() == Some(n.holder.as_str()))
-                .map(|r| r.expires_at - now_ms);
-            if left.is_none_or(|left| left <= g as i64) {
-                return Some(violation(
-                    Property::StopLead,
-                    format!(
-                        "n{i} runs the work of epoch {epoch} at db tick {} with {} left on its row (stop lead {g})",
-                        self.db_clock,
-                        left.map_or("nothing".to_string(), |l| format!("{l} ticks"))
-                    ),
-                ));
+            for (i, n) in self.nodes.iter().enumerate() {
+                let (Some(epoch), true) = (n.work(k), n.running()) else {
+                    continue;
+                };
+                if let Some(deadline) = n.leader_deadline(k) {
+                    let stop = (deadline.as_nanos() / TICK.as_nanos() as u64).saturating_sub(g);
+                    if n.clock() > stop || (n.clock() == stop && !n.due()) {
+                        return Some(violation(
+                            Property::StopLead,
+                            format!(
+                                "n{i} runs the work{} of epoch {epoch} at local tick {}, its deadline − stop lead being {stop}",
+                                of_lease(),
+                                n.clock()
+                            ),
+                        ));
+                    }
+                }
+                let left = mine(n, epoch).map(|r| r.expires_at - now_ms);
+                if left.is_none_or(|left| left <= g as i64) {
+                    return Some(violation(
+                        Property::StopLead,
+                        format!(
+                            "n{i} runs the work{} of epoch {epoch} at db tick {}, the row being {} (stop lead {g})",
+                            of_lease(),
+                            self.db_clock,
+                            row_text(row)
+                        ),
+                    ));
+                }
             }
         }
         None
-    }
-
-    pub(super) fn leader_epoch(&self, i: usize) -> Option<Epoch> {
-        self.nodes[i]
-            .lease
-            .as_ref()
-            .and_then(|l| l.leadership().leader_epoch())
     }
 }

@@ -132,7 +132,7 @@ pub fn replay(trace: &str, bounds: &Bounds) -> Result<Replay, TraceParseError> {
     if setup.bounds.leases > 0 {
         play(&setup, SetWorld::new(&setup)?, &steps, &parts)
     } else {
-        play(&setup, World::new(&setup)?, &steps, &parts)
+        play(&setup, <World>::new(&setup)?, &steps, &parts)
     }
 }
 

@@ -44,7 +44,7 @@ impl Model for World {
         fp.fingerprint(self, setup.bounds.ttl_ticks, setup.bounds.interval_ticks)
     }
     fn describe(&self, _: &Setup) -> String {
-        World::describe(self)
+        <World>::describe(self)
     }
 }
 

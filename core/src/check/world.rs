@@ -1,12 +1,15 @@
-//! The model the checker explores: the real `LeaseState`s on tick clocks,
-//! the model database and the connections between them (`channel`). What
-//! a step does is the step relation (`relation`); what must hold after it,
-//! the invariants (`invariants`).
+//! The model the checker explores: the nodes (the real `LeaseState`s here,
+//! or `LeaseSet`s in `set`) on tick clocks, the model database and the
+//! connections between them (`channel`). What a step does is the step
+//! relation (`relation`, shared, with each model's hooks in `lone` and
+//! `set::relation`); what must hold after it, the invariants
+//! (`invariants`).
 
 use std::fmt::Write as _;
 
 use super::bounds::{Bounds, TICK};
 use super::channel::{Channel, Delivery, Request};
+use super::contender::Contender;
 use crate::error::ConfigError;
 use crate::names::{Epoch, HolderId, LeaseName};
 use crate::sim::{ModelDb, DB_EPOCH_MS};
@@ -14,21 +17,28 @@ use crate::sql::{Dialect, Statements};
 use crate::state::LeaseState;
 use crate::time::Instant;
 
-/// The lease every contender competes for.
+/// The lease every contender competes for in the lone-lease check.
 pub(super) const LEASE: &str = "check";
 
 /// What does not change during a check.
 pub(crate) struct Setup {
     pub(super) bounds: Bounds,
     pub(super) statements: Statements,
-    /// The leases of a set check (`Bounds::leases`), none for a lone lease.
+    /// The leases: a set check's (`Bounds::leases`), or the lone lease
+    /// ([`LEASE`]). The per-lease state of the world and its nodes is
+    /// indexed by position here.
     pub(super) names: Vec<LeaseName>,
 }
 
 impl Setup {
     pub(crate) fn new(bounds: Bounds) -> Self {
+        let names = if bounds.leases == 0 {
+            LeaseName::new(LEASE).map(|n| vec![n])
+        } else {
+            super::set::lease_names(bounds.leases)
+        };
         Setup {
-            names: super::set::lease_names(bounds.leases).unwrap_or_default(),
+            names: names.unwrap_or_default(),
             bounds,
             statements: Statements::new(Dialect::Sqlite, &crate::names::TableName::default()),
         }
@@ -81,56 +91,58 @@ pub(super) struct Node {
 }
 
 impl Node {
-    /// Alive and not finished: its clock matters.
-    pub(super) fn live(&self) -> bool {
-        self.lease.as_ref().is_some_and(|l| !l.is_finished())
-    }
-
-    /// Alive, not finished, not paused: it can act.
-    pub(super) fn running(&self) -> bool {
-        self.live() && !self.paused
-    }
-
-    /// Believes it leads and can act.
-    pub(super) fn leading(&self) -> bool {
-        self.running()
-            && self
-                .lease
-                .as_ref()
-                .is_some_and(|l| l.leadership().is_leader())
-    }
-
-    pub(super) fn due(&self) -> bool {
-        let now = Instant::from_nanos(self.clock * TICK.as_nanos() as u64);
-        self.lease
-            .as_ref()
-            .and_then(LeaseState::poll_timeout)
-            .is_some_and(|t| t <= now)
-    }
-
     pub(super) fn now(&self) -> Instant {
         Instant::from_nanos(self.clock.saturating_mul(TICK.as_nanos() as u64))
     }
 }
 
-/// The whole model at one point of a path.
+/// The whole model at one point of a path, over nodes of either kind: the
+/// lone lease's [`Node`] (the default) or a set's
+/// [`SetNode`](super::set::SetNode) (`SetWorld`).
 #[derive(Clone, Debug)]
-pub(crate) struct World {
+pub(crate) struct World<N: Contender = Node> {
     pub(super) db: ModelDb,
     /// Database (real) time in ticks.
     pub(super) db_clock: u64,
-    pub(super) nodes: Vec<Node>,
+    pub(super) nodes: Vec<N>,
     /// A statement that strayed on the server.
-    pub(super) stray: Option<Request>,
+    pub(super) stray: Option<N::Request>,
     pub(super) faults: u32,
-    /// Database ticks without a leader since the last fault.
-    pub(super) leaderless: u32,
-    /// The epoch of the latest leadership.
-    pub(super) last_epoch: Option<Epoch>,
+    /// Per lease: database ticks without a leader since the last fault,
+    /// while a node was able to lead (liveness).
+    pub(super) leaderless: Vec<u32>,
+    /// Per lease: the epoch of its latest leadership.
+    pub(super) last_epoch: Vec<Option<Epoch>>,
     /// No step taken yet (`db:orphan` is enabled). Left out of the
     /// fingerprint: a later state that looks the same is the initial one
     /// shifted in time, and the initial one is explored first.
     pub(super) fresh: bool,
+    /// The survey's staleness bound (`LeaseSet::stale_millis`, the same
+    /// for every node of a set check; 0 for a lone lease, which has no
+    /// survey).
+    pub(super) stale_ms: i64,
+}
+
+impl<N: Contender> World<N> {
+    /// The model at time zero over `nodes`, every lease free.
+    pub(super) fn start(setup: &Setup, nodes: Vec<N>, stale_ms: i64) -> Self {
+        #[allow(unused_mut)]
+        let mut db = ModelDb::new();
+        #[cfg(feature = "mutants")]
+        db.set_mutation(setup.bounds.mutation);
+        let leases = setup.names.len();
+        World {
+            db,
+            db_clock: 0,
+            nodes,
+            stray: None,
+            faults: 0,
+            leaderless: vec![0; leases],
+            last_epoch: vec![None; leases],
+            fresh: true,
+            stale_ms,
+        }
+    }
 }
 
 /// What a step did, as text lines, when the caller wants them (replay).
@@ -190,7 +202,7 @@ pub(super) fn parse_holder(holder: &str) -> Option<(usize, u32)> {
     Some((node.parse().ok()?, inc.parse().ok()?))
 }
 
-impl World {
+impl World<Node> {
     /// Every node started at time zero, its timer due.
     pub(crate) fn new(setup: &Setup) -> Result<Self, ConfigError> {
         let mut nodes = Vec::with_capacity(setup.bounds.nodes);
@@ -213,20 +225,7 @@ impl World {
                 fenced_out: false,
             });
         }
-        #[allow(unused_mut)]
-        let mut db = ModelDb::new();
-        #[cfg(feature = "mutants")]
-        db.set_mutation(setup.bounds.mutation);
-        Ok(World {
-            db,
-            db_clock: 0,
-            nodes,
-            stray: None,
-            faults: 0,
-            leaderless: 0,
-            last_epoch: None,
-            fresh: true,
-        })
+        Ok(World::start(setup, nodes, 0))
     }
 
     /// One line on the state of every node and the row, for replays.

@@ -20,6 +20,10 @@ impl LeaseSet {
             .iter()
             .position(|h| *h == self.template.holder)
             .unwrap_or(0);
+        #[cfg(feature = "mutants")]
+        if self.mutation == crate::state::Mutation::SetShareRoundsDown {
+            return Some(self.member / live.len().max(1));
+        }
         Some(share::target(self.member, live.len(), rank))
     }
 

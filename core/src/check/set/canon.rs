@@ -15,11 +15,10 @@
 //! their order).
 
 use super::{SetDelivery, SetNode, SetRequest, SetWorld};
-use crate::check::bounds::TICK;
-use crate::check::canon::hash128;
+use crate::check::canon::{demotion, hash128, local, operation, reply};
 use crate::check::world::{parse_holder, Setup};
 use crate::names::Epoch;
-use crate::protocol::{Demotion, Failure, Operation, Reply, RequestId, Role};
+use crate::protocol::{Failure, Operation, Reply, RequestId, Role};
 use crate::set::{BatchKind, BatchReply, LeaseSet};
 use crate::sim::DB_EPOCH_MS;
 use crate::sql::MEMBER_PREFIX;
@@ -148,18 +147,11 @@ impl Ctx<'_> {
     }
 
     fn local(&self, node: &SetNode, at: Instant) -> i64 {
-        let ticks = i128::from(at.as_nanos()) / TICK.as_nanos() as i128;
-        let rel = ticks - i128::from(node.clock);
-        rel.clamp(-i128::from(self.horizon), i128::from(self.horizon)) as i64
+        local(node.clock, at, self.horizon)
     }
 
     fn operation(&self, out: &mut Vec<i64>, op: Operation) {
-        let (kind, epoch) = match op {
-            Operation::Acquire => (0, None),
-            Operation::Renew { epoch } => (1, Some(epoch)),
-            Operation::Release { epoch } => (2, Some(epoch)),
-        };
-        out.extend([kind, self.epoch(epoch)]);
+        operation(out, op, |e| self.epoch(e));
     }
 
     fn request(&self, out: &mut Vec<i64>, req: &SetRequest) {
@@ -182,6 +174,7 @@ impl Ctx<'_> {
     fn encode(&self, out: &mut Vec<i64>) {
         let w = self.world;
         out.push(i64::from(w.faults));
+        out.extend(w.leaderless.iter().map(|&l| i64::from(l)));
         out.extend(w.last_epoch.iter().map(|&e| self.epoch(e)));
         for (name, row) in w.db.rows() {
             let left = (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1);
@@ -362,23 +355,7 @@ impl Ctx<'_> {
     }
 
     fn reply(&self, out: &mut Vec<i64>, r: &Reply) {
-        match r {
-            Reply::Acquired { epoch } => out.extend([0, self.epoch(Some(*epoch))]),
-            Reply::Held {
-                holder,
-                epoch,
-                expires_in,
-            } => out.extend([
-                1,
-                self.holder(Some(holder.as_str())),
-                self.epoch(Some(*epoch)),
-                expires_in.as_millis().min(1 << 20) as i64,
-            ]),
-            Reply::Accepted => out.push(2),
-            Reply::Rejected => out.push(3),
-            Reply::Failed(Failure::Transient) => out.push(4),
-            Reply::Failed(Failure::Fatal) => out.push(5),
-        }
+        reply(out, r, |e| self.epoch(Some(e)), |h| self.holder(Some(h)));
     }
 }
 
@@ -388,15 +365,5 @@ fn kind(k: BatchKind) -> i64 {
         BatchKind::Renew => 1,
         BatchKind::Release => 2,
         BatchKind::Survey => 3,
-    }
-}
-
-fn demotion(d: Demotion) -> i64 {
-    match d {
-        Demotion::Lost => 0,
-        Demotion::Expired => 1,
-        Demotion::Released => 2,
-        Demotion::Error => 3,
-        _ => 4,
     }
 }

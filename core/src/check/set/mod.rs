@@ -12,7 +12,6 @@
 //! one message, the names it freed (`handle_release_notices`).
 
 mod canon;
-mod invariants;
 mod relation;
 
 pub(crate) use canon::SetFingerprinter;
@@ -21,12 +20,13 @@ use std::fmt::Write as _;
 
 use super::bounds::TICK;
 use super::channel::Channel;
-use super::world::{holder_id, Setup};
+use super::contender::Contender;
+use super::world::{holder_id, Setup, World};
 use crate::error::ConfigError;
 use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::RequestId;
 use crate::set::{Batch, BatchReply, LeaseSet};
-use crate::sim::{ModelDb, DB_EPOCH_MS};
+use crate::sim::DB_EPOCH_MS;
 use crate::time::Instant;
 
 /// A batch on its way to the database.
@@ -82,40 +82,17 @@ pub(super) struct SetNode {
 }
 
 impl SetNode {
-    /// Alive and not finished: its clock matters.
-    pub(super) fn live(&self) -> bool {
-        self.set.as_ref().is_some_and(|s| !s.is_finished())
-    }
-
-    /// Alive, not finished, not paused: it can act.
-    pub(super) fn running(&self) -> bool {
-        self.live() && !self.paused
-    }
-
-    /// Believes it leads lease `k` and can act.
-    pub(super) fn leading(&self, k: usize) -> bool {
-        self.running() && self.leader_epoch(k).is_some()
-    }
-
-    /// The epoch lease `k` is published leader at, if any.
-    pub(super) fn leader_epoch(&self, k: usize) -> Option<Epoch> {
-        let set = self.set.as_ref()?;
-        set.slot_view(k).machine.leadership().leader_epoch()
-    }
-
     pub(super) fn now(&self) -> Instant {
         Instant::from_nanos(self.clock.saturating_mul(TICK.as_nanos() as u64))
     }
 
-    pub(super) fn due(&self) -> bool {
-        let now = self.now();
-        self.set
-            .as_ref()
-            .and_then(LeaseSet::poll_timeout)
-            .is_some_and(|t| t <= now)
-    }
-
-    fn fresh(holder: HolderId, incarnation: u32, set: LeaseSet, clock: u64, leases: usize) -> Self {
+    pub(super) fn fresh(
+        holder: HolderId,
+        incarnation: u32,
+        set: LeaseSet,
+        clock: u64,
+        leases: usize,
+    ) -> Self {
         SetNode {
             set: Some(set),
             holder,
@@ -133,25 +110,9 @@ impl SetNode {
     }
 }
 
-/// The whole model at one point of a path.
-#[derive(Clone, Debug)]
-pub(crate) struct SetWorld {
-    pub(super) db: ModelDb,
-    /// Database (real) time in ticks.
-    pub(super) db_clock: u64,
-    pub(super) nodes: Vec<SetNode>,
-    /// A batch that strayed on the server.
-    pub(super) stray: Option<SetRequest>,
-    pub(super) faults: u32,
-    /// Per lease: the epoch of its latest leadership.
-    pub(super) last_epoch: Vec<Option<Epoch>>,
-    /// No step taken yet (`db:orphan` is enabled); left out of the
-    /// fingerprint, as in the lone-lease model.
-    pub(super) fresh: bool,
-    /// The survey's staleness bound (`LeaseSet::stale_millis`), the same
-    /// for every node.
-    pub(super) stale_ms: i64,
-}
+/// The lease-set model at one point of a path: the shared world over
+/// nodes running `LeaseSet`s.
+pub(crate) type SetWorld = World<SetNode>;
 
 /// The leases of a set check: `s0`, `s1`, …
 pub(crate) fn lease_names(leases: usize) -> Result<Vec<LeaseName>, ConfigError> {
@@ -174,7 +135,7 @@ pub(super) fn new_set(
     Ok(set)
 }
 
-impl SetWorld {
+impl World<SetNode> {
     /// Every node started at time zero, its first survey due.
     pub(crate) fn new(setup: &Setup) -> Result<Self, ConfigError> {
         let leases = setup.names.len();
@@ -186,20 +147,7 @@ impl SetWorld {
             stale_ms = set.stale_millis();
             nodes.push(SetNode::fresh(holder, 1, set, 0, leases));
         }
-        #[allow(unused_mut)]
-        let mut db = ModelDb::new();
-        #[cfg(feature = "mutants")]
-        db.set_mutation(setup.bounds.mutation);
-        Ok(SetWorld {
-            db,
-            db_clock: 0,
-            nodes,
-            stray: None,
-            faults: 0,
-            last_epoch: vec![None; leases],
-            fresh: true,
-            stale_ms,
-        })
+        Ok(World::start(setup, nodes, stale_ms))
     }
 
     /// One line on the state of every node and every row, for replays.

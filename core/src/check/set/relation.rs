@@ -1,234 +1,170 @@
-//! The step relation of the lease-set model: which steps are enabled and
-//! what each does, as `world`'s relation for a lone lease, with batches on
-//! the connections.
+//! The lease-set model's own part of the step relation (the
+//! [`Contender`] hooks of [`SetNode`]): each node's `LeaseSet` batches its
+//! leases' statements on the node's connection, the batches run on the
+//! model database through the set simulator's glue, and gating, fencing
+//! and no stealing are checked per lease on each command and batch. The
+//! clocks, connections, faults, liveness and progress are the shared
+//! relation's (`check::relation`).
 
-use super::invariants::violation;
 use super::{new_set, Anchors, SetDelivery, SetNode, SetRequest, SetWorld};
-use crate::check::step::Step;
-use crate::check::world::{holder_id, Log, Setup, ORPHAN};
+use crate::check::channel::Channel;
+use crate::check::contender::Contender;
+use crate::check::invariants::violation;
+use crate::check::world::{Log, Setup, World};
 use crate::check::Property;
 use crate::check::Violation;
-use crate::names::LeaseName;
+use crate::error::ConfigError;
+use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::Reply;
 use crate::set::{BatchKind, BatchReply, LeaseSet, SetCommand};
 use crate::sim::set::run_batch;
 use crate::sim::DB_EPOCH_MS;
 use crate::time::Instant;
 
-impl SetWorld {
-    fn faults_left(&self, setup: &Setup) -> bool {
-        (self.faults as usize) < setup.bounds.faults
+impl Contender for SetNode {
+    type Request = SetRequest;
+    type Delivery = SetDelivery;
+
+    fn live(&self) -> bool {
+        self.set.as_ref().is_some_and(|s| !s.is_finished())
+    }
+    fn paused(&self) -> bool {
+        self.paused
+    }
+    fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+    fn due(&self) -> bool {
+        let now = self.now();
+        self.set
+            .as_ref()
+            .and_then(LeaseSet::poll_timeout)
+            .is_some_and(|t| t <= now)
+    }
+    fn shutting_down(&self) -> bool {
+        self.set.as_ref().is_some_and(|s| s.view().shutting_down)
+    }
+    fn holder(&self) -> &HolderId {
+        &self.holder
+    }
+    fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+    fn clock(&self) -> u64 {
+        self.clock
+    }
+    fn skew(&self) -> i32 {
+        self.skew
+    }
+    fn skew_mut(&mut self) -> &mut i32 {
+        &mut self.skew
+    }
+    fn clock_mut(&mut self) -> &mut u64 {
+        &mut self.clock
+    }
+    /// The drift relation over every lease's anchors.
+    fn fits(&self, skew: i32, drift: i32) -> bool {
+        let near = |a: Option<i32>| a.is_none_or(|a| (a - skew).abs() <= drift);
+        skew.abs() <= drift
+            && self
+                .anchors
+                .iter()
+                .all(|a| near(a.flight.map(|(_, _, s)| s)) && near(a.term))
+    }
+    fn to_db(&self) -> &Channel<SetRequest> {
+        &self.to_db
+    }
+    fn to_db_mut(&mut self) -> &mut Channel<SetRequest> {
+        &mut self.to_db
+    }
+    fn to_node(&self) -> &Channel<SetDelivery> {
+        &self.to_node
+    }
+    fn to_node_mut(&mut self) -> &mut Channel<SetDelivery> {
+        &mut self.to_node
+    }
+    fn leader_epoch(&self, lease: usize) -> Option<Epoch> {
+        let set = self.set.as_ref()?;
+        set.slot_view(lease).machine.leadership().leader_epoch()
+    }
+    fn leader_deadline(&self, lease: usize) -> Option<Instant> {
+        let set = self.set.as_ref()?;
+        set.slot_view(lease).machine.leader_deadline()
+    }
+    fn work(&self, lease: usize) -> Option<Epoch> {
+        self.work[lease]
+    }
+    fn fenced_out(&self, lease: usize) -> bool {
+        self.fenced_out[lease]
     }
 
-    /// Every step enabled here, in a fixed order (as `World::steps`).
-    pub(crate) fn steps(&self, setup: &Setup, out: &mut Vec<Step>) {
-        out.clear();
-        if self.fresh && setup.bounds.orphan {
-            out.push(Step::Orphan);
-        }
-        if self.can_tick_db(setup) {
-            out.push(Step::TickDb);
-        }
-        if self.stray.is_some() {
-            out.push(Step::StrayAtDb);
-        }
-        let faults = self.faults_left(setup);
-        for (i, n) in self.nodes.iter().enumerate() {
-            if self.can_tick(setup, i) {
-                out.push(Step::Tick(i));
-            }
-            if n.running() && n.due() {
-                out.push(Step::Timer(i));
-            }
-            if !n.to_db.queue.is_empty() {
-                out.push(Step::AtDb(i));
-            }
-            if n.running() && !n.to_node.queue.is_empty() {
-                out.push(Step::Recv(i));
-            }
-            if n.paused && n.live() {
-                out.push(Step::Resume(i));
-            }
-            if !faults {
-                continue;
-            }
-            if !n.to_db.queue.is_empty() {
-                out.push(Step::LoseToDb(i));
-                if !n.to_db.late {
-                    out.push(Step::LateToDb(i));
-                }
-                if self.stray.is_none() {
-                    out.push(Step::Stray(i));
-                }
-            }
-            if !n.to_node.queue.is_empty() {
-                out.push(Step::LoseToNode(i));
-                if !n.to_node.late {
-                    out.push(Step::LateToNode(i));
-                }
-            }
-            if n.running() {
-                out.push(Step::Pause(i));
-                let shutting = n.set.as_ref().is_some_and(|s| s.view().shutting_down);
-                if !shutting {
-                    out.push(Step::Shutdown(i));
-                }
-            }
-            if n.live() {
-                out.push(Step::Crash(i));
-            } else {
-                out.push(Step::Restart(i));
-            }
-        }
+    fn crash(&mut self) {
+        let leases = self.work.len();
+        self.set = None;
+        self.paused = false;
+        self.to_node.clear();
+        self.work = vec![None; leases];
+        self.anchors = vec![Anchors::default(); leases];
+        self.fenced_out = vec![false; leases];
     }
 
-    fn can_tick_db(&self, setup: &Setup) -> bool {
-        let d = setup.drift();
-        self.nodes.iter().all(|n| {
-            let heads_on_time = n.to_db.on_time(setup) && (n.paused || n.to_node.on_time(setup));
-            heads_on_time && (!n.live() || fits(n, n.skew - 1, d))
-        })
-    }
-
-    fn can_tick(&self, setup: &Setup, node: usize) -> bool {
-        let n = &self.nodes[node];
-        n.live() && !(n.running() && n.due()) && fits(n, n.skew + 1, setup.drift())
-    }
-
-    /// Applies an enabled step and checks the invariants; `Some` on the
-    /// first one violated.
-    pub(crate) fn apply(&mut self, setup: &Setup, step: Step, log: &mut Log) -> Option<Violation> {
-        self.fresh = false;
-        if step.is_fault() {
-            self.faults += 1;
-        }
-        let found = match step {
-            Step::Orphan => {
-                let left = i64::from(setup.bounds.interval_ticks);
-                let now_ms = DB_EPOCH_MS + self.db_clock as i64;
-                for name in &setup.names {
-                    self.db.acquire(name.as_str(), ORPHAN, left, now_ms);
-                }
-                log.note(|| format!("every lease starts held by {ORPHAN}, a process gone"));
-                None
-            }
-            Step::TickDb => {
-                self.db_clock += 1;
-                for n in &mut self.nodes {
-                    if n.live() {
-                        n.skew -= 1;
-                    }
-                    if !n.to_db.queue.is_empty() {
-                        n.to_db.age += 1;
-                    }
-                    if !n.to_node.queue.is_empty() && !n.paused {
-                        n.to_node.age += 1;
-                    }
-                }
-                None
-            }
-            Step::Tick(i) => {
-                let n = &mut self.nodes[i];
-                n.clock += 1;
-                n.skew += 1;
-                None
-            }
-            Step::Timer(i) => self.timer(setup, i, log),
-            Step::AtDb(i) => match self.nodes[i].to_db.pop() {
-                Some((req, _)) => self.at_db(setup, req, false, log),
-                None => None,
-            },
-            Step::StrayAtDb => match self.stray.take() {
-                Some(req) => self.at_db(setup, req, true, log),
-                None => None,
-            },
-            Step::Recv(i) => match self.nodes[i].to_node.pop() {
-                Some((delivery, _)) => self.deliver(setup, i, delivery, log),
-                None => None,
-            },
-            Step::Resume(i) => {
-                self.nodes[i].paused = false;
-                self.timer(setup, i, log)
-            }
-            Step::LoseToDb(i) => {
-                self.nodes[i].to_db.pop();
-                None
-            }
-            Step::LoseToNode(i) => {
-                self.nodes[i].to_node.pop();
-                None
-            }
-            Step::LateToDb(i) => {
-                self.nodes[i].to_db.late = true;
-                None
-            }
-            Step::LateToNode(i) => {
-                self.nodes[i].to_node.late = true;
-                None
-            }
-            Step::Stray(i) => {
-                self.stray = self.nodes[i].to_db.pop().map(|(req, _)| req);
-                None
-            }
-            Step::Pause(i) => {
-                self.nodes[i].paused = true;
-                None
-            }
-            Step::Crash(i) => {
-                let leases = setup.names.len();
-                let n = &mut self.nodes[i];
-                n.set = None;
-                n.paused = false;
-                n.to_node.clear();
-                n.work = vec![None; leases];
-                n.anchors = vec![Anchors::default(); leases];
-                n.fenced_out = vec![false; leases];
-                log.note(|| format!("n{i} crashed as {}", n.holder));
-                None
-            }
-            Step::Restart(i) => return self.restart(setup, i, log),
-            Step::Shutdown(i) => self.input(setup, i, log, LeaseSet::handle_shutdown),
-        };
-        found.or_else(|| self.check_state(setup))
-    }
-
-    fn timer(&mut self, setup: &Setup, i: usize, log: &mut Log) -> Option<Violation> {
-        let found = self.input(setup, i, log, LeaseSet::handle_timeout);
-        let n = &self.nodes[i];
-        if found.is_none() && n.running() && n.due() {
-            return Some(violation(
-                Property::Progress,
-                format!(
-                    "n{i} woken at its poll_timeout (local tick {}) asks to be woken again at once",
-                    n.clock
-                ),
-            ));
-        }
-        found
-    }
-
-    fn restart(&mut self, setup: &Setup, i: usize, log: &mut Log) -> Option<Violation> {
-        let db_clock = self.db_clock;
-        let incarnation = self.nodes[i].incarnation + 1;
-        let holder = match holder_id(setup, i, incarnation) {
-            Ok(h) => h,
-            Err(e) => return Some(violation(Property::Setup, e.to_string())),
-        };
-        let now = Instant::from_nanos(db_clock.saturating_mul(super::TICK.as_nanos() as u64));
-        let set = match new_set(setup, holder.clone(), now) {
-            Ok(s) => s,
-            Err(e) => return Some(violation(Property::Setup, e.to_string())),
-        };
-        log.note(|| format!("n{i} restarted as {holder}"));
-        let n = &mut self.nodes[i];
+    fn restart(
+        &mut self,
+        setup: &Setup,
+        holder: HolderId,
+        incarnation: u32,
+        clock: u64,
+    ) -> Result<(), ConfigError> {
+        let now = Instant::from_nanos(clock.saturating_mul(super::TICK.as_nanos() as u64));
+        let set = new_set(setup, holder.clone(), now)?;
         // What is still on its way to the database stays there: the old
         // process's batches may still run.
-        let to_db = std::mem::replace(&mut n.to_db, super::Channel::new());
-        *n = SetNode::fresh(holder, incarnation, set, db_clock, setup.names.len());
-        n.to_db = to_db;
-        self.check_state(setup)
+        let to_db = std::mem::replace(&mut self.to_db, Channel::new());
+        *self = SetNode::fresh(holder, incarnation, set, clock, setup.names.len());
+        self.to_db = to_db;
+        Ok(())
     }
 
+    fn timeout_input(
+        world: &mut SetWorld,
+        setup: &Setup,
+        i: usize,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        world.input(setup, i, log, LeaseSet::handle_timeout)
+    }
+
+    fn shutdown_input(
+        world: &mut SetWorld,
+        setup: &Setup,
+        i: usize,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        world.input(setup, i, log, LeaseSet::handle_shutdown)
+    }
+
+    fn delivery_input(
+        world: &mut SetWorld,
+        setup: &Setup,
+        i: usize,
+        delivery: SetDelivery,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        world.deliver(setup, i, delivery, log)
+    }
+
+    fn at_db(
+        world: &mut SetWorld,
+        setup: &Setup,
+        request: SetRequest,
+        strayed: bool,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        world.run_at_db(setup, request, strayed, log)
+    }
+}
+
+impl World<SetNode> {
     fn deliver(
         &mut self,
         setup: &Setup,
@@ -277,7 +213,7 @@ impl SetWorld {
     /// Runs a batch against the model database at the database clock,
     /// through the set simulator's glue; checks that no acquire takes a
     /// row another holder holds unexpired.
-    fn at_db(
+    fn run_at_db(
         &mut self,
         setup: &Setup,
         req: SetRequest,
@@ -536,13 +472,4 @@ impl SetWorld {
         }
         found
     }
-}
-
-/// The drift relation (see `check`), over every lease's anchors.
-fn fits(n: &SetNode, skew: i32, drift: i32) -> bool {
-    let near = |a: Option<i32>| a.is_none_or(|a| (a - skew).abs() <= drift);
-    skew.abs() <= drift
-        && n.anchors
-            .iter()
-            .all(|a| near(a.flight.map(|(_, _, s)| s)) && near(a.term))
 }
