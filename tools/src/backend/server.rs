@@ -45,13 +45,22 @@ pub(crate) trait AsyncSet: Sized + 'static {
 /// CMD as gated work of a lone lease or of each lease of a set: the same
 /// blocking supervisor as on SQLite, on the runtime's blocking pool; the
 /// task (and so the lease's next statement, or its release) waits for it.
+/// Without CMD the work is a task that waits for the term's end and then
+/// for its `follower` line, holding no thread while the term lasts (a set
+/// may hold thousands of leases).
 pub(crate) fn supervise<F: Send + Sync + 'static>(
     gated: Arc<Gated>,
 ) -> impl Fn(LeaderContext<F>) -> BoxFuture<'static, ()> + Send + Sync {
     move |ctx: LeaderContext<F>| {
         let gated = Arc::clone(&gated);
         async move {
-            let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
+            if gated.runs_command() {
+                let _ = tokio::task::spawn_blocking(move || gated.run_term(&ctx)).await;
+            } else {
+                ctx.cancelled().await;
+                let term = Term::clone(&ctx);
+                let _ = tokio::task::spawn_blocking(move || gated.wait_printed(&term)).await;
+            }
         }
         .boxed()
     }

@@ -108,7 +108,9 @@ pub fn start_set(
 ) -> Result<super::StartedSet, CliError> {
     let mut builder = SqliteLeaseSet::builder(template, leases, database(location, table));
     let transitions = builder.subscribe();
-    if let Some(gated) = gated {
+    // Without CMD no work runs: on this driver a term's work is a thread,
+    // and a set may hold thousands of leases.
+    if let Some(gated) = gated.filter(|g| g.runs_command()) {
         builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
     }
     let set = builder.start()?;

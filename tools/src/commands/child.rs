@@ -148,11 +148,23 @@ impl Gated {
         } else {
             self.supervise(view);
         }
+        if view.ended(Duration::ZERO) {
+            self.wait_printed(view.term());
+        }
+    }
+
+    /// True when there is a CMD to run; without one a term's work only
+    /// holds its end back until its `follower` line is printed.
+    pub fn runs_command(&self) -> bool {
+        !self.command.is_empty()
+    }
+
+    /// Waits (at most [`PRINT_WAIT`]) for the `follower` line of the ended
+    /// `term`, so that its release, which comes after its work returns,
+    /// comes after the line: a successor's `leader` line cannot precede it.
+    pub fn wait_printed(&self, term: &Term) {
         if let Some(printed) = &self.printed {
-            if view.ended(Duration::ZERO) {
-                let term = view.term();
-                printed.wait_left(term.lease().as_str(), term.epoch().get(), PRINT_WAIT);
-            }
+            printed.wait_left(term.lease().as_str(), term.epoch().get(), PRINT_WAIT);
         }
     }
 

@@ -61,23 +61,23 @@ pub fn run(
     } = prepared;
     let (tx, events) = mpsc::channel();
     super::run::install_signals_with(tx.clone(), || Event::Signal)?;
-    // Without CMD a set runs no work (a thread per held lease would be the
-    // price); with CMD each term's end waits for its `follower` line.
+    // Each term's end waits for its `follower` line, so a lease is
+    // released only after the line is out. With CMD the supervisor waits;
+    // without, on PostgreSQL and MySQL a task per held lease waits, and on
+    // SQLite nothing does (its work would be a thread per held lease): the
+    // printer thread then only has to be faster than the release, the
+    // file watch and the successor's acquire.
     let printed = Arc::new(Printed::default());
-    let gated = if args.command.is_empty() {
-        None
-    } else {
-        let child_tx = tx.clone();
-        Some(Arc::new(Gated::new(
-            args.command.clone(),
-            grace,
-            node.clone(),
-            Some(Arc::clone(&printed)),
-            move |lease: &LeaseName, event| {
-                let _ = child_tx.send(Event::Child(lease.clone(), event));
-            },
-        )))
-    };
+    let child_tx = tx.clone();
+    let gated = Some(Arc::new(Gated::new(
+        args.command.clone(),
+        grace,
+        node.clone(),
+        Some(Arc::clone(&printed)),
+        move |lease: &LeaseName, event| {
+            let _ = child_tx.send(Event::Child(lease.clone(), event));
+        },
+    )));
     let all: BTreeSet<String> = names.iter().map(|n| n.as_str().to_string()).collect();
     let count = names.len();
     let (set, transitions, view) = backend.start_set(table, template, names, gated)?;
