@@ -105,7 +105,6 @@ mod link;
 mod notify;
 mod options;
 mod pooler;
-mod set;
 mod statement;
 mod task;
 mod transaction;
@@ -120,8 +119,7 @@ pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 /// `holder()`, `epoch()`), its [`Fence`], its deadline, fenced
 /// transactions, and the signal to stop (`cancelled().await`).
 pub type LeaderContext = crate::server::LeaderContext<Fence>;
-pub use handle::{PgLease, PgLeaseBuilder};
-pub use set::{PgLeaseSet, PgLeaseSetBuilder};
+pub use handle::{PgLease, PgLeaseBuilder, PgLeaseSet, PgLeaseSetBuilder};
 pub use transaction::FencedTransaction;
 
 /// How long a driver keeps its connections open after releasing, so that

@@ -18,21 +18,11 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
 use super::connect::Connect;
+use crate::server::handles::Listen;
 use crate::server::Notice;
 
 /// Waits between attempts to (re)establish the listening connection.
 const RETRY: Duration = Duration::from_millis(500);
-
-/// Which notices a driver wants.
-#[derive(Clone, Debug)]
-pub(crate) enum Interest {
-    /// A lone lease: only its own row's, coalesced (one pending notice is
-    /// all the driver needs to try at once).
-    Lease(Arc<str>),
-    /// A lease set: every row's, none dropped (the channel applies back
-    /// pressure instead).
-    Every,
-}
 
 /// Listens until the returned handle is aborted or `notices` is closed.
 /// `None` when the dialect has no `LISTEN` or the connector cannot provide
@@ -40,7 +30,7 @@ pub(crate) enum Interest {
 pub(crate) fn spawn_listener(
     connector: Arc<dyn Connect>,
     statements: &Statements,
-    interest: Interest,
+    interest: Listen,
     notices: mpsc::Sender<Notice>,
 ) -> Option<tokio::task::JoinHandle<()>> {
     let listen = statements.listen()?;
@@ -80,8 +70,8 @@ pub(crate) fn spawn_listener(
                             message = listener.messages.next() => match message {
                                 Some(Ok(AsyncMessage::Notification(n))) => {
                                     let wanted = match &interest {
-                                        Interest::Lease(lease) => n.payload() == &**lease,
-                                        Interest::Every => true,
+                                        Listen::Lease(lease) => n.payload() == &**lease,
+                                        Listen::Every => true,
                                     };
                                     if wanted
                                         && !tell(&interest, &notices, Notice::Released(n.payload().to_string())).await
@@ -109,13 +99,13 @@ pub(crate) fn spawn_listener(
 
 /// Hands `notice` to the driver as `interest` wants it; false once the
 /// driver is gone.
-async fn tell(interest: &Interest, notices: &mpsc::Sender<Notice>, notice: Notice) -> bool {
+async fn tell(interest: &Listen, notices: &mpsc::Sender<Notice>, notice: Notice) -> bool {
     match interest {
         // Full means a notice is already pending: enough.
-        Interest::Lease(_) => !matches!(
+        Listen::Lease(_) => !matches!(
             notices.try_send(notice),
             Err(mpsc::error::TrySendError::Closed(_))
         ),
-        Interest::Every => notices.send(notice).await.is_ok(),
+        Listen::Every => notices.send(notice).await.is_ok(),
     }
 }

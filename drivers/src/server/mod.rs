@@ -12,6 +12,7 @@ pub(crate) mod backoff;
 pub(crate) mod builder;
 pub(crate) mod driver;
 pub(crate) mod gate;
+pub(crate) mod handles;
 pub(crate) mod task;
 
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! [`LeaseState`](picolease_core::LeaseState); it feeds the machine ticks,
 //! statement results and shutdown, and carries out its commands.
 //! Leadership is published on a `tokio::sync::watch` channel (no runtime
-//! needed) and can be waited on with [`SqliteLease::wait_for`]. Work
+//! needed) and can be waited on with [`LeaseView::wait_for`](crate::LeaseView::wait_for). Work
 //! registered with [`SqliteLeaseBuilder::while_leader`] runs on its own
 //! thread while this node leads.
 //!
