@@ -39,7 +39,8 @@ enum Standing {
 /// Shutdown progress: stop the work, release, finish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    Running,
+    /// Electing: competing or leading, until a shutdown.
+    Electing,
     /// Shutting down; `release` is the epoch still to give up, if any.
     ShuttingDown {
         release: Option<Epoch>,
@@ -138,7 +139,7 @@ impl LeaseState {
             release_by: None,
             db_clock: None,
             contending: true,
-            phase: Phase::Running,
+            phase: Phase::Electing,
             published: Leadership::unknown(),
             commands: VecDeque::with_capacity(COMMAND_CAPACITY),
             #[cfg(feature = "mutants")]
@@ -178,7 +179,7 @@ impl LeaseState {
     /// only a running follower can use a release. The core's decision, so
     /// that no driver asks about roles.
     pub fn wants_changes(&self) -> bool {
-        self.phase == Phase::Running && self.standing == Standing::Follower
+        self.phase == Phase::Electing && self.standing == Standing::Follower
     }
 
     /// True once the machine has finished (shutdown done, or a fatal
@@ -342,7 +343,7 @@ impl LeaseState {
     /// held by another holder with time left schedules the next attempt at
     /// its expiry, the same rule as an acquire answered "held".
     pub fn handle_row_seen(&mut self, now: Instant, sent_at: Instant, row: &LeaseRow) {
-        if row.name != self.config.lease.as_str() || self.phase != Phase::Running {
+        if row.name != self.config.lease.as_str() || self.phase != Phase::Electing {
             return;
         }
         let free = row.holder.is_none();
@@ -376,7 +377,7 @@ impl LeaseState {
             return;
         }
         self.contending = contending;
-        if self.phase == Phase::Running {
+        if self.phase == Phase::Electing {
             self.check_deadline(now);
             self.advance(now);
         }
@@ -397,7 +398,7 @@ impl LeaseState {
     /// early is always safe: a term's deadline counts from the send of the
     /// statement that renewed it.
     pub fn hasten(&mut self, now: Instant, within: Duration) {
-        if self.phase != Phase::Running || self.in_flight.is_some() || self.idle() {
+        if self.phase != Phase::Electing || self.in_flight.is_some() || self.idle() {
             return;
         }
         if self.next_attempt <= now + within {
@@ -410,7 +411,7 @@ impl LeaseState {
     /// Another contender released the lease (a PostgreSQL notification): a
     /// follower tries at once instead of waiting for its next poll.
     pub fn handle_release_notice(&mut self, now: Instant) {
-        if self.phase != Phase::Running {
+        if self.phase != Phase::Electing {
             return;
         }
         // Every input checks the deadline first, this one included.
@@ -469,7 +470,7 @@ impl LeaseState {
     /// `Finished`. A request in flight is waited for (up to its timeout) so
     /// an acquire that succeeds meanwhile is released too.
     pub fn handle_shutdown(&mut self, now: Instant) {
-        if self.phase != Phase::Running {
+        if self.phase != Phase::Electing {
             return;
         }
         self.check_deadline(now);
@@ -618,21 +619,21 @@ impl LeaseState {
                 self.send(now, Operation::Release { epoch });
             }
             Phase::ShuttingDown { release: None } => self.finish(),
-            Phase::Running if self.idle() => {}
-            Phase::Running if now >= self.next_attempt => {
+            Phase::Electing if self.idle() => {}
+            Phase::Electing if now >= self.next_attempt => {
                 let operation = match self.standing {
                     Standing::Leader { epoch, .. } => Operation::Renew { epoch },
                     Standing::Follower => Operation::Acquire,
                 };
                 self.send(now, operation);
             }
-            Phase::Running => {}
+            Phase::Electing => {}
         }
     }
 
     /// A running follower left out of its set's share: nothing to send.
     fn idle(&self) -> bool {
-        !self.contending && self.phase == Phase::Running && self.standing == Standing::Follower
+        !self.contending && self.phase == Phase::Electing && self.standing == Standing::Follower
     }
 
     /// When a row seen by a statement sent at `sent_at` with `expires_in`

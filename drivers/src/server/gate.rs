@@ -112,7 +112,8 @@ where
 /// Completes when a term's tasks have all finished.
 type Done = Shared<BoxFuture<'static, ()>>;
 
-struct Running<F> {
+/// The tasks of the current term, with what they need to be stopped and awaited.
+struct TermTasks<F> {
     epoch: Epoch,
     context: LeaderContext<F>,
     tracker: TaskTracker,
@@ -123,7 +124,7 @@ struct Running<F> {
 /// The gated tasks of one driver and the term they run in.
 pub(crate) struct Gate<F> {
     tasks: Vec<GatedTask<F>>,
-    current: Option<Running<F>>,
+    current: Option<TermTasks<F>>,
     /// The last stopped term's tasks (and, through it, every earlier one).
     stopped: Done,
     /// The fence statement, rendered once for the lease table (shared by
@@ -178,7 +179,7 @@ impl<F: TermFence> Gate<F> {
             fence: F::for_term(&self.statements, &self.lease, &self.holder, epoch),
             publisher: Arc::clone(&self.publisher),
         };
-        let term = Running {
+        let term = TermTasks {
             epoch,
             context,
             tracker: TaskTracker::new(),
@@ -230,7 +231,7 @@ impl<F: TermFence> Gate<F> {
     }
 }
 
-fn stop<F>(term: Running<F>) -> Done {
+fn stop<F>(term: TermTasks<F>) -> Done {
     term.context.token.cancel();
     term.tracker.close();
     let tracker = term.tracker;
@@ -243,7 +244,7 @@ fn stop<F>(term: Running<F>) -> Done {
     .shared()
 }
 
-fn spawn<F: TermFence>(term: &Running<F>, task: &GatedTask<F>) {
+fn spawn<F: TermFence>(term: &TermTasks<F>, task: &GatedTask<F>) {
     let context = term.context.clone();
     let previous = term.previous.clone();
     let task = task.clone();

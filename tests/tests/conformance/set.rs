@@ -67,14 +67,14 @@ pub trait RunningSet: Sized {
 }
 
 /// The holders of the sets running on one database now.
-type Running = Arc<Mutex<Vec<HolderId>>>;
+type LiveHolders = Arc<Mutex<Vec<HolderId>>>;
 
 /// [`LEASE`] of a running set, as a contender of the shared cases.
 pub struct SetMember<S> {
     set: S,
     lease: LeaseView,
     from_start: Option<Subscription>,
-    running: Running,
+    running: LiveHolders,
 }
 
 impl<S: RunningSet> SetMember<S> {
@@ -204,7 +204,7 @@ fn only_lease(work: Work) -> Work {
 /// `B`'s database, its contenders sets of `N` leases.
 pub struct AsSet<B, const N: usize> {
     db: B,
-    running: Running,
+    running: LiveHolders,
 }
 
 impl<B: SetBackend, const N: usize> Backend for AsSet<B, N> {
@@ -219,7 +219,7 @@ impl<B: SetBackend, const N: usize> Backend for AsSet<B, N> {
     fn fresh(test: &str) -> Self {
         AsSet {
             db: B::fresh(&format!("{test}_set{N}")),
-            running: Running::default(),
+            running: LiveHolders::default(),
         }
     }
 
