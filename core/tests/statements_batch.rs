@@ -60,7 +60,8 @@ fn every_batch_statement_has_one_placeholder_per_parameter() {
         if dialect == Dialect::Postgres {
             for st in [s.renew_batch(), s.release_batch()] {
                 assert!(
-                    st.sql().contains("COLLATE \"C\" FOR UPDATE OF \"locked\""),
+                    st.sql()
+                        .contains("COLLATE \"C\" FOR NO KEY UPDATE OF \"locked\""),
                     "{}",
                     st.sql()
                 );

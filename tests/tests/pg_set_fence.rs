@@ -143,3 +143,101 @@ async fn set_work_writes_through_fenced_transactions_only_inside_its_term() {
         .await
         .unwrap();
 }
+
+/// A set's own renewals do not wait for its work's open fenced
+/// transactions, as a lone lease's do not (DESIGN §4b): the renew batch
+/// locks its rows `FOR NO KEY UPDATE`, which the fence's `FOR KEY SHARE`
+/// lets through. The work holds a fenced transaction until the server cuts
+/// it at the term's deadline as it stood at the opening; renewals meanwhile
+/// must move the lease's deadline on, so the set still leads the lease at
+/// the same epoch after that first deadline. (With the batch locking `FOR
+/// UPDATE`, every renewal waited behind the transaction and the set lost
+/// the lease at that deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sets_renewals_do_not_wait_for_its_open_fenced_transactions() {
+    let table = unique_table("set_fence_hold");
+    let admin = admin().await;
+    init(&admin, &table).await.unwrap();
+    let lease = LeaseName::new("held-open").unwrap();
+    let template = SetConfig::with_ttl(
+        HolderId::new(&format!("sfh-{}", std::process::id())).unwrap(),
+        Duration::from_millis(1_000),
+    )
+    .interval(Duration::from_millis(200));
+    // When the work's transaction opened, the deadline it was bound by, and
+    // how the transaction ended.
+    type Held = Arc<Mutex<Option<(std::time::Instant, Duration, bool)>>>;
+    let held: Held = Arc::default();
+    let connector = PgConnector::new(&url_for(PG_ADDR, "set-fence-hold")).unwrap();
+    let builder =
+        PgLeaseSet::builder(template, vec![lease.clone()], connector).table(table.clone());
+    let mut changes = builder.subscribe();
+    let set = builder
+        .while_leader({
+            let held = Arc::clone(&held);
+            move |ctx| {
+                let held = Arc::clone(&held);
+                async move {
+                    if held.lock().unwrap().is_some() {
+                        return ctx.cancelled().await; // one hold is enough
+                    }
+                    let mut client = PgConnector::new(&url_for(PG_ADDR, "set-fence-hold-work"))
+                        .unwrap()
+                        .connect_client()
+                        .await
+                        .unwrap();
+                    let opened = std::time::Instant::now();
+                    let left = ctx.time_left();
+                    let tx = ctx.fenced_transaction(&mut client).await.expect("leading");
+                    let cut = tx.execute("SELECT pg_sleep(30)", &[]).await.is_err();
+                    drop(tx);
+                    *held.lock().unwrap() = Some((opened, left, cut));
+                    ctx.cancelled().await;
+                }
+            }
+        })
+        .start()
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let (opened, left, cut) = loop {
+        if let Some(found) = *held.lock().unwrap() {
+            break found;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the work never held its transaction"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        cut,
+        "the server cut the 30 s statement at the term's deadline"
+    );
+    assert!(
+        opened.elapsed() >= left,
+        "the transaction lasted until the deadline it was bound by ({left:?})"
+    );
+    // Past the deadline as it stood at the opening, the set still leads
+    // the lease in the term the work ran in: from the start, one leader
+    // transition and nothing after it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut seen = Vec::new();
+    while let Ok(t) = changes.try_recv() {
+        seen.push(t.leadership);
+    }
+    let led = seen
+        .iter()
+        .position(|l| l.is_leader())
+        .expect("the set led the lease");
+    assert_eq!(
+        seen.len(),
+        led + 1,
+        "the lease was lost behind the transaction: {seen:?}"
+    );
+    let now = set.leadership(&lease).unwrap();
+    assert!(
+        now.is_leader() && now.epoch == seen[led].epoch,
+        "{now:?} after {seen:?}"
+    );
+    set.shutdown().await.unwrap();
+}

@@ -178,7 +178,7 @@ impl Builder<'_> {
              ON \"{LOCKED}\".\"{NAME}\" = \"{ITEM}\".\"value\" ->> 0 \
              AND \"{LOCKED}\".\"{EPOCH_COL}\" = CAST(\"{ITEM}\".\"value\" ->> 1 AS bigint) \
              WHERE \"{LOCKED}\".\"{HOLDER_COL}\" = ${holder} \
-             ORDER BY \"{LOCKED}\".\"{NAME}\" COLLATE \"C\" FOR UPDATE OF \"{LOCKED}\") AS \"{LOCKED}\"",
+             ORDER BY \"{LOCKED}\".\"{NAME}\" COLLATE \"C\" FOR NO KEY UPDATE OF \"{LOCKED}\") AS \"{LOCKED}\"",
             table = self.qualified_table(),
         )
     }
