@@ -104,9 +104,9 @@ impl Listener {
     /// Serves a lease set: `/leader` answers 200 while this process holds
     /// at least one lease, with `{"held": [{"name", "holder", "epoch"}]}`;
     /// `/leader?name=N` answers for one lease as the single-lease `run`
-    /// does (404 for a name outside the set); `/healthz` is 503 once the
-    /// set's loop is wedged (as a single lease's) or its driver has
-    /// stopped.
+    /// does (404 for a name outside the set); `/healthz` is 503 only while
+    /// the set's loop is wedged, as a single lease's (a finished set is
+    /// stopped, not wedged: 200).
     pub fn serve_set(self, source: SetSource) -> Result<(), CliError> {
         std::thread::Builder::new()
             .name("picolease-http".into())
