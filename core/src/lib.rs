@@ -19,6 +19,9 @@
 //!     lease.poll_command(),
 //!     Some(Command::Execute { operation: Operation::Acquire, .. })
 //! ));
+//! // As a running follower it watches for other nodes' releases (SQLite's
+//! // file watch; PostgreSQL's notices come unasked).
+//! assert_eq!(lease.poll_command(), Some(Command::WatchChanges(true)));
 //! // Nothing else to do until the request times out or its reply arrives.
 //! assert_eq!(lease.poll_command(), None);
 //! assert_eq!(lease.poll_timeout(), Some(Instant::ZERO + lease.config().request_timeout));

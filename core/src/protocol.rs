@@ -206,6 +206,15 @@ pub enum Command {
     },
     /// Publish the new leadership state to watchers.
     Publish(Leadership),
+    /// Look for other connections' commits from now on (`true`: SQLite,
+    /// which has no NOTIFY, watches the file or polls its change counter
+    /// and hands the row to [`crate::LeaseState::handle_row_observed`]),
+    /// or stop (`false`). Only a running follower can use a release, so
+    /// the machine says when that starts and ends; it comes after the
+    /// input's other commands, only when the answer changes. A driver
+    /// whose database tells it of releases unasked (PostgreSQL's LISTEN)
+    /// may ignore it.
+    WatchChanges(bool),
     /// The machine is done (shutdown complete, or a fatal failure): no
     /// more commands will come.
     Finished,

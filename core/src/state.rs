@@ -112,6 +112,9 @@ pub struct LeaseState {
     contending: bool,
     phase: Phase,
     published: Leadership,
+    /// What the driver was last told of watching for changes
+    /// ([`Command::WatchChanges`]).
+    watching: bool,
     commands: VecDeque<Command>,
     /// A planted bug for the model checker's own tests (feature `mutants`).
     #[cfg(feature = "mutants")]
@@ -141,6 +144,7 @@ impl LeaseState {
             contending: true,
             phase: Phase::Electing,
             published: Leadership::unknown(),
+            watching: false,
             commands: VecDeque::with_capacity(COMMAND_CAPACITY),
             #[cfg(feature = "mutants")]
             mutation: Mutation::None,
@@ -189,9 +193,19 @@ impl LeaseState {
     }
 
     /// The next command for the driver, in order. Drain until `None` after
-    /// every input.
+    /// every input. Once the input's commands are out, a change of
+    /// [`LeaseState::wants_changes`] since the driver was last told comes
+    /// as [`Command::WatchChanges`] (never after [`Command::Finished`]).
     pub fn poll_command(&mut self) -> Option<Command> {
-        self.commands.pop_front()
+        if let Some(command) = self.commands.pop_front() {
+            return Some(command);
+        }
+        let wants = self.wants_changes();
+        if wants == self.watching || self.phase == Phase::Finished {
+            return None;
+        }
+        self.watching = wants;
+        Some(Command::WatchChanges(wants))
     }
 
     /// When the machine next needs [`LeaseState::handle_timeout`]: the

@@ -522,3 +522,83 @@ fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
     assert_eq!(first_names, vec!["l0000", "l1000", "l2000"]);
     assert_eq!(s.held().count(), 2_500);
 }
+
+/// A set watches for other connections' commits only while it is short of
+/// its share with nothing left to try (a lease it wants is held by another
+/// node, unexpired): `WatchChanges(true)` after the survey that shows it,
+/// `WatchChanges(false)` once the row lapses and the set tries for it.
+#[test]
+fn a_set_watches_for_releases_only_while_a_lease_it_wants_is_held_elsewhere() {
+    let mut s = set();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
+    drain(&mut s);
+    s.handle_reply(
+        ms(2),
+        RequestId(2),
+        BatchReply::Acquired(vec![acquired(&member(), 1)]),
+    );
+    assert_eq!(drain(&mut s), vec![], "no share yet: nothing to watch for");
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    s.handle_reply(ms(2_501), RequestId(3), BatchReply::Matched(vec![member()]));
+    drain(&mut s);
+    // `b` is held by a node that is not a member (a lone lease's holder),
+    // for 3 s more: this node, alone, wants both but can try for `a` only.
+    let b = LeaseRow {
+        name: "b".to_string(),
+        holder: Some("lone".to_string()),
+        epoch: Epoch::new(7),
+        expires_in_ms: Some(3_000),
+    };
+    s.handle_reply(ms(2_502), RequestId(4), BatchReply::Survey(vec![b]));
+    assert_eq!(s.target(ms(2_502)), Some(2));
+    assert_eq!(
+        drain(&mut s),
+        vec![
+            SetCommand::Publish {
+                lease: name("b"),
+                leadership: Leadership {
+                    role: Role::Follower,
+                    epoch: Some(Epoch::new(7)),
+                    holder: Some(HolderId::new("lone").unwrap()),
+                    reason: None,
+                },
+            },
+            execute(5, BatchKind::Acquire, &[("a", None)], 5_002),
+            SetCommand::WatchChanges(true),
+        ]
+    );
+    s.handle_reply(
+        ms(2_503),
+        RequestId(5),
+        BatchReply::Acquired(vec![acquired("a", 1)]),
+    );
+    // Leading `a` changes nothing about `b`: still watching, not told again.
+    assert_eq!(drain(&mut s), leader("a", 1));
+    // At `b`'s expiry (seen at 2,502 ms + 3 s) the set tries for it and
+    // stops watching.
+    s.handle_timeout(ms(5_502));
+    let commands = drain(&mut s);
+    assert_eq!(
+        commands.last(),
+        Some(&SetCommand::WatchChanges(false)),
+        "{commands:?}"
+    );
+    // Renewals go first; `b`'s acquire follows the renewal's answer.
+    assert!(
+        matches!(&commands[0], SetCommand::Execute { request: RequestId(6), batch, .. }
+            if batch.kind == BatchKind::Renew),
+        "{commands:?}"
+    );
+    s.handle_reply(
+        ms(5_503),
+        RequestId(6),
+        BatchReply::Matched(vec!["a".into(), member()]),
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(7, BatchKind::Acquire, &[("b", None)], 8_003)]
+    );
+}

@@ -60,6 +60,13 @@ fn demoted(epoch: u64, reason: Demotion) -> Vec<Command> {
     ]
 }
 
+/// `commands`, then the follower's [`Command::WatchChanges`]`(true)`: a
+/// running follower watches for releases again.
+fn watching(mut commands: Vec<Command>) -> Vec<Command> {
+    commands.push(Command::WatchChanges(true));
+    commands
+}
+
 fn held(holder: &str, epoch: u64, left_ms: u64) -> Reply {
     Reply::Held {
         holder: HolderId::new(holder).unwrap(),
@@ -73,7 +80,11 @@ fn held(holder: &str, epoch: u64, left_ms: u64) -> Reply {
 fn leading() -> LeaseState {
     let mut s = LeaseState::new(config(), ms(0)).unwrap();
     s.handle_timeout(ms(0));
-    assert_eq!(drain(&mut s), vec![execute(1, Operation::Acquire)]);
+    // A running follower watches for releases; a leader does not.
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(1, Operation::Acquire), Command::WatchChanges(true)]
+    );
     assert!(!s.is_finished());
     s.handle_reply(
         ms(2),
@@ -88,7 +99,8 @@ fn leading() -> LeaseState {
             Command::Publish(leader(1)),
             Command::StartWork {
                 epoch: Epoch::new(1)
-            }
+            },
+            Command::WatchChanges(false),
         ]
     );
     s
@@ -119,6 +131,7 @@ fn a_rejected_renew_demotes_with_lost_and_competes_again_at_once() {
     s.handle_reply(ms(2_510), RequestId(2), Reply::Rejected);
     let mut expected = demoted(1, Demotion::Lost);
     expected.push(execute(3, Operation::Acquire));
+    expected.push(Command::WatchChanges(true));
     assert_eq!(drain(&mut s), expected);
 }
 
@@ -153,7 +166,7 @@ fn the_leader_demotes_at_its_deadline_even_with_a_renew_in_flight() {
     );
     assert_eq!(s.poll_timeout(), Some(ms(9_899)));
     s.handle_timeout(ms(9_899));
-    assert_eq!(drain(&mut s), demoted(1, Demotion::Expired));
+    assert_eq!(drain(&mut s), watching(demoted(1, Demotion::Expired)));
     // A late success for the in-flight renew does not restore leadership;
     // the machine acquires again (taking its own row back).
     s.handle_reply(ms(9_900), RequestId(4), Reply::Accepted);
@@ -207,7 +220,8 @@ fn stale_and_abandoned_replies_never_make_a_leader() {
             Command::Publish(leader(9)),
             Command::StartWork {
                 epoch: Epoch::new(9)
-            }
+            },
+            Command::WatchChanges(false),
         ]
     );
     assert_eq!(s.leader_deadline(), Some(ms(2_500 + 9_899)));
@@ -461,7 +475,7 @@ fn shutdown_waits_for_an_acquire_in_flight_and_gives_back_what_it_won() {
     s.handle_timeout(ms(0));
     drain(&mut s);
     s.handle_shutdown(ms(1));
-    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(drain(&mut s), vec![Command::WatchChanges(false)]);
     s.handle_reply(
         ms(2),
         RequestId(1),
@@ -550,7 +564,10 @@ fn leading_with_stop_lead(g_ms: u64) -> LeaseState {
     assert_eq!(c.stop_lead_bound(), Duration::from_millis(4_899));
     let mut s = LeaseState::new(c, ms(0)).unwrap();
     s.handle_timeout(ms(0));
-    assert_eq!(drain(&mut s), vec![execute(1, Operation::Acquire)]);
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(1, Operation::Acquire), Command::WatchChanges(true)]
+    );
     s.handle_reply(
         ms(2),
         RequestId(1),
@@ -564,7 +581,8 @@ fn leading_with_stop_lead(g_ms: u64) -> LeaseState {
             Command::Publish(leader(1)),
             Command::StartWork {
                 epoch: Epoch::new(1)
-            }
+            },
+            Command::WatchChanges(false),
         ]
     );
     s
@@ -615,12 +633,12 @@ fn failing_renewals_stop_the_work_at_deadline_minus_g_and_demote_at_the_deadline
     // The follower publication, without a second StopWork.
     assert_eq!(
         drain(&mut s),
-        vec![Command::Publish(Leadership {
+        watching(vec![Command::Publish(Leadership {
             role: Role::Follower,
             epoch: Some(Epoch::new(1)),
             holder: None,
             reason: Some(Demotion::Expired),
-        })]
+        })])
     );
 }
 
@@ -741,6 +759,7 @@ fn a_stepped_database_clock_demotes_the_leader_with_clock() {
             reason: Some(Demotion::Clock),
         }),
         execute(2, Operation::Acquire),
+        Command::WatchChanges(true),
     ];
     for step in [10_000, 150, -150, -60_000] {
         assert_eq!(stepped(step), (true, demoted.clone()), "step {step} ms");
@@ -759,5 +778,6 @@ fn a_stepped_database_clock_demotes_the_leader_with_clock() {
     let mut s = LeaseState::new(config(), ms(0)).unwrap();
     s.handle_db_clock(ms(2), ms(1), DB);
     assert!(s.handle_db_clock(ms(502), ms(501), DB - 5_000));
-    assert_eq!(drain(&mut s), vec![]);
+    // (A new machine's first command: it watches, as a running follower.)
+    assert_eq!(drain(&mut s), vec![Command::WatchChanges(true)]);
 }

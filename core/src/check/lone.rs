@@ -323,6 +323,9 @@ impl World {
                     }
                     _ => None,
                 },
+                // The model tells every node of releases unasked
+                // (PostgreSQL's notices): nothing to watch.
+                Command::WatchChanges(_) => None,
                 Command::Finished => {
                     n.to_node.clear();
                     n.work.map(|epoch| {

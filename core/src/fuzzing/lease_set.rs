@@ -150,6 +150,8 @@ struct Mirror {
     published: BTreeMap<String, (Role, Option<Epoch>)>,
     shutdown: bool,
     finished: bool,
+    /// What the set last said of watching for changes.
+    watching: bool,
     db_millis: i64,
     trace: Vec<SetCommand>,
 }
@@ -181,6 +183,7 @@ fn execute(data: &[u8]) -> Vec<SetCommand> {
         published: BTreeMap::new(),
         shutdown: false,
         finished: false,
+        watching: false,
         db_millis: 1_000_000,
         trace: Vec::new(),
     };
@@ -543,6 +546,12 @@ impl Mirror {
                     }
                     self.published
                         .insert(lease.to_string(), (leadership.role, leadership.epoch));
+                }
+                SetCommand::WatchChanges(on) => {
+                    assert!(!self.finished, "WatchChanges after Finished");
+                    assert_ne!(*on, self.watching, "WatchChanges({on}) told twice");
+                    assert!(!(*on && self.shutdown), "watching while shutting down");
+                    self.watching = *on;
                 }
                 SetCommand::Finished => {
                     self.finished = true;

@@ -151,6 +151,8 @@ struct Mirror {
     published: Leadership,
     shutdown: bool,
     finished: bool,
+    /// What the machine last said of watching for changes.
+    watching: bool,
     max_epoch: u64,
     trace: Vec<Command>,
     /// Print every input and command (`PICOLEASE_FUZZ_VERBOSE=1`).
@@ -215,7 +217,13 @@ fn execute(data: &[u8]) -> Vec<Command> {
             return Vec::new();
         }
     };
-    assert_eq!(lease.poll_command(), None, "a new machine has no command");
+    // A new machine is a running follower: it says it watches, nothing else.
+    assert_eq!(lease.poll_command(), Some(Command::WatchChanges(true)));
+    assert_eq!(
+        lease.poll_command(),
+        None,
+        "a new machine has no other command"
+    );
     assert_eq!(
         lease.poll_timeout(),
         Some(start),
@@ -235,6 +243,7 @@ fn execute(data: &[u8]) -> Vec<Command> {
         published: Leadership::unknown(),
         shutdown: false,
         finished: false,
+        watching: true,
         max_epoch: 0,
         trace: Vec::new(),
         verbose: std::env::var_os("PICOLEASE_FUZZ_VERBOSE").is_some(),
@@ -531,6 +540,15 @@ impl Mirror {
                     }
                     self.published = leadership;
                 }
+                Command::WatchChanges(on) => {
+                    assert!(!self.finished, "WatchChanges after Finished");
+                    assert_ne!(on, self.watching, "WatchChanges({on}) told twice");
+                    assert!(
+                        !(on && (self.published.is_leader() || self.shutdown)),
+                        "watching while leading or shutting down"
+                    );
+                    self.watching = on;
+                }
                 Command::Finished => {
                     assert_eq!(self.working, None, "finished with work running");
                     self.finished = true;
@@ -546,6 +564,12 @@ impl Mirror {
 
     fn check_state(&self, lease: &LeaseState, cause: Cause) {
         assert_eq!(lease.is_finished(), self.finished);
+        assert!(
+            self.finished || lease.wants_changes() == self.watching,
+            "the driver was last told watching = {}, the machine wants {}",
+            self.watching,
+            lease.wants_changes()
+        );
         assert_eq!(
             lease.poll_timeout().is_none(),
             self.finished,

@@ -120,6 +120,9 @@ pub struct LeaseSet {
     ranked_among: Vec<HolderId>,
     shutting_down: bool,
     finished: bool,
+    /// What the driver was last told of watching for changes
+    /// ([`SetCommand::WatchChanges`]).
+    watching: bool,
     commands: VecDeque<SetCommand>,
     /// A planted bug for the model checker's own tests (feature `mutants`).
     #[cfg(feature = "mutants")]
@@ -203,6 +206,7 @@ impl LeaseSet {
             ranked_among: Vec::new(),
             shutting_down: false,
             finished: false,
+            watching: false,
             commands: VecDeque::with_capacity(64),
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
@@ -529,6 +533,8 @@ impl LeaseSet {
                     });
                 }
                 Command::StartWork { .. } | Command::StopWork { .. } | Command::Publish(_) => {}
+                // Whether the set watches is the set's call (`settle`).
+                Command::WatchChanges(_) => {}
                 Command::Finished => self.on_machine_finished(now, i),
             }
         }

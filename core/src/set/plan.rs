@@ -67,6 +67,14 @@ impl LeaseSet {
         {
             self.finished = true;
             self.commands.push_back(SetCommand::Finished);
+            return;
+        }
+        // Watching follows the share: told when it changes, after the
+        // input's other commands.
+        let wants = self.wants_changes(now);
+        if wants != self.watching {
+            self.watching = wants;
+            self.commands.push_back(SetCommand::WatchChanges(wants));
         }
     }
 

@@ -124,6 +124,14 @@ pub enum SetCommand {
         /// Its state.
         leadership: Leadership,
     },
+    /// Look for other connections' commits from now on (`true`: SQLite
+    /// watches the file or polls its change counter and then calls
+    /// [`LeaseSet::handle_survey_request`](super::LeaseSet::handle_survey_request)),
+    /// or stop (`false`): only while this node is under its share can a
+    /// release give it anything. Comes after an input's other commands,
+    /// only when the answer changes; a driver told of releases unasked
+    /// (PostgreSQL's LISTEN) may ignore it.
+    WatchChanges(bool),
     /// The set is done: no more commands will come.
     Finished,
 }

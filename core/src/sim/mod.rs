@@ -422,6 +422,8 @@ impl Simulation {
                     self.record(node, Happening::Follower { epoch, reason });
                 }
                 Command::Publish(leadership) => self.record(node, Happening::Published(leadership)),
+                // The simulated database notifies (PostgreSQL's model).
+                Command::WatchChanges(_) => {}
                 Command::Finished => {
                     self.record(node, Happening::Finished);
                     self.nodes[node].state = None;

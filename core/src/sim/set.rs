@@ -531,6 +531,8 @@ impl SetSimulation {
                         },
                     );
                 }
+                // The simulated database notifies (PostgreSQL's model).
+                SetCommand::WatchChanges(_) => {}
                 SetCommand::Finished => {
                     self.nodes[node].set = None;
                     break;

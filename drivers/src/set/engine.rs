@@ -100,6 +100,8 @@ pub(crate) enum Order {
         lease: LeaseName,
         leadership: Leadership,
     },
+    /// Look for other connections' commits (`true`), or stop.
+    WatchChanges(bool),
     /// No more orders will come.
     Finished,
 }
@@ -153,6 +155,7 @@ impl Engine {
                         lease: lease.clone(),
                         leadership,
                     },
+                    Command::WatchChanges(on) => Order::WatchChanges(on),
                     Command::Finished => Order::Finished,
                 };
                 Some(order)
@@ -179,6 +182,7 @@ impl Engine {
                     reason,
                 },
                 SetCommand::Publish { lease, leadership } => Order::Publish { lease, leadership },
+                SetCommand::WatchChanges(on) => Order::WatchChanges(on),
                 SetCommand::Finished => Order::Finished,
             }),
         }
@@ -278,15 +282,6 @@ impl Engine {
         match self {
             Engine::Lease(state) => state.handle_release_notice(now),
             Engine::Set(set) => set.handle_survey_request(now),
-        }
-    }
-
-    /// Whether the driver should look for other connections' commits
-    /// (SQLite's file watch or change counter).
-    pub(crate) fn wants_changes(&self, now: Instant) -> bool {
-        match self {
-            Engine::Lease(state) => state.wants_changes(),
-            Engine::Set(set) => set.wants_changes(now),
         }
     }
 

@@ -59,12 +59,21 @@ pub(crate) struct SetRunner<G> {
     /// When the statement in flight was handed to the driver, and what it
     /// runs.
     handed_out: Option<(std::time::Instant, Ran)>,
+    /// What the engine last said of watching for changes.
+    watching: bool,
 }
 
 /// How often a driver looks whether stopping work has returned.
 pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
 
 impl<G: TermGate> SetRunner<G> {
+    /// Whether the engine asks the driver to look for other connections'
+    /// commits ([`picolease_core::Command::WatchChanges`]): SQLite's file
+    /// watch or change counter.
+    pub(crate) fn watching(&self) -> bool {
+        self.watching
+    }
+
     /// Now on the set's clock.
     pub(crate) fn now(&self) -> Instant {
         let elapsed = self.clock.now().saturating_sub(self.origin);
@@ -233,6 +242,7 @@ impl<G: TermGate> SetRunner<G> {
                 }
                 return true;
             }
+            Order::WatchChanges(on) => self.watching = on,
             Order::Finished => {
                 self.snapshot
                     .lock()

@@ -118,6 +118,7 @@ impl<G: TermGate> SetRunner<G> {
             fanout,
             wedge,
             handed_out: None,
+            watching: false,
         };
         (runner, view)
     }

@@ -42,8 +42,9 @@ pub(crate) enum Notices {
 
 /// What a driver's thread learns of other connections' commits from:
 /// the file watch, which sends it a message, or else a poll of the change
-/// counter at `poll`. The driver looks only while its machine
-/// `wants_changes()`.
+/// counter at `poll`. The driver looks only while the core's last
+/// `WatchChanges` command said to (a running follower, or a set short of
+/// its share with nothing left to try).
 pub(crate) struct ChangeSource {
     /// The running watch, if any.
     pub(crate) watch: Option<FileWatch>,

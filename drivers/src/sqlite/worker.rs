@@ -157,10 +157,9 @@ pub(crate) fn run(
         if runner.engine.is_finished() {
             break;
         }
-        let now = runner.now();
-        // Without a file watch, a node that can use a release polls the
-        // change counter this often.
-        let polling = changes.poll.filter(|_| runner.engine.wants_changes(now));
+        // Without a file watch, a node the core has asked to watch (it can
+        // use a release) polls the change counter this often.
+        let polling = changes.poll.filter(|_| runner.watching());
         // Waits are measured on the monotonic clock, which stops during
         // suspend: a bounded wait re-reads the suspend-aware clock soon
         // after a resume.
@@ -189,7 +188,7 @@ pub(crate) fn run(
             None => {}
         }
         runner.reap();
-        if (polling.is_some() || file_changed) && runner.engine.wants_changes(now) {
+        if (polling.is_some() || file_changed) && runner.watching() {
             check_for_change(&mut runner, &connection.table, &mut data_version);
         }
         let now = runner.now();

@@ -431,6 +431,8 @@ impl World<SetNode> {
                         _ => None,
                     }
                 }
+                // Releases reach every node unasked here, as notices.
+                SetCommand::WatchChanges(_) => None,
                 SetCommand::Finished => {
                     n.to_node.clear();
                     let running = n.work.iter().position(Option::is_some);
