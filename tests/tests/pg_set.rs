@@ -325,3 +325,76 @@ async fn a_pg_set_lingers_after_releasing_on_shutdown() {
     a.shutdown().await.unwrap();
     drop_table(&admin, &table).await;
 }
+
+/// A set's lease whose work takes longer than the request timeout to stop
+/// (but stops within the lease) is still released on shutdown, as a lone
+/// lease's is (`pg_handover.rs::a_release_after_slow_stopping_work_still_hands_over_at_once`):
+/// waiting for the work is not part of the release batch's timeout, so the
+/// other node, told by NOTIFY, leads the lease as soon as the work has
+/// stopped, long before the row would have lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_release_after_slow_stopping_work_still_hands_over_at_once() {
+    const SLOW_TTL: Duration = Duration::from_secs(4); // interval and timeout 1 s
+    const STOPPING: Duration = Duration::from_millis(1_500);
+    let admin = admin().await;
+    let table = unique_table("set_slow_stop");
+    let names = leases("slow", 1);
+    let lease = names[0].clone();
+    let build = |holder: &str| {
+        let connector = PgConnector::new(&url_for(PG_ADDR, holder)).unwrap();
+        PgLeaseSet::builder(
+            SetConfig::with_ttl(HolderId::new(holder).unwrap(), SLOW_TTL),
+            names.clone(),
+            connector,
+        )
+        .table(table.clone())
+    };
+    let a = build("set-slow-a")
+        .while_leader(|ctx| async move {
+            ctx.cancelled().await;
+            // Cleaning up after the term: longer than a request timeout.
+            tokio::time::sleep(STOPPING).await;
+        })
+        .start()
+        .expect("start a");
+    wait_until("a leads", Duration::from_secs(15), || {
+        counts(&[&a]) == vec![1]
+    })
+    .await;
+    let b = build("set-slow-b").start().expect("start b");
+    // b has planned its share with a (nothing: a holds the one lease).
+    wait_until("b sees a", Duration::from_secs(15), || {
+        b.snapshot().members.len() == 2 && b.snapshot().target.is_some()
+    })
+    .await;
+    assert!(a.config().request_timeout < STOPPING);
+    let left = a.time_left(&lease).expect("a leads");
+    let mut changes = b.subscribe();
+    let stopped = tokio::time::Instant::now();
+    let led = tokio::spawn(async move {
+        loop {
+            let t = changes.recv().await.expect("b runs");
+            if t.leadership.is_leader() {
+                return t.instant;
+            }
+        }
+    });
+    a.shutdown().await.expect("a shuts down cleanly");
+    let took = led
+        .await
+        .unwrap()
+        .saturating_duration_since(stopped.into_std());
+    eprintln!(
+        "figure: b led {took:?} after a's shutdown, whose work took {STOPPING:?} to stop (the term had {left:?} left)"
+    );
+    assert!(
+        took >= STOPPING,
+        "the release waited for the work: {took:?}"
+    );
+    assert!(
+        took < left.min(STOPPING + Duration::from_millis(700)),
+        "released, not lapsed: {took:?} (the term had {left:?} left)"
+    );
+    b.shutdown().await.unwrap();
+    drop_table(&admin, &table).await;
+}
