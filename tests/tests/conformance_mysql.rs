@@ -348,8 +348,8 @@ impl Backend for My {
     const TTL: Duration = TTL;
     const CRASH_EARLY: Duration = Duration::from_millis(50);
     const CRASH_LATE: Duration = Duration::from_millis(500);
-    // No release notices: the successor takes over at its next poll,
-    // within an interval.
+    // A lone lease's successor is woken by the leader's user lock; a
+    // set's takes over at its next poll, within an interval.
     const HANDOVER_LATE: Duration = Duration::from_secs(3);
     const CHECKS_TABLE_AT_START: bool = false;
     const MISSING_TABLE_STATUS_IS_ERROR: bool = true;

@@ -138,8 +138,9 @@ fn five_processes_kill_term_and_pause_leaders_one_after_another() {
     let mut nodes: Vec<Node> = (0..5)
         .map(|i| support::spawn(URL, &["--table", &t.0], "L", "1s", i, &log, &[]))
         .collect();
-    // No release notices on MySQL yet: a clean handover waits for the
-    // successor's next poll, within an interval (250 ms) and a round trip.
+    // A clean handover wakes the successor through the leader's user
+    // lock; the bound is the polling fallback's, an interval (250 ms) and
+    // a round trip, so a refused lock would pass too.
     support::kill_term_and_pause(
         &mut nodes,
         &log,

@@ -78,6 +78,11 @@ impl MysqlConnector {
         &self.shown
     }
 
+    /// The database the URL names (checked non-empty by [`Self::new`]).
+    pub(crate) fn database(&self) -> &str {
+        self.opts.db_name().unwrap_or_default()
+    }
+
     /// A plain connection, as the driver's are made (TCP, named, its
     /// statements bounded on the server after 10 s): for administrative
     /// statements and your own fenced writes.

@@ -5,35 +5,55 @@
 use std::sync::Arc;
 
 use picolease_core::sql::{Dialect, Statements};
+use tokio::sync::mpsc;
 
 use super::connect::MysqlConnector;
 use super::error::MysqlError;
 use super::fence::Fence;
 use super::link::Link;
 use super::options::{mysql_option_methods, MysqlOptions};
+use super::wake::{spawn_waker, WakeLock};
 use super::LeaderContext;
 use crate::server::backoff::backoff_cap;
 use crate::server::driver::Runner;
 use crate::server::handles::{server_handles, Listen};
 use crate::server::task::DriverTask;
 
-/// Spawns `runner`'s task with its statement connection. MySQL has no
-/// release notices (yet), so `_listen` names none: followers notice a
-/// release at their next poll.
+/// Spawns `runner`'s task with its statement connection and, for a lone
+/// lease with `options.wake_up`, its release wake-up (`wake.rs`): the
+/// lock its link takes while leading and the waker on a second
+/// connection. A set (`Listen::Every`) has none yet: its followers notice
+/// a release at their next poll.
 fn start(
     runner: Runner<Fence>,
     connector: MysqlConnector,
     statements: &Arc<Statements>,
     options: &MysqlOptions,
-    _listen: Listen,
+    listen: Listen,
 ) -> DriverTask<Link, Fence> {
+    let config = runner.engine.config();
+    let wake = match listen {
+        Listen::Lease(lease) if options.wake_up => {
+            // The database the rows are in, however the contenders name it.
+            let table = statements.table();
+            let database = table.schema().unwrap_or(connector.database());
+            Some(Arc::new(WakeLock::new(database, table.table(), &lease)))
+        }
+        _ => None,
+    };
+    let listening = wake.as_ref().map(|lock| {
+        let (tx, rx) = mpsc::channel(1);
+        let waker = spawn_waker(connector.clone(), Arc::clone(lock), config.interval, tx);
+        (rx, waker)
+    });
     let link = Arc::new(Link::new(
         connector,
         Arc::clone(statements),
         options.auto_create,
-        backoff_cap(&runner.engine.config()),
+        backoff_cap(&config),
+        wake,
     ));
-    DriverTask::start(runner, link, None, std::time::Duration::ZERO)
+    DriverTask::start(runner, link, listening, std::time::Duration::ZERO)
 }
 
 server_handles! {

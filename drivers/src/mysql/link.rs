@@ -17,10 +17,12 @@ use mysql_async::consts::ColumnType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params};
 use picolease_core::sql::{BatchBindings, Bindings, Cell, ReadOrder, Statement, Statements, Value};
+use picolease_core::Operation;
 use tokio::time::Instant;
 
 use super::connect::MysqlConnector;
 use super::error::MysqlError;
+use super::wake::WakeLock;
 use crate::server::backoff::Backoff;
 use crate::server::{answer, batch_name, operation_name, ran_name, Binding};
 use crate::set::{Answer, Ran};
@@ -40,6 +42,8 @@ pub(crate) struct Link {
     connector: MysqlConnector,
     statements: Arc<Statements>,
     auto_create: bool,
+    /// A lone lease's release wake-up, when it has one (`wake.rs`).
+    wake: Option<Arc<WakeLock>>,
     state: Mutex<LinkState>,
 }
 
@@ -49,11 +53,13 @@ impl Link {
         statements: Arc<Statements>,
         auto_create: bool,
         backoff_cap: Duration,
+        wake: Option<Arc<WakeLock>>,
     ) -> Self {
         Link {
             connector,
             statements,
             auto_create,
+            wake,
             state: Mutex::new(LinkState {
                 idle: None,
                 busy: None,
@@ -158,7 +164,9 @@ impl Link {
     }
 
     /// Runs `statement` (with its read-back, in one transaction) and
-    /// returns the rows to decode.
+    /// returns the rows to decode. After a lone lease's `operation` the
+    /// wake-up lock follows its answer on the same session.
+    #[allow(clippy::too_many_arguments)]
     async fn rows(
         &self,
         during: &'static str,
@@ -166,10 +174,19 @@ impl Link {
         values: Vec<Value<'_>>,
         read_values: Option<Vec<Value<'_>>>,
         deadline: Instant,
-        timeout: Duration,
+        binding: &Binding,
+        operation: Option<Operation>,
     ) -> Result<Vec<Vec<Cell>>, MysqlError> {
-        let mut conn = self.session(during, deadline, timeout).await?;
+        let mut conn = self.session(during, deadline, binding.timeout).await?;
         let result = run(&mut conn, statement, values, read_values).await;
+        if let (Ok(rows), Some(wake), Some(operation)) = (&result, &self.wake, operation) {
+            if let Ok(reply) = self
+                .statements
+                .decode_reply(operation, &binding.holder, rows)
+            {
+                wake.follow(&mut conn, operation, &reply).await;
+            }
+        }
         let result = result.map_err(|e| MysqlError::from_statement(during, &self.table(), &e));
         self.give_back(conn, result.as_ref().err()).await;
         result
@@ -197,8 +214,16 @@ impl Link {
                     .read_back()
                     .map(|read| read.statement().bind(&bindings, epoch).collect());
                 let during = operation_name(operation);
-                self.rows(during, sql, values, read, deadline, binding.timeout)
-                    .await
+                self.rows(
+                    during,
+                    sql,
+                    values,
+                    read,
+                    deadline,
+                    &binding,
+                    Some(operation),
+                )
+                .await
             }
             crate::set::Statement::Batch(batch) => {
                 let json = batch.json();
@@ -214,7 +239,7 @@ impl Link {
                     .read_back()
                     .map(|read| read.statement().bind_batch(&bindings).collect());
                 let during = batch_name(batch.kind);
-                self.rows(during, sql, values, read, deadline, binding.timeout)
+                self.rows(during, sql, values, read, deadline, &binding, None)
                     .await
             }
         };

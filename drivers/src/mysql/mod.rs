@@ -48,12 +48,19 @@
 //! replica) therefore never holds a node off once the address points at
 //! a writable one again.
 //!
+//! # Release wake-up
+//!
+//! MySQL has no `LISTEN`: a lone lease's leader holds a named user lock
+//! while it leads and its followers wait on it from a second connection,
+//! so a clean release wakes them at once (`wake.rs`, DESIGN §3; off with
+//! the builder's `wake_up(false)`). It is only a wake-up: without it
+//! followers poll, within one interval. A set has none yet: its
+//! followers take released leases at their next poll.
+//!
 //! # Not yet
 //!
-//! No release notices (a follower takes a released lease at its next
-//! poll, within one interval), and no fenced transaction helper: put
-//! [`Fence::condition`] into your own statement inside your own
-//! transaction.
+//! No fenced transaction helper: put [`Fence::condition`] into your own
+//! statement inside your own transaction.
 
 mod admin;
 mod connect;
@@ -62,12 +69,14 @@ mod fence;
 mod handle;
 mod link;
 mod options;
+mod wake;
 
 pub use admin::{force_release, init, run_statement, status};
 pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;
 pub use handle::{MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet, MysqlLeaseSetBuilder};
+pub use wake::wake_lock_name;
 
 /// What a gated task is given when its term starts: the term (`lease()`,
 /// `holder()`, `epoch()`), its [`Fence`], its deadline, and the signal to

@@ -11,6 +11,8 @@ use crate::server::gate::GatedTask;
 pub(crate) struct MysqlOptions {
     pub(crate) table: TableName,
     pub(crate) auto_create: bool,
+    /// A lone lease's followers wait on the leader's wake-up lock.
+    pub(crate) wake_up: bool,
     pub(crate) tasks: Vec<GatedTask<Fence>>,
     pub(crate) clock: SharedClock,
 }
@@ -20,6 +22,7 @@ impl Default for MysqlOptions {
         MysqlOptions {
             table: TableName::default(),
             auto_create: true,
+            wake_up: true,
             tasks: Vec::new(),
             clock: crate::clock::system(),
         }
@@ -31,6 +34,7 @@ impl std::fmt::Debug for MysqlOptions {
         f.debug_struct("MysqlOptions")
             .field("table", &self.table)
             .field("auto_create", &self.auto_create)
+            .field("wake_up", &self.wake_up)
             .field("tasks", &self.tasks.len())
             .finish_non_exhaustive()
     }
@@ -53,6 +57,18 @@ macro_rules! mysql_option_methods {
         /// create it with [`super::init`].
         pub fn auto_create(mut self, on: bool) -> Self {
             self.options.auto_create = on;
+            self
+        }
+
+        /// Wake followers of a lone lease at once when its leader releases
+        /// (default on): the leader's session holds a named user lock
+        /// while it leads and a follower waits on it from a second
+        /// connection (`GET_LOCK`). Off, or where the server refuses user
+        /// locks (Galera), a follower takes a released lease at its next
+        /// poll, within one interval. Only a wake-up: who leads is still
+        /// the row's and the epoch's. A set has no wake-up yet.
+        pub fn wake_up(mut self, on: bool) -> Self {
+            self.options.wake_up = on;
             self
         }
     };
