@@ -1,5 +1,7 @@
 //! The end of a term is airtight at the edges of the process (DESIGN §4b):
-//! `picolease run -- CMD` processes on one SQLite file, with real signals.
+//! `picolease run -- CMD` processes on one SQLite file, and the same on
+//! MariaDB (127.0.0.1:3306, root, database `test`, a table per test;
+//! failing, not skipping, when it is down), with real signals.
 //!
 //! - SIGKILL of the leader's `run`: its CMD and CMD's grandchild are dead
 //!   before the successor's CMD starts.
@@ -7,6 +9,9 @@
 //!   and the stopped `run` resumes as a follower.
 //! - Two processes given one `--node` never lead at once.
 //! - A `--grace` that does not fit inside the lease is refused.
+//! - A CMD that ignores SIGTERM is killed by the deadline when renewals
+//!   are blocked (SQLite: another process's write lock; MariaDB: another
+//!   session's row lock on the lease row).
 //!
 //! Each CMD records its pid and its grandchild's pid, and on start checks
 //! that no earlier term's process is still alive (a live one writes an
@@ -46,16 +51,49 @@ exec sleep 60"#,
     )
 }
 
-fn spawn(db: &Path, node: usize, log: &Log, extra: &[&str]) -> Node {
-    support::spawn(
-        &format!("sqlite://{}", db.display()),
-        &[],
-        "job",
-        TTL,
-        node,
-        log,
-        extra,
-    )
+/// Where the processes meet: a database URL and the global flags naming
+/// the table; a MariaDB table is dropped when this is.
+struct Place {
+    url: String,
+    global: Vec<String>,
+    mysql_table: Option<String>,
+}
+
+impl Place {
+    fn sqlite(db: &Path) -> Self {
+        Place {
+            url: format!("sqlite://{}", db.display()),
+            global: Vec::new(),
+            mysql_table: None,
+        }
+    }
+
+    /// A fresh table of test `test`'s own on the MariaDB server.
+    #[cfg(feature = "mysql")]
+    fn mysql(test: &str) -> Self {
+        let table = format!("pl_term_{test}_{}", std::process::id());
+        support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+        Place {
+            url: "mysql://root@127.0.0.1:3306/test".into(),
+            global: vec!["--table".into(), table.clone()],
+            mysql_table: Some(table),
+        }
+    }
+
+    fn spawn(&self, node: usize, log: &Log, extra: &[&str]) -> Node {
+        let global: Vec<&str> = self.global.iter().map(String::as_str).collect();
+        support::spawn(&self.url, &global, "job", TTL, node, log, extra)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        #[cfg(feature = "mysql")]
+        if let Some(table) = &self.mysql_table {
+            let drop = format!("DROP TABLE IF EXISTS {table}");
+            let _ = std::panic::catch_unwind(|| support::mysql::sql("test", &drop));
+        }
+    }
 }
 
 /// The pids (CMD, grandchild) the leader's CMD recorded.
@@ -94,22 +132,30 @@ fn stop_all(nodes: &mut [Node], skip: &[usize]) {
 #[test]
 fn a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("leases.db");
+    let place = Place::sqlite(&dir.path().join("leases.db"));
+    killed_or_stopped(&place, dir.path());
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    killed_or_stopped(&Place::mysql("killed"), dir.path());
+}
+
+fn killed_or_stopped(place: &Place, dir: &Path) {
     let log: Log = Arc::default();
-    let script = script(dir.path());
+    let script = script(dir);
     let cmd = ["--", "sh", "-c", script.as_str()];
-    let mut nodes: Vec<Node> = (0..3).map(|i| spawn(&db, i, &log, &cmd)).collect();
+    let mut nodes: Vec<Node> = (0..3).map(|i| place.spawn(i, &log, &cmd)).collect();
 
     // SIGKILL: nothing of `run` can act; the guard sees its socket close.
     let first = wait_event(&log, 0, |e| e.kind() == "leader");
     let child = wait_event(&log, 0, |e| e.node == first.node && e.kind() == "child");
-    let pids = pids_of(dir.path(), first.node, first.epoch());
+    let pids = pids_of(dir, first.node, first.epoch());
     assert_eq!(child.json["pid"].as_i64(), Some(pids[0] as i64));
     assert!(pids.iter().all(|p| alive(*p)));
-    let holder = wait_file(
-        &dir.path()
-            .join(format!("holder-n{}-{}", first.node, first.epoch())),
-    );
+    let holder = wait_file(&dir.join(format!("holder-n{}-{}", first.node, first.epoch())));
     assert_eq!(
         holder.trim(),
         first.json["holder"].as_str().unwrap(),
@@ -120,7 +166,7 @@ fn a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
     signal(&nodes[first.node], Signal::SIGKILL);
     let dead_after_kill = until_dead(&pids, killed);
     let second = wait_event(&log, mark, |e| e.kind() == "leader");
-    let second_pids = pids_of(dir.path(), second.node, second.epoch());
+    let second_pids = pids_of(dir, second.node, second.epoch());
     println!(
         "SIGKILL of run: its CMD and grandchild dead after {dead_after_kill:?}; the successor led {:?} after the kill",
         second.read_at - killed
@@ -132,7 +178,7 @@ fn a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
     signal(&nodes[second.node], Signal::SIGSTOP);
     let dead_after_stop = until_dead(&second_pids, stopped);
     let third = wait_event(&log, mark, |e| e.kind() == "leader");
-    pids_of(dir.path(), third.node, third.epoch());
+    pids_of(dir, third.node, third.epoch());
     println!(
         "SIGSTOP of run: its CMD and grandchild dead after {dead_after_stop:?} (ttl {TTL}); the successor led {:?} after the stop",
         third.read_at - stopped
@@ -149,7 +195,7 @@ fn a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
     assert_eq!(first_word.kind(), "follower", "{first_word:?}");
 
     stop_all(&mut nodes, &[first.node]);
-    let overlap = std::fs::read_to_string(dir.path().join("overlap")).unwrap_or_default();
+    let overlap = std::fs::read_to_string(dir.join("overlap")).unwrap_or_default();
     assert!(
         overlap.is_empty(),
         "an earlier term's process was alive when a successor's CMD started: {overlap}"
@@ -177,17 +223,19 @@ fn a_killed_or_stopped_run_takes_its_command_and_grandchild_with_it() {
 #[test]
 fn two_processes_with_one_node_name_never_lead_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("leases.db");
+    twins(&Place::sqlite(&dir.path().join("leases.db")));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_two_processes_with_one_node_name_never_lead_at_once() {
+    twins(&Place::mysql("twins"));
+}
+
+fn twins(place: &Place) {
     let log: Log = Arc::default();
-    let url = format!("sqlite://{}", db.display());
-    // Both are `--node twin`.
-    let mut nodes: Vec<Node> = (0..2)
-        .map(|i| {
-            let node = support::spawn(&url, &[], "job", TTL, 0, &log, &[]);
-            let _ = i;
-            node
-        })
-        .collect();
+    // Both are `--node n0`.
+    let mut nodes: Vec<Node> = (0..2).map(|_| place.spawn(0, &log, &[])).collect();
     let first = wait_event(&log, 0, |e| e.kind() == "leader");
     std::thread::sleep(Duration::from_secs(3));
     let events = log.lock().unwrap().clone();
@@ -202,7 +250,9 @@ fn two_processes_with_one_node_name_never_lead_at_once() {
     assert_eq!(first.json["node"], "n0");
     // The row holds the full holder id.
     let status = Command::new(env!("CARGO_BIN_EXE_picolease"))
-        .args(["--db", &url, "status", "--json"])
+        .args(["--db", &place.url])
+        .args(&place.global)
+        .args(["status", "--json"])
         .output()
         .unwrap();
     let rows: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
@@ -247,28 +297,88 @@ fn a_grace_that_does_not_fit_inside_the_lease_is_refused() {
 fn a_command_that_ignores_sigterm_is_killed_by_the_deadline_when_renewals_are_blocked() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("leases.db");
+    let place = Place::sqlite(&db);
+    stubborn_command(&place, dir.path(), || {
+        // Another process takes the write lock.
+        let lock = rusqlite::Connection::open(&db).unwrap();
+        lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+        Box::new(lock)
+    });
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_a_command_that_ignores_sigterm_is_killed_by_the_deadline_when_renewals_are_blocked() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let place = Place::mysql("stubborn");
+    let table = place.mysql_table.clone().unwrap();
+    stubborn_command(&place, dir.path(), || {
+        // Another session locks the lease row and keeps its transaction
+        // open (the client waits on its stdin); the row is printed once
+        // the lock is held.
+        let mut client = Command::new("mysql")
+            .args(["-h", "127.0.0.1", "-P", "3306", "-u", "root"])
+            .args(["--batch", "--skip-column-names", "--unbuffered", "test"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the mysql client runs");
+        let mut stdin = client.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            "START TRANSACTION; SELECT name FROM {table} WHERE name = 'job' FOR UPDATE;"
+        )
+        .unwrap();
+        let mut line = String::new();
+        BufReader::new(client.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "job", "the lease row is locked");
+        /// Ends the locking session when dropped.
+        struct Session {
+            client: std::process::Child,
+            _stdin: std::process::ChildStdin,
+        }
+        impl Drop for Session {
+            fn drop(&mut self) {
+                let _ = self.client.kill();
+                let _ = self.client.wait();
+            }
+        }
+        Box::new(Session {
+            client,
+            _stdin: stdin,
+        })
+    });
+}
+
+/// `run` with a CMD that ignores SIGTERM leads; `block` (what it returns
+/// is held until the end) stops its renewals; the CMD must be SIGKILLed by
+/// the deadline.
+fn stubborn_command(place: &Place, dir: &Path, block: impl FnOnce() -> Box<dyn std::any::Any>) {
     let log: Log = Arc::default();
-    let pid_file = dir.path().join("stubborn.pid");
+    let pid_file = dir.join("stubborn.pid");
     // SIGTERM is ignored, and stays ignored across exec.
     let script = format!(
         "trap '' TERM; echo $$ > {0}.tmp && mv {0}.tmp {0}; exec sleep 60",
         pid_file.display()
     );
     let cmd = ["--grace", "200ms", "--", "sh", "-c", script.as_str()];
-    let mut nodes = vec![spawn(&db, 0, &log, &cmd)];
+    let mut nodes = vec![place.spawn(0, &log, &cmd)];
     wait_event(&log, 0, |e| e.kind() == "leader");
     let pid: i32 = wait_file(&pid_file).trim().parse().unwrap();
     assert!(alive(pid));
 
-    // Another process takes the write lock: renewals block, the deadline
-    // (at most ttl·(1 − ρ) after the last renew was sent) passes.
+    // Renewals block; the deadline (at most ttl·(1 − ρ) after the last
+    // renew was sent) passes.
     let mark = len(&log);
-    let lock = rusqlite::Connection::open(&db).unwrap();
-    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let lock = block();
     let locked = Instant::now();
     let dead_after = until_dead(&[pid], locked);
     println!(
-        "a CMD ignoring SIGTERM, renewals blocked by a write lock: dead {dead_after:?} after the lock (ttl {TTL})"
+        "a CMD ignoring SIGTERM, renewals blocked by a lock: dead {dead_after:?} after the lock (ttl {TTL})"
     );
     assert!(
         dead_after < Duration::from_millis(1_500),
