@@ -96,6 +96,20 @@ pub enum MysqlError {
         /// The timeout that passed.
         after: Duration,
     },
+    /// A fenced transaction was refused or ended: the fence no longer held
+    /// when it began (the lease was taken over, released or lapsed), or the
+    /// leader's deadline passed (its session was then killed on the
+    /// server, which stops the statement and rolls the transaction back).
+    /// Nothing of it was committed.
+    #[error("fenced transaction on lease {lease:?} at epoch {epoch}: {reason}")]
+    Fenced {
+        /// The lease.
+        lease: String,
+        /// The term the transaction was fenced by.
+        epoch: u64,
+        /// What ended it.
+        reason: String,
+    },
     /// The driver task ended without reporting (it panicked or its runtime
     /// shut down).
     #[error("the lease driver task stopped unexpectedly: {reason}")]
@@ -118,13 +132,15 @@ impl MysqlError {
     /// ones are retried at the next attempt. As on PostgreSQL, every
     /// [`MysqlError::Database`] error is transient (a read-only server may
     /// become writable again); the session that met one is retired unless
-    /// it was contention ([`MysqlError::retires_session`]).
+    /// it was contention ([`MysqlError::retires_session`]). A
+    /// [`MysqlError::Fenced`] transaction may be retried in a later term.
     pub fn failure(&self) -> Failure {
         match self {
             MysqlError::Connect { .. }
             | MysqlError::Connection { .. }
             | MysqlError::Timeout { .. }
-            | MysqlError::Database { .. } => Failure::Transient,
+            | MysqlError::Database { .. }
+            | MysqlError::Fenced { .. } => Failure::Transient,
             _ => Failure::Fatal,
         }
     }

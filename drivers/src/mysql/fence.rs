@@ -3,10 +3,13 @@
 //! lease row `LOCK IN SHARE MODE`, so inside the user's transaction a
 //! successor's acquire (which updates that row) waits for the
 //! transaction to end: a fenced write commits before the next term or not
-//! at all.
+//! at all. Fenced transactions, opened from a fence and bounded by the
+//! leader's deadline, are in `transaction.rs`.
 
 use picolease_core::sql::{Bindings, Statements, Value};
 use picolease_core::{Epoch, HolderId, LeaseName};
+
+use super::error::MysqlError;
 
 /// The fence of one term: a condition true while `holder` holds `lease` at
 /// `epoch`, unexpired, on the database's clock. AND [`Fence::condition`]
@@ -24,13 +27,28 @@ use picolease_core::{Epoch, HolderId, LeaseName};
 /// # }
 /// ```
 ///
-/// While your transaction is open the holder's own renewals wait for it
-/// too (InnoDB has no weaker lock that lets an update of non-key columns
-/// pass): keep it shorter than the ttl's margin.
+/// [`Fence::transaction`] opens a transaction that takes the lock first
+/// and is bounded by the leader's deadline (gated work:
+/// [`LeaderContext::fenced_transaction`](super::LeaderContext::fenced_transaction)).
+///
+/// **The trade on InnoDB: the holder's own renewals wait.** InnoDB has no
+/// `FOR KEY SHARE`: its shared lock holds off every update of the row,
+/// the renew's as well as the successor's epoch bump. So while a
+/// transaction of yours holds the fence's lock, this node's renew (and
+/// release) waits for it too, where PostgreSQL's do not. A renewal sent then
+/// completes when the transaction commits or rolls back, or when a
+/// [`Fence::transaction`] is cut at its deadline; the driver gives up on
+/// it sooner, at its request timeout (killing its own session), and
+/// retries an interval after its send. A transaction held open past the
+/// request timeout therefore costs renewals, and one held until the
+/// leader's deadline costs the term: no renewal landed meanwhile, so the
+/// node demotes at that deadline (`expired`). Keep fenced transactions
+/// far shorter than the request timeout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fence {
     sql: String,
     params: Vec<mysql_async::Value>,
+    lease: String,
     epoch: Epoch,
 }
 
@@ -58,6 +76,7 @@ impl Fence {
         Fence {
             sql: statement.sql().to_string(),
             params,
+            lease: lease.to_string(),
             epoch,
         }
     }
@@ -76,6 +95,15 @@ impl Fence {
     /// after your own.
     pub fn params(&self) -> Vec<mysql_async::Value> {
         self.params.clone()
+    }
+
+    /// The error that refuses or ends a fenced transaction of this term.
+    pub(super) fn over(&self, reason: &str) -> MysqlError {
+        MysqlError::Fenced {
+            lease: self.lease.clone(),
+            epoch: self.epoch.get(),
+            reason: reason.to_string(),
+        }
     }
 }
 

@@ -48,6 +48,22 @@
 //! replica) therefore never holds a node off once the address points at
 //! a writable one again.
 //!
+//! # Fenced writes
+//!
+//! A write that must not happen once the term is over is made conditional
+//! on the lease with a [`Fence`]: its condition locks the lease row `LOCK
+//! IN SHARE MODE` until the write's transaction ends, and a successor's
+//! acquire waits for that lock, so a fenced write commits before the next
+//! term or not at all. [`Fence::transaction`] (and
+//! [`LeaderContext::fenced_transaction`],
+//! [`MysqlLease::fenced_transaction`]) opens a [`FencedTransaction`] that
+//! takes the lock first and is bounded by the leader's deadline, on the
+//! client (its session killed at the deadline) and on the server
+//! (`max_statement_time` or `max_execution_time`,
+//! `innodb_lock_wait_timeout`, an idle bound). Unlike PostgreSQL's, this
+//! node's own renewals wait for an open fenced transaction (InnoDB has no
+//! `FOR KEY SHARE`): keep them short ([`Fence`] says what a long one costs).
+//!
 //! # Release wake-up
 //!
 //! MySQL has no `LISTEN`: a lone lease's leader holds a named user lock
@@ -56,19 +72,16 @@
 //! the builder's `wake_up(false)`). It is only a wake-up: without it
 //! followers poll, within one interval. A set has none yet: its
 //! followers take released leases at their next poll.
-//!
-//! # Not yet
-//!
-//! No fenced transaction helper: put [`Fence::condition`] into your own
-//! statement inside your own transaction.
 
 mod admin;
+mod bounds;
 mod connect;
 mod error;
 mod fence;
 mod handle;
 mod link;
 mod options;
+mod transaction;
 mod wake;
 
 pub use admin::{force_release, init, run_statement, status};
@@ -76,6 +89,7 @@ pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;
 pub use handle::{MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet, MysqlLeaseSetBuilder};
+pub use transaction::FencedTransaction;
 pub use wake::wake_lock_name;
 
 /// What a gated task is given when its term starts: the term (`lease()`,
