@@ -11,92 +11,14 @@
 
 mod pg_support;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pg_support::{admin, config, drop_table, unique_table, wait_for, PG_ADDR};
+use pg_support::bouncer::Bouncer;
+use pg_support::{admin, config, drop_table, unique_table, wait_for};
 use picolease::postgres::{Connect, PgConnector, PgLease, Pooler};
 use picolease::TableName;
 
 const TTL: Duration = Duration::from_millis(1000);
-
-/// A private PgBouncer in transaction mode, pool of 2; killed on drop.
-struct Bouncer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Bouncer {
-    fn start() -> Bouncer {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let (host, server_port) = PG_ADDR.rsplit_once(':').unwrap();
-        let ini = dir.path().join("pgbouncer.ini");
-        std::fs::write(
-            &ini,
-            format!(
-                "[databases]\ntest = host={host} port={server_port} dbname=test user=postgres\n\
-                 [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
-                 auth_type = any\npool_mode = transaction\ndefault_pool_size = 2\n\
-                 max_client_conn = 200\nunix_socket_dir =\n\
-                 ignore_startup_parameters = extra_float_digits\n"
-            ),
-        )
-        .unwrap();
-        // Readable by `postgres`, whom PgBouncer runs as.
-        let status = Command::new("chmod")
-            .arg("-R")
-            .arg("a+rwx")
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let child = Command::new("runuser")
-            .args(["-u", "postgres", "--", "pgbouncer"])
-            .arg(&ini)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("pgbouncer must be installed (apt-get install -y pgbouncer)");
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "pgbouncer did not listen on {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Bouncer {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-
-    /// The test database through the pooler, with `extra` URL parameters.
-    fn url(&self, app: &str, extra: &str) -> String {
-        format!(
-            "postgres://postgres@127.0.0.1:{}/test?application_name={app}&connect_timeout=2{extra}",
-            self.port
-        )
-    }
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        // runuser passes SIGTERM on to PgBouncer, which then exits.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = Command::new("pkill")
-            .args(["-f", &format!("{}", self._dir.path().display())])
-            .status();
-    }
-}
 
 const POOLED: &str = "&picolease_pooler=transaction";
 

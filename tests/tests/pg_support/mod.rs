@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod bouncer;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

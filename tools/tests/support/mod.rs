@@ -225,7 +225,12 @@ pub fn wait_file(path: &Path) -> String {
 /// leads meanwhile; the paused node's first word is `follower`, at once, and
 /// it never leads again at its old epoch); then stop everyone and check the
 /// recorded terms: never two leaders at once, epochs strictly increasing.
-pub fn kill_term_and_pause(nodes: &mut [Node], log: &Log, ttl: Duration, clean_handover: Duration) {
+pub fn kill_term_and_pause(
+    nodes: &mut [Node],
+    log: &Log,
+    ttl: Duration,
+    clean_handover: Duration,
+) -> Handovers {
     let mut ends = Vec::new();
     let first = wait_event(log, 0, |e| e.kind() == "leader");
     assert_eq!(first.epoch(), 1);
@@ -311,6 +316,19 @@ pub fn kill_term_and_pause(nodes: &mut [Node], log: &Log, ttl: Duration, clean_h
     let leaders = events.iter().filter(|e| e.kind() == "leader").count();
     assert!(leaders >= 4, "{events:#?}");
     check_terms(&events, &ends);
+    Handovers {
+        after_kill: gap,
+        after_term: handover,
+    }
+}
+
+/// What [`kill_term_and_pause`] measured: from the SIGKILL to the
+/// successor's `leader` line, and from the SIGTERMed leader's `follower`
+/// line to its successor's `leader` line.
+#[derive(Debug)]
+pub struct Handovers {
+    pub after_kill: Duration,
+    pub after_term: Duration,
 }
 
 /// The leases each live process holds, by its `leader`/`follower` events

@@ -1,0 +1,82 @@
+//! Four `picolease run` processes behind a transaction pooler: a private
+//! PgBouncer in transaction mode with a pool of 2 server connections in
+//! front of the server at 127.0.0.1:5432 (`tests/tests/pg_support/bouncer.rs`;
+//! these tests FAIL when `pgbouncer` or the server is missing).
+//!
+//! The leaders are SIGKILLed, SIGTERMed and SIGSTOPped one after another
+//! (`support::kill_term_and_pause`): none exits on its own, one leads at a
+//! time, epochs increase. Through the pooler alone a follower hears of no
+//! release and takes a released lease at its next poll; with a direct
+//! notice connection (`picolease_notify_url`) at once. The figures are
+//! printed: `cargo test -p picolease-cli --test cli_pooler -- --nocapture`.
+
+#![cfg(feature = "postgres")]
+
+mod support;
+
+#[path = "../../tests/tests/pg_support/bouncer.rs"]
+mod bouncer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bouncer::Bouncer;
+use support::{Log, Node};
+
+const TTL: Duration = Duration::from_secs(1);
+/// `--ttl 1s`'s default interval.
+const INTERVAL: Duration = Duration::from_millis(250);
+
+/// The direct URL of the test database, percent-encoded for a URL
+/// parameter.
+const DIRECT: &str = "postgres%3A%2F%2Fpostgres%40127.0.0.1%3A5432%2Ftest";
+
+/// Drops the test's table (through the server, not the pooler) when the
+/// test ends, passed or failed.
+struct Table(String);
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let drop = format!("DROP TABLE IF EXISTS {}", self.0);
+        let _ = std::panic::catch_unwind(|| {
+            support::pg::sql("postgres://postgres@127.0.0.1:5432/test", &drop)
+        });
+    }
+}
+
+/// Four processes on `url`, through the scenario; what it measured.
+fn four_processes(url: &str, test: &str, clean_handover: Duration) -> support::Handovers {
+    let table = Table(format!("pl_cli_pooler_{test}_{}", std::process::id()));
+    let log: Log = Arc::default();
+    let mut nodes: Vec<Node> = (0..4)
+        .map(|i| support::spawn(url, &["--table", &table.0], "L", "1s", i, &log, &[]))
+        .collect();
+    support::kill_term_and_pause(&mut nodes, &log, TTL, clean_handover)
+}
+
+#[test]
+fn four_processes_behind_a_transaction_pooler_hand_over_at_their_next_poll() {
+    let bouncer = Bouncer::start();
+    let url = bouncer.url("cli_pooled", "&picolease_pooler=transaction");
+    let took = four_processes(&url, "polled", INTERVAL + Duration::from_millis(500));
+    eprintln!(
+        "through the pooler alone: SIGKILL to the successor's leader line {:?}, SIGTERMed leader's follower line to the successor's leader line {:?} (ttl {TTL:?}, interval {INTERVAL:?})",
+        took.after_kill, took.after_term
+    );
+    assert!(took.after_kill < TTL + INTERVAL + Duration::from_millis(500));
+}
+
+#[test]
+fn with_a_direct_notice_connection_they_hand_over_at_once() {
+    let bouncer = Bouncer::start();
+    let url = bouncer.url(
+        "cli_pooled_notified",
+        &format!("&picolease_pooler=transaction&picolease_notify_url={DIRECT}"),
+    );
+    let took = four_processes(&url, "notified", Duration::from_millis(150));
+    eprintln!(
+        "through the pooler, notices direct: SIGKILL to the successor's leader line {:?}, SIGTERMed leader's follower line to the successor's leader line {:?}",
+        took.after_kill, took.after_term
+    );
+    assert!(took.after_kill < TTL + INTERVAL + Duration::from_millis(500));
+}
