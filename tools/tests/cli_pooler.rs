@@ -80,3 +80,43 @@ fn with_a_direct_notice_connection_they_hand_over_at_once() {
     );
     assert!(took.after_kill < TTL + INTERVAL + Duration::from_millis(500));
 }
+
+/// `bench --json` through the pooler: its probe sends unnamed statements
+/// there as the driver does (named ones collide behind a pooler), with
+/// and without a direct notice connection.
+#[test]
+fn bench_measures_through_the_pooler() {
+    let bouncer = Bouncer::start();
+    for (what, extra) in [
+        ("through the pooler alone", String::new()),
+        (
+            "with direct notices",
+            format!("&picolease_notify_url={DIRECT}"),
+        ),
+    ] {
+        let url = bouncer.url(
+            "cli_pooled_bench",
+            &format!("&picolease_pooler=transaction{extra}"),
+        );
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_picolease"))
+            .env_remove("PICOLEASE_DB")
+            .args(["--db", &url, "bench", "--rounds", "3", "--json"])
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+        let figures: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("one JSON object");
+        for key in [
+            "renew_p50_ms",
+            "renew_floor_p50_ms",
+            "clean_handover_p50_ms",
+            "clean_handover_floor_p50_ms",
+            "crash_lag_p50_ms",
+        ] {
+            let value = figures[key].as_f64();
+            assert!(value.is_some_and(|v| v > 0.0), "{what}: {key} in {figures}");
+        }
+        eprintln!("bench {what}: {figures}");
+    }
+}

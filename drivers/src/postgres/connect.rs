@@ -41,6 +41,19 @@ impl Listener {
         let messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx)).boxed();
         Listener { client, messages }
     }
+
+    /// The client and the connection's messages, for a caller that reads
+    /// notifications itself (`picolease bench` does, behind a pooler
+    /// through the direct notice connection).
+    #[allow(clippy::type_complexity)]
+    pub fn into_parts(
+        self,
+    ) -> (
+        Client,
+        BoxStream<'static, Result<AsyncMessage, tokio_postgres::Error>>,
+    ) {
+        (self.client, self.messages)
+    }
 }
 
 impl std::fmt::Debug for Listener {

@@ -1,5 +1,12 @@
 //! The PostgreSQL side of `bench`: plain tokio-postgres connections (two
 //! for statements, one listening), on a runtime of their own.
+//!
+//! Behind a transaction pooler (`picolease_pooler=transaction`) the probe
+//! does what the driver does there: every statement unnamed with its
+//! parameter types (`query_typed`), and release notices only on the
+//! direct notice connection (`picolease_notify_url`) if there is one;
+//! without it the handover floor is the release and the acquire back to
+//! back, as a driver there has nothing to wait for but its next poll.
 
 #![cfg(feature = "postgres")]
 
@@ -7,14 +14,14 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use picolease::postgres::PgConnector;
+use picolease::postgres::{Connect, Listener, PgConnector, Pooler};
 use picolease::sql::{Bindings, Dialect, Statement, Statements, Value};
 use picolease::{Epoch, LeaseName, TableName};
 use picolease_core::Operation;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client};
 
 use super::{bindings, Probe};
 use crate::backend::postgres::{connect, Target};
@@ -27,9 +34,10 @@ pub struct PgProbe {
     a: Conn,
     b: Conn,
     /// The listening connection's client: it keeps the connection open.
-    _listener: Client,
-    /// Release notifications of the scratch table, as the listener sees them.
-    notices: mpsc::UnboundedReceiver<String>,
+    _listener: Option<Client>,
+    /// Release notifications of the scratch table, as the listener sees
+    /// them (`None`: behind a pooler without a direct notice connection).
+    notices: Option<mpsc::UnboundedReceiver<String>>,
     statements: Statements,
     table: TableName,
     renew_epoch: Epoch,
@@ -41,32 +49,70 @@ fn failed(what: &str, e: impl std::fmt::Display) -> CliError {
     CliError::runtime(format!("bench: {what}: {e}"))
 }
 
-/// A client and the statements prepared on it.
+/// A client and the statements prepared on it (none behind a pooler:
+/// `unnamed`).
 struct Conn {
     client: Client,
+    unnamed: bool,
     prepared: HashMap<String, tokio_postgres::Statement>,
 }
 
 impl Conn {
-    fn new(client: Client) -> Self {
+    fn new(client: Client, unnamed: bool) -> Self {
         Conn {
             client,
+            unnamed,
             prepared: HashMap::new(),
         }
     }
 
-    /// `sql` prepared on this connection (once).
-    async fn prepare(&mut self, sql: &str) -> Result<tokio_postgres::Statement, CliError> {
-        if let Some(prepared) = self.prepared.get(sql) {
-            return Ok(prepared.clone());
+    /// Prepares `sql` on this connection (once), as the driver does
+    /// before its clock starts; nothing behind a pooler.
+    async fn prepare(&mut self, sql: &str) -> Result<(), CliError> {
+        if self.unnamed || self.prepared.contains_key(sql) {
+            return Ok(());
         }
         let prepared = self
             .client
             .prepare(sql)
             .await
             .map_err(|e| failed("prepare", e))?;
-        self.prepared.insert(sql.to_string(), prepared.clone());
-        Ok(prepared)
+        self.prepared.insert(sql.to_string(), prepared);
+        Ok(())
+    }
+
+    /// Runs `sql` with `values`: prepared, or unnamed with their types.
+    async fn query(
+        &mut self,
+        sql: &str,
+        values: &[Value<'_>],
+    ) -> Result<Vec<tokio_postgres::Row>, CliError> {
+        if self.unnamed {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = values
+                .iter()
+                .map(|v| match v {
+                    Value::Text(s) => (s as &(dyn ToSql + Sync), Type::TEXT),
+                    Value::Int(i) => (i as &(dyn ToSql + Sync), Type::INT8),
+                })
+                .collect();
+            return self
+                .client
+                .query_typed(sql, &typed)
+                .await
+                .map_err(|e| failed("statement", e));
+        }
+        self.prepare(sql).await?;
+        let params: Vec<&(dyn ToSql + Sync)> = values
+            .iter()
+            .map(|v| match v {
+                Value::Text(s) => s as &(dyn ToSql + Sync),
+                Value::Int(i) => i as &(dyn ToSql + Sync),
+            })
+            .collect();
+        self.client
+            .query(&self.prepared[sql], &params)
+            .await
+            .map_err(|e| failed("statement", e))
     }
 }
 
@@ -78,18 +124,7 @@ async fn run(
     epoch: Option<Epoch>,
 ) -> Result<Vec<tokio_postgres::Row>, CliError> {
     let values: Vec<Value> = statement.bind(bindings, epoch).collect();
-    let params: Vec<&(dyn ToSql + Sync)> = values
-        .iter()
-        .map(|v| match v {
-            Value::Text(s) => s as &(dyn ToSql + Sync),
-            Value::Int(i) => i as &(dyn ToSql + Sync),
-        })
-        .collect();
-    let prepared = conn.prepare(statement.sql()).await?;
-    conn.client
-        .query(&prepared, &params)
-        .await
-        .map_err(|e| failed("statement", e))
+    conn.query(statement.sql(), &values).await
 }
 
 /// The epoch an acquire returned, or an error when it did not win.
@@ -112,31 +147,18 @@ impl PgProbe {
         let connector: PgConnector = target.connector()?;
         let runtime = runtime()?;
         let statements = Statements::new(Dialect::Postgres, table);
+        let unnamed = connector.pooler() == Pooler::Transaction;
         let (a, b, listener, notices, renew_epoch, handover_epoch) = runtime.block_on(async {
-            let mut a = Conn::new(connect(&connector, target).await?);
-            let b = Conn::new(connect(&connector, target).await?);
+            let mut a = Conn::new(connect(&connector, target).await?, unnamed);
+            let b = Conn::new(connect(&connector, target).await?, unnamed);
             picolease::postgres::init(&a.client, table).await?;
-            let (listener, mut connection) = connector
-                .config()
-                .connect(NoTls)
-                .await
-                .map_err(|e| failed("listening connection", e))?;
-            let (tx, notices) = mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                while let Some(Ok(message)) = messages.next().await {
-                    if let AsyncMessage::Notification(n) = message {
-                        if tx.send(n.payload().to_string()).is_err() {
-                            return;
-                        }
-                    }
+            let (listener, notices) = match connector.connect_listener() {
+                Some(connecting) => {
+                    let (listener, notices) = listen(connecting.await, table).await?;
+                    (Some(listener), Some(notices))
                 }
-            });
-            let channel = table.release_channel();
-            listener
-                .batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))
-                .await
-                .map_err(|e| failed("LISTEN", e))?;
+                None => (None, None),
+            };
             let renew = acquired(
                 &run(
                     &mut a,
@@ -173,14 +195,40 @@ impl PgProbe {
     }
 }
 
+/// Listens for the scratch table's releases on `connected`: the client
+/// (kept to hold the connection open) and the notices' lease names.
+async fn listen(
+    connected: Result<Listener, tokio_postgres::Error>,
+    table: &TableName,
+) -> Result<(Client, mpsc::UnboundedReceiver<String>), CliError> {
+    let (listener, mut messages) = connected
+        .map_err(|e| failed("listening connection", e))?
+        .into_parts();
+    let (tx, notices) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                if tx.send(n.payload().to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let channel = table.release_channel();
+    listener
+        .batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))
+        .await
+        .map_err(|e| failed("LISTEN", e))?;
+    Ok((listener, notices))
+}
+
 impl Probe for PgProbe {
     fn round_trip(&mut self) -> Result<Duration, CliError> {
         let a = &mut self.a;
         self.runtime.block_on(async {
-            let select = a.prepare("SELECT 1").await?;
+            a.prepare("SELECT 1").await?;
             let at = Instant::now();
-            a.client
-                .query_one(&select, &[])
+            a.query("SELECT 1", &[])
                 .await
                 .map_err(|e| failed("SELECT 1", e))?;
             Ok(at.elapsed())
@@ -210,12 +258,14 @@ impl Probe for PgProbe {
             ((&mut self.b, "pb"), (&mut self.a, "pa"))
         };
         let statements = &self.statements;
-        let notices = &mut self.notices;
+        let mut notices = self.notices.as_mut();
         let (took, epoch) = self.runtime.block_on(async {
             let release = statements.for_operation(Operation::Release { epoch });
             from.prepare(release.sql()).await?;
             to.prepare(statements.acquire().sql()).await?;
-            while notices.try_recv().is_ok() {}
+            if let Some(notices) = notices.as_mut() {
+                while notices.try_recv().is_ok() {}
+            }
             let at = Instant::now();
             run(
                 from,
@@ -224,8 +274,9 @@ impl Probe for PgProbe {
                 Some(epoch),
             )
             .await?;
-            // The successor acts on the notification, as the driver does.
-            loop {
+            // The successor acts on the notification, as the driver does
+            // (behind a pooler without one: at once, its best case).
+            while let Some(notices) = notices.as_mut() {
                 let notice = tokio::time::timeout(Duration::from_secs(10), notices.recv())
                     .await
                     .map_err(|_| CliError::runtime("bench: no release notification within 10s"))?;
