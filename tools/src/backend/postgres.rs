@@ -36,6 +36,14 @@ impl Target {
         })
     }
 
+    /// Whether release notices reach a follower here: always, but behind
+    /// a transaction pooler only through a direct notice connection
+    /// (`picolease_notify_url`).
+    pub fn has_release_notices(&self) -> bool {
+        use picolease::postgres::Connect;
+        PgConnector::new(&self.url).is_ok_and(|c| c.connect_listener().is_some())
+    }
+
     pub(crate) fn connector(&self) -> Result<PgConnector, CliError> {
         Ok(PgConnector::new(&self.url)?)
     }

@@ -138,9 +138,12 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
         "floors: renew = the same UPDATE on a plain connection at the same pace; clean handover = release commit{} then acquire commit on plain connections",
         match backend {
             #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => " with NOTIFY, its delivery,",
-            // No release notice on SQLite's floor; none at all on MySQL
-            // yet (the driver's handover waits for a poll).
+            Backend::Postgres(target) if target.has_release_notices() => {
+                " with NOTIFY, its delivery,"
+            }
+            // No release notice on SQLite's floor, nor behind a pooler
+            // without a direct notice connection (the driver polls);
+            // MySQL's floor leaves its wake-up lock out.
             _ => "",
         }
     );
