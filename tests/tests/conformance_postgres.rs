@@ -11,6 +11,13 @@
 //! The shared cases are blocking code: [`Pg`] owns a multi-thread tokio
 //! runtime, starts the async driver on it and blocks on its futures.
 //!
+//! The shared cases run twice: straight to the server, and (module
+//! `pooled`, [`Pooled`]) with every contender behind a private PgBouncer
+//! in transaction mode with a pool of 2 (`pg_support/bouncer.rs`, one per
+//! test), announced with `picolease_pooler=transaction` and with a direct
+//! notice connection (`picolease_notify_url`); the admin connection that
+//! checks the rows stays direct.
+//!
 //! `cargo test -p picolease-tests --test conformance_postgres`
 
 #[macro_use]
@@ -24,6 +31,7 @@ use conformance::set::{RunningSet, SetBackend};
 use conformance::{
     Backend, Contender, Fault, FaultKind, Options, StatusReader, Work, WorkTerm, LEASE, PATIENCE,
 };
+use pg_support::bouncer::Bouncer;
 use pg_support::{admin, config, contender, drop_table, unique_table, url_for, wait_for, PG_ADDR};
 use picolease::postgres::{
     force_release, init, status, Fence, LeaderContext, PgConnector, PgError, PgLease, PgLeaseSet,
@@ -42,11 +50,20 @@ const TTL: Duration = Duration::from_millis(1000);
 
 /// Tables of this test's own, an admin connection, and the runtime the
 /// drivers run on.
-struct Pg {
+struct Pg<const POOLED: bool = false> {
     runtime: Runtime,
     admin: Arc<Client>,
     table: TableName,
+    /// The contenders' pooler, when `POOLED`.
+    bouncer: Option<Bouncer>,
 }
+
+/// The shared cases behind a transaction pooler.
+type Pooled = Pg<true>;
+
+/// A pooled contender's URL parameters: the pooler announced, release
+/// notices on a direct connection.
+const POOLED_PARAMS: &str = "&picolease_pooler=transaction&picolease_notify_url=postgres%3A%2F%2Fpostgres%40127.0.0.1%3A5432%2Ftest";
 
 fn fault(error: PgError) -> Fault {
     let message = error.to_string();
@@ -62,7 +79,15 @@ fn fault(error: PgError) -> Fault {
     }
 }
 
-impl Pg {
+impl<const POOLED: bool> Pg<POOLED> {
+    /// The URL a contender named `app` connects with.
+    fn contender_url(&self, app: &str) -> String {
+        match &self.bouncer {
+            Some(bouncer) => bouncer.url(app, POOLED_PARAMS),
+            None => url_for(PG_ADDR, app),
+        }
+    }
+
     fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
     }
@@ -91,7 +116,7 @@ impl Pg {
     }
 }
 
-impl Drop for Pg {
+impl<const POOLED: bool> Drop for Pg<POOLED> {
     fn drop(&mut self) {
         let (admin, table, jobs, other) = (
             self.admin.clone(),
@@ -233,7 +258,7 @@ impl Contender for PgContender {
     }
 }
 
-impl Backend for Pg {
+impl<const POOLED: bool> Backend for Pg<POOLED> {
     type Lease = PgContender;
     const TTL: Duration = TTL;
     const CRASH_EARLY: Duration = Duration::from_millis(50);
@@ -255,6 +280,7 @@ impl Backend for Pg {
             runtime,
             admin,
             table: unique_table(test),
+            bouncer: POOLED.then(Bouncer::start),
         }
     }
 
@@ -270,7 +296,7 @@ impl Backend for Pg {
         // Distinct application names per test, so that no other test's
         // `terminate_backends` can touch these connections.
         let app = format!("{}_{}", self.table.table(), config.holder);
-        let connector = PgConnector::new(&url_for(PG_ADDR, &app)).unwrap();
+        let connector = PgConnector::new(&self.contender_url(&app)).unwrap();
         let mut builder = PgLease::builder(config, connector)
             .table(self.table.clone())
             .auto_create(options.auto_create);
@@ -407,7 +433,12 @@ impl Backend for Pg {
 conformance_tests!(Pg);
 conformance_tests!(set: Pg);
 
-impl SetBackend for Pg {
+mod pooled {
+    conformance_tests!(crate::Pooled);
+    conformance_tests!(set: Pooled);
+}
+
+impl<const POOLED: bool> SetBackend for Pg<POOLED> {
     type Set = PgSetContender;
 
     fn start_set(
@@ -417,7 +448,7 @@ impl SetBackend for Pg {
         options: Options,
     ) -> Result<(PgSetContender, Subscription), Fault> {
         let app = format!("{}_{}", self.table.table(), template.holder);
-        let connector = PgConnector::new(&url_for(PG_ADDR, &app)).unwrap();
+        let connector = PgConnector::new(&self.contender_url(&app)).unwrap();
         let mut builder = PgLeaseSet::builder(template, leases, connector)
             .table(self.table.clone())
             .auto_create(options.auto_create);
