@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod bouncer;
+pub mod cluster;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
