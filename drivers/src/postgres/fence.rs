@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use picolease_core::sql::{Param, Statement, Statements};
+use picolease_core::sql::{Param, Statement, Statements, Value};
 use picolease_core::{Epoch, HolderId, LeaseName};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -125,6 +125,25 @@ impl Fence {
                 // Only the batch statements bind these; never the fence.
                 Param::Batch => &"[]",
                 Param::StaleMillis => &0i64,
+            })
+            .collect()
+    }
+
+    /// [`Fence::params`] as plain values, in the same order: for a client
+    /// that binds its own way (sqlx, say: `query.bind(text)` for
+    /// [`Value::Text`], `query.bind(int)` for [`Value::Int`]).
+    pub fn values(&self) -> Vec<Value<'_>> {
+        self.statement
+            .params()
+            .iter()
+            .map(|param| match param {
+                Param::Lease => Value::Text(&self.lease),
+                Param::Holder => Value::Text(&self.holder),
+                Param::Epoch => Value::Int(self.epoch),
+                // As in `params`: a ttl would match nothing.
+                Param::TtlMillis => Value::Int(-1),
+                Param::Batch => Value::Text("[]"),
+                Param::StaleMillis => Value::Int(0),
             })
             .collect()
     }

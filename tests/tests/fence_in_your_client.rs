@@ -1,0 +1,211 @@
+//! The fence in the user's own client (issue 21): a fenced write inside a
+//! transaction of sqlx (PostgreSQL and SQLite) and of deadpool-postgres,
+//! built from the `Fence` as it is (placeholders numbered from the index
+//! the user gives, values in bind order), never by editing its SQL. Each
+//! test is also the example to copy: a leader's write commits; after a
+//! forced release (a successor's epoch) the same write changes nothing.
+//!
+//! PostgreSQL at 127.0.0.1:5432 (database `test`; the tests fail, not
+//! skip, when it is down), SQLite in a temporary file.
+//!
+//! `cargo test -p picolease-tests --test fence_in_your_client`
+
+mod pg_support;
+
+use std::time::Duration;
+
+use pg_support::{admin, contender, drop_table, unique_table, url};
+use picolease::sql::Value;
+use picolease::sqlite::{Database, LeaseTable, SqliteLease};
+use picolease::{Config, HolderId, Leadership, LeaseName};
+// The fence's SQL is the library's own text and placeholders, never data:
+// every value it needs is bound.
+use sqlx::{AssertSqlSafe, Connection};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// sqlx's PostgreSQL query with the fence's values bound after the
+/// caller's own: the whole adapter.
+fn bind_pg_fence<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    fence: &'q picolease::postgres::Fence,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    for value in fence.values() {
+        query = match value {
+            Value::Text(text) => query.bind(text),
+            Value::Int(int) => query.bind(int),
+        };
+    }
+    query
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
+    let admin = admin().await;
+    let table = unique_table("sqlx_fence");
+    let jobs = format!("{}_jobs", table.table());
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+             INSERT INTO \"{jobs}\" (id) VALUES (7)"
+        ))
+        .await
+        .unwrap();
+    let lease = contender(&table, "sqlx", "a", TTL).start().unwrap();
+    let mut watch = lease.watch();
+    pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
+    let fence = lease.fence().expect("a fence while leading");
+
+    let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let update = format!(
+        "UPDATE \"{jobs}\" SET done = true WHERE id = $1 AND {}",
+        fence.condition(2)
+    );
+    let mut tx = conn.begin().await.unwrap();
+    let done = bind_pg_fence(
+        sqlx::query(AssertSqlSafe(update.clone())).bind(7i64),
+        &fence,
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(done.rows_affected(), 1, "the leader's write goes through");
+    tx.commit().await.unwrap();
+
+    // A successor's term (a forced release bumps the epoch): the same
+    // write, fenced by the old term, changes nothing.
+    picolease::postgres::force_release(&admin, &table, &LeaseName::new("sqlx").unwrap())
+        .await
+        .unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let stale = bind_pg_fence(
+        sqlx::query(AssertSqlSafe(update.clone())).bind(7i64),
+        &fence,
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(stale.rows_affected(), 0, "a stale fence refuses the write");
+    tx.rollback().await.unwrap();
+
+    lease.shutdown().await.unwrap();
+    admin
+        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
+        .await
+        .unwrap();
+    drop_table(&admin, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadpool_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
+    let admin = admin().await;
+    let table = unique_table("deadpool_fence");
+    let jobs = format!("{}_jobs", table.table());
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
+             INSERT INTO \"{jobs}\" (id) VALUES (7)"
+        ))
+        .await
+        .unwrap();
+    let lease = contender(&table, "deadpool", "a", TTL).start().unwrap();
+    let mut watch = lease.watch();
+    pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
+    let fence = lease.fence().expect("a fence while leading");
+
+    let config: tokio_postgres::Config = url().parse().unwrap();
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(2)
+        .build()
+        .unwrap();
+    let update = format!(
+        "UPDATE \"{jobs}\" SET done = true WHERE id = $1 AND {}",
+        fence.condition(2)
+    );
+    let write = |fence: picolease::postgres::Fence| {
+        let (pool, update) = (pool.clone(), update.clone());
+        async move {
+            let mut client = pool.get().await.unwrap();
+            let tx = client.transaction().await.unwrap();
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&7i64];
+            params.extend(fence.params());
+            let changed = tx.execute(update.as_str(), &params).await.unwrap();
+            tx.commit().await.unwrap();
+            changed
+        }
+    };
+    assert_eq!(
+        write(fence.clone()).await,
+        1,
+        "the leader's write goes through"
+    );
+    picolease::postgres::force_release(&admin, &table, &LeaseName::new("deadpool").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(write(fence).await, 0, "a stale fence refuses the write");
+
+    lease.shutdown().await.unwrap();
+    admin
+        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
+        .await
+        .unwrap();
+    drop_table(&admin, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_sqlite_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let config = Config::with_ttl(
+        LeaseName::new("sqlx").unwrap(),
+        HolderId::new("a").unwrap(),
+        TTL,
+    );
+    let lease = SqliteLease::builder(config, Database::file(&path))
+        .start()
+        .unwrap();
+    lease
+        .wait_for(TTL, Leadership::is_leader)
+        .expect("the only contender leads");
+    let fence = lease.fence().expect("a fence while leading");
+
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("CREATE TABLE jobs (id INTEGER PRIMARY KEY, done INTEGER NOT NULL DEFAULT 0)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO jobs (id) VALUES (7)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // SQLite's placeholders are positional: the fence's `?`s follow yours.
+    let update = format!("UPDATE jobs SET done = 1 WHERE id = ? AND {}", fence.sql());
+    let bound = |fence: &picolease::sqlite::Fence| {
+        let mut query = sqlx::query(AssertSqlSafe(update.clone())).bind(7i64);
+        for value in fence.values() {
+            query = match value {
+                rusqlite::types::Value::Integer(int) => query.bind(*int),
+                rusqlite::types::Value::Text(text) => query.bind(text.clone()),
+                other => panic!("a fence binds text and integers, not {other:?}"),
+            };
+        }
+        query
+    };
+    let mut tx = conn.begin().await.unwrap();
+    let done = bound(&fence).execute(&mut *tx).await.unwrap();
+    assert_eq!(done.rows_affected(), 1, "the leader's write goes through");
+    tx.commit().await.unwrap();
+
+    LeaseTable::open_existing(&Database::file(&path))
+        .unwrap()
+        .force_release(&LeaseName::new("sqlx").unwrap())
+        .unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let stale = bound(&fence).execute(&mut *tx).await.unwrap();
+    assert_eq!(stale.rows_affected(), 0, "a stale fence refuses the write");
+    tx.rollback().await.unwrap();
+    drop(conn);
+    lease.shutdown().unwrap();
+}
