@@ -221,10 +221,19 @@ impl Server {
     }
 
     /// Stops the standby's replication (an empty `primary_conninfo`,
-    /// reloaded): it keeps what it has and receives nothing more.
+    /// reloaded) and waits until its WAL receiver is gone: it keeps what
+    /// it has and receives nothing more.
     pub fn cut_replication(&self) {
         self.sql("ALTER SYSTEM SET primary_conninfo = ''");
         self.sql("SELECT pg_reload_conf()");
+        let started = Instant::now();
+        while self.sql("SELECT count(*) FROM pg_stat_wal_receiver").trim() != "0" {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the WAL receiver did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Promotes a standby and waits until it accepts writes.
