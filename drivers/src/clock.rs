@@ -1,11 +1,30 @@
 //! The clock the drivers time deadlines on (DESIGN §4b).
 //!
 //! A leader's deadline must keep running while the machine sleeps: a laptop
-//! or VM suspended past the ttl must wake up as a follower. Linux's
-//! `CLOCK_MONOTONIC` (what `std::time::Instant` reads) stops during
-//! suspend; `CLOCK_BOOTTIME` does not, so the drivers read that (through
-//! rustix, no hand-written FFI). Elsewhere they fall back to the monotonic
-//! clock.
+//! or VM suspended past the ttl must wake up as a follower. It must also
+//! read the same in every process of the host: the CLI hands a deadline to
+//! its guard process as a number. So the drivers read a system-wide clock
+//! (through rustix, no hand-written FFI), the one that counts through
+//! suspend where the OS has one:
+//!
+//! | OS | clock read | across a suspend |
+//! | --- | --- | --- |
+//! | Linux | `CLOCK_BOOTTIME` | counts (its `CLOCK_MONOTONIC`, which `std::time::Instant` reads, stops) |
+//! | macOS | `CLOCK_MONOTONIC` | counts: Apple's `clock_gettime(3)` says it "will continue to increment while the system is asleep"; `Instant` reads `CLOCK_UPTIME_RAW` there, which stops |
+//! | OpenBSD | `CLOCK_MONOTONIC` | counts: its `clock_gettime(2)` leaves out suspended time only from `CLOCK_RUNTIME` |
+//! | FreeBSD | `CLOCK_MONOTONIC` | stops, as far as we know: FreeBSD commit 108de784 (2023) says it has no monotonic clock that counts suspended time yet, and makes `CLOCK_BOOTTIME` an alias of `CLOCK_MONOTONIC` (a 2024 review comment disputes it; not tested) |
+//! | NetBSD, other Unixes | `CLOCK_MONOTONIC` | not checked |
+//! | Linux built with `--cfg picolease_portable` | `CLOCK_MONOTONIC` | stops: this build only tests the other platforms' code on Linux |
+//!
+//! Where the clock stops, a leader suspended past its ttl wakes up still
+//! believing it leads until its next renewal (within an interval) finds
+//! the row taken; its fenced writes are refused meanwhile, but unfenced
+//! gated work may run on that long.
+//!
+//! The Linux choice is made by one predicate, `all(target_os = "linux",
+//! not(picolease_portable))`, the same one that turns the SQLite file
+//! watch (inotify) on: `--cfg picolease_portable` builds, on Linux, the
+//! code macOS and the BSDs run, so that CI compiles and tests it.
 //!
 //! The [`Clock`] trait is the seam: a test can hand a driver a clock that
 //! jumps, as a suspend would, and see the node demote before its gated work
@@ -20,7 +39,9 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Duration;
 }
 
-/// The system's suspend-aware clock: `CLOCK_BOOTTIME` on Linux.
+/// The system's suspend-aware clock: `CLOCK_BOOTTIME` on Linux,
+/// `CLOCK_MONOTONIC` on the other Unixes (see the module docs for what each
+/// does across a suspend).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
@@ -32,18 +53,34 @@ impl Clock for SystemClock {
 
 /// `CLOCK_BOOTTIME`: time since boot, including suspend. The same value in
 /// every process of the host, so a deadline can be handed to another
-/// process (the CLI's guard) as a number.
-#[cfg(target_os = "linux")]
+/// process (the CLI's guard) as a number. Elsewhere the clock of the same
+/// role (see the module docs): the name is the Linux one.
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 pub fn boottime() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    read(rustix::time::ClockId::Boottime)
+}
+
+/// Outside Linux (or under `--cfg picolease_portable`): `CLOCK_MONOTONIC`,
+/// system-wide like `CLOCK_BOOTTIME`; whether it counts through a suspend
+/// depends on the OS (see the module docs).
+#[cfg(all(unix, not(all(target_os = "linux", not(picolease_portable)))))]
+pub fn boottime() -> Duration {
+    read(rustix::time::ClockId::Monotonic)
+}
+
+/// A clock's reading as time since its origin (never negative).
+#[cfg(unix)]
+fn read(clock: rustix::time::ClockId) -> Duration {
+    let t = rustix::time::clock_gettime(clock);
     Duration::new(
         u64::try_from(t.tv_sec).unwrap_or(0),
         u32::try_from(t.tv_nsec).unwrap_or(0),
     )
 }
 
-/// Outside Linux: the monotonic clock since the first call.
-#[cfg(not(target_os = "linux"))]
+/// Not a Unix (not a supported platform): std's monotonic clock since the
+/// first call, which no other process shares.
+#[cfg(not(unix))]
 pub fn boottime() -> Duration {
     static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     ORIGIN.get_or_init(std::time::Instant::now).elapsed()
@@ -73,5 +110,27 @@ mod tests {
         let b = boottime();
         assert!(b >= a + Duration::from_millis(5), "{a:?} then {b:?}");
         assert!(a > Duration::ZERO);
+    }
+
+    /// `CLOCK_BOOTTIME` is `CLOCK_MONOTONIC` plus the time spent suspended.
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    #[test]
+    fn on_linux_the_clock_is_never_behind_the_monotonic_clock() {
+        let monotonic = read(rustix::time::ClockId::Monotonic);
+        assert!(boottime() >= monotonic);
+    }
+
+    /// The fallback is the system-wide `CLOCK_MONOTONIC`, not a per-process
+    /// origin: the guard process must read the same deadline.
+    #[cfg(all(unix, not(all(target_os = "linux", not(picolease_portable)))))]
+    #[test]
+    fn elsewhere_the_clock_is_the_system_wide_monotonic_clock() {
+        let before = read(rustix::time::ClockId::Monotonic);
+        let now = boottime();
+        let after = read(rustix::time::ClockId::Monotonic);
+        assert!(
+            before <= now && now <= after,
+            "{before:?} {now:?} {after:?}"
+        );
     }
 }

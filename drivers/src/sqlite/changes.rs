@@ -14,17 +14,33 @@
 //! machine a timed wake-up alone costs about 50 µs of CPU, so that poll
 //! costs about 0.3 % of a core where the watch costs nothing measurable
 //! (`cargo run --release -p picolease --example sqlite_handover`).
+//!
+//! The watch is built only under `all(target_os = "linux",
+//! not(picolease_portable))`, the crate's one predicate for Linux-only
+//! pieces (`clock.rs` picks `CLOCK_BOOTTIME` by it too). On macOS and the
+//! BSDs, and on Linux built with `--cfg picolease_portable` (how CI tests
+//! their code), [`FileWatch`] is a type without values: every driver polls
+//! as above, so a clean handover takes up to
+//! [`crate::sqlite::DEFAULT_CHANGE_CHECK`] more. A kqueue watch
+//! (`EVFILT_VNODE`) could do there what inotify does here, but it watches
+//! open files, not a directory's names (the WAL is created and deleted
+//! under the watch), and nothing here could test it; it is not written.
 
 use std::path::Path;
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 use rustix::fs::inotify;
 
 /// How often the watching thread looks up from its wait to see whether it
 /// should stop (its only cost while nothing is written).
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 const STOP_CHECK: Duration = Duration::from_secs(1);
 
 /// How a driver (a lone lease's or a set's) learns that another
@@ -87,6 +103,7 @@ impl ChangeSource {
 }
 
 /// A running watch of one database file; stops its thread when dropped.
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 pub(crate) struct FileWatch {
     stop: Arc<AtomicBool>,
     /// Set by the watching thread when it wakes the lease thread, cleared
@@ -95,6 +112,7 @@ pub(crate) struct FileWatch {
     pending: Arc<AtomicBool>,
 }
 
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 impl FileWatch {
     /// Watches the directory of `file` for writes to `file` or its WAL and
     /// calls `wake` (at most one pending at a time); `wake` returns false
@@ -168,8 +186,74 @@ impl FileWatch {
     }
 }
 
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
 impl Drop for FileWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// No file watch on this platform (see the module docs): a type without
+/// values, so [`ChangeSource::start`] always falls back to polling.
+#[cfg(not(all(target_os = "linux", not(picolease_portable))))]
+pub(crate) enum FileWatch {}
+
+#[cfg(not(all(target_os = "linux", not(picolease_portable))))]
+impl FileWatch {
+    /// There is no watch here: the caller polls `PRAGMA data_version`.
+    pub(crate) fn start(_file: &Path, _wake: impl Fn() -> bool + Send + 'static) -> Option<Self> {
+        None
+    }
+
+    /// Never called: there is no value to call it on.
+    pub(crate) fn taken(&self) {
+        match *self {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::open::Location;
+
+    fn source(notices: Notices, file: &Path) -> ChangeSource {
+        ChangeSource::start(notices, &Location::File(file.to_path_buf()), || true)
+    }
+
+    /// Where the Linux-only pieces are built, a file is watched (inotify)
+    /// and not polled.
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    #[test]
+    fn on_linux_a_file_is_watched_not_polled() {
+        let dir = tempfile::tempdir().unwrap();
+        let changes = source(Notices::Watch, &dir.path().join("a.db"));
+        assert!(changes.watch.is_some());
+        assert_eq!(changes.poll, None);
+    }
+
+    /// Elsewhere (macOS, the BSDs, `--cfg picolease_portable`) there is no
+    /// watch: release notices come from polling `PRAGMA data_version`
+    /// every `DEFAULT_CHANGE_CHECK`.
+    #[cfg(not(all(target_os = "linux", not(picolease_portable))))]
+    #[test]
+    fn without_inotify_a_file_is_polled_every_default_change_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let changes = source(Notices::Watch, &dir.path().join("a.db"));
+        assert!(changes.watch.is_none());
+        assert_eq!(changes.poll, Some(crate::sqlite::DEFAULT_CHANGE_CHECK));
+        assert!(changes.is_on());
+    }
+
+    /// Everywhere: notices off means neither, and an explicit period is
+    /// kept.
+    #[test]
+    fn off_is_neither_and_a_chosen_period_is_polled() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.db");
+        assert!(!source(Notices::Off, &file).is_on());
+        let every = Duration::from_millis(7);
+        let polled = source(Notices::Poll(every), &file);
+        assert!(polled.watch.is_none());
+        assert_eq!(polled.poll, Some(every));
     }
 }

@@ -69,8 +69,9 @@ macro_rules! sqlite_option_methods {
         /// another connection commits, checks `PRAGMA data_version` and
         /// looks at once (a lone lease reads its row and tries if the row
         /// is free or lapsed; a set surveys). A clean handover then takes
-        /// milliseconds instead of up to one interval. Without inotify it
-        /// polls `PRAGMA data_version` every
+        /// milliseconds instead of up to one interval. Without inotify
+        /// (macOS and the BSDs, which have none, or a watch that cannot be
+        /// set up) it polls `PRAGMA data_version` every
         /// [`DEFAULT_CHANGE_CHECK`](super::DEFAULT_CHANGE_CHECK) instead.
         /// The trade: on a busy file the node also wakes for unrelated
         /// writes, each costing one read (never an acquire unless a lease

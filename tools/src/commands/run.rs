@@ -84,6 +84,9 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     config.validate().map_err(CliError::usage)?;
     let grace = grace(&config, args.grace, !args.command.is_empty())?;
     if !args.command.is_empty() {
+        // CMD's guard needs the parent-death signal (Linux): refused
+        // elsewhere before anything starts, for a lone lease and a set.
+        crate::pdeathsig::check_available()?;
         // The core stops CMD at deadline − grace when renewals keep failing;
         // the guard enforces the same instant on its own.
         config.stop_lead = grace;
