@@ -162,7 +162,7 @@ fn summary(took: &[Duration]) -> (Duration, Duration) {
 #[test]
 fn a_clean_handover_wakes_the_follower_at_once_and_without_the_wake_up_it_polls() {
     let scratch = Scratch::new("handover");
-    let woken = scratch.handovers(12, true);
+    let woken = scratch.handovers(8, true);
     let (p50, max) = summary(&woken);
     eprintln!(
         "with the wake-up: p50 {p50:?}, max {max:?} over {} handovers (interval {INTERVAL:?})",
@@ -172,7 +172,7 @@ fn a_clean_handover_wakes_the_follower_at_once_and_without_the_wake_up_it_polls(
     assert!(p50 < Duration::from_millis(100), "p50 {p50:?}: {woken:?}");
     assert!(max < INTERVAL / 2, "max {max:?}: {woken:?}");
 
-    let polled = scratch.handovers(5, false);
+    let polled = scratch.handovers(3, false);
     let (p50, max) = summary(&polled);
     eprintln!(
         "without it: p50 {p50:?}, max {max:?} over {} handovers",
