@@ -53,11 +53,13 @@ pub enum Reply {
         /// The new epoch.
         epoch: Epoch,
     },
-    /// Acquire: someone else holds the row, with `expires_in` left on the
-    /// database's clock when the statement ran.
+    /// Acquire: the row cannot be taken for `expires_in` more on the
+    /// database's clock when the statement ran: someone else holds it, or
+    /// (`holder: None`) nobody does but it is in the grace period a row
+    /// gets when it outlived a server change (DESIGN §3 "Failover").
     Held {
-        /// The current holder.
-        holder: HolderId,
+        /// The current holder; `None` during a grace period.
+        holder: Option<HolderId>,
         /// The current epoch.
         epoch: Epoch,
         /// Time the holder has left.

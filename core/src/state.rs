@@ -343,7 +343,9 @@ impl LeaseState {
         if row.name != self.config.lease.as_str() {
             return;
         }
-        let free = row.holder.is_none();
+        // A row without a holder but with time left is in a grace period
+        // (DESIGN §3 "Failover"): not free yet.
+        let free = row.holder.is_none() && row.expires_in_ms.is_none_or(|left| left <= 0);
         let lapsed = row.expires_in_ms.is_some_and(|left| left <= 0);
         let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
         if free || lapsed || mine {
@@ -360,10 +362,11 @@ impl LeaseState {
         if row.name != self.config.lease.as_str() || self.phase != Phase::Electing {
             return;
         }
-        let free = row.holder.is_none();
         let left = row.expires_in_ms.unwrap_or(0);
         let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
-        if free || left <= 0 || mine {
+        // A row without a holder but with time left is in a grace period
+        // (DESIGN §3 "Failover"): followed like a held one.
+        if left <= 0 || mine {
             self.handle_release_notice(now);
             return;
         }
@@ -371,8 +374,10 @@ impl LeaseState {
         if self.standing != Standing::Follower {
             return;
         }
-        if let Some(Ok(holder)) = row.holder.as_deref().map(crate::names::HolderId::new) {
-            self.observe(holder, row.epoch);
+        match row.holder.as_deref().map(crate::names::HolderId::new) {
+            Some(Ok(holder)) => self.observe(Some(holder), row.epoch),
+            None => self.observe(None, row.epoch),
+            Some(Err(_)) => {}
         }
         let expiry = Self::expiry_seen(sent_at, Duration::from_millis(left.unsigned_abs()));
         if self.in_flight.is_none() {
@@ -595,15 +600,15 @@ impl LeaseState {
         }
     }
 
-    fn observe(&mut self, holder: crate::names::HolderId, epoch: Epoch) {
+    fn observe(&mut self, holder: Option<crate::names::HolderId>, epoch: Epoch) {
         let changed = self.published.epoch != Some(epoch)
-            || self.published.holder.as_ref() != Some(&holder)
+            || self.published.holder != holder
             || self.published.role != Role::Follower;
         if changed {
             self.publish(Leadership {
                 role: Role::Follower,
                 epoch: Some(epoch),
-                holder: Some(holder),
+                holder,
                 reason: None,
             });
         }
@@ -761,6 +766,10 @@ pub enum Mutation {
     /// aims for none, so once both plan nobody competes for it. Nothing is
     /// held twice, nothing stolen: only liveness can tell.
     SetShareRoundsDown,
+    /// (i) The model database ignores the server incarnation (consulted by
+    /// `sim::ModelDb`): a row that outlived a failover is taken, renewed
+    /// and fenced as if nothing had been lost.
+    IncarnationIgnored,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

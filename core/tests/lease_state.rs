@@ -69,7 +69,7 @@ fn watching(mut commands: Vec<Command>) -> Vec<Command> {
 
 fn held(holder: &str, epoch: u64, left_ms: u64) -> Reply {
     Reply::Held {
-        holder: HolderId::new(holder).unwrap(),
+        holder: Some(HolderId::new(holder).unwrap()),
         epoch: Epoch::new(epoch),
         expires_in: Duration::from_millis(left_ms),
     }

@@ -11,7 +11,7 @@ mod scenarios;
 
 use std::time::Duration;
 
-use picolease_core::sim::{FaultKind, Happening, SimConfig, Simulation, Trace};
+use picolease_core::sim::{Fault, FaultKind, Happening, SimConfig, Simulation, Trace};
 use picolease_core::{
     Command, Config, Demotion, Epoch, Failure, HolderId, Instant, LeaseName, LeaseState, Operation,
     Reply, RequestId,
@@ -489,4 +489,54 @@ fn twins_recover_lost_acquire_replies_in_lossy_runs() {
     }
     eprintln!("twins: {recovered} lost acquire replies recovered by the next acquire");
     assert!(recovered >= 10, "only {recovered} recoveries seen");
+}
+
+/// The scenario of issue 20 in the simulator: the leader crashes, a
+/// successor takes over, and `lag` later than the takeover began the
+/// database fails over to a replica that lacks it; the crashed node
+/// restarts as a fresh contender. Returns the simulation's config.
+fn failover_after_takeover(seed: u64, nodes: usize, lag_per_mille: u32, notify: bool) -> SimConfig {
+    let ttl = Duration::from_secs(10);
+    let mut config = SimConfig::new(nodes, seed);
+    config.ttl = ttl;
+    config.notify = notify;
+    config.delay_max = Duration::from_millis(20);
+    config.faults = Fault::parse_list(&format!(
+        "crash:0@5s,failover@{}ms+{}ms,restart:0@{}ms",
+        17_000,
+        // From just after the takeover (~15 s) back to before the crash.
+        2_000 + 10_000 * lag_per_mille / 1000,
+        17_100
+    ))
+    .expect("valid faults");
+    config.duration = ttl * 6;
+    config
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases() / 10))]
+
+    /// 7. A database failover that loses writes (DESIGN §3 "Failover"):
+    /// whatever the lost history held, no two nodes lead at once, no epoch
+    /// is given to two terms, a leader is backed by its row (but for the
+    /// term it led when the history was lost), and someone leads again
+    /// within ttl + 2 intervals of the first acquire on the new server.
+    #[test]
+    fn a_failover_that_loses_writes_never_gives_two_leaders_or_one_epoch_twice(
+        seed in any::<u64>(),
+        nodes in 2usize..=4,
+        lag in 0u32..1000,
+        notify in any::<bool>(),
+    ) {
+        let config = failover_after_takeover(seed, nodes, lag, notify);
+        let trace = run(&config);
+        prop_assert!(trace.check_safety().is_ok(), "{:?}\n{}", trace.check_safety(), report(&trace));
+        let failed_over = Duration::from_secs(17).as_nanos() as u64;
+        let bound = (config.ttl + config.ttl / 2).as_nanos() as u64 + 2 * max_delay(&config).as_nanos() as u64;
+        let next = trace.next_leader_after(failed_over);
+        prop_assert!(
+            next.is_some_and(|(_, _, at)| at <= failed_over + bound),
+            "leader after the failover: {next:?}\n{}", report(&trace)
+        );
+    }
 }

@@ -135,7 +135,7 @@ fn decoding_names_what_is_wrong_with_a_row() {
     assert_eq!(
         held,
         Ok(Reply::Held {
-            holder: HolderId::new("x").unwrap(),
+            holder: Some(HolderId::new("x").unwrap()),
             epoch: Epoch::new(4),
             expires_in: std::time::Duration::from_millis(900)
         })

@@ -237,7 +237,7 @@ fn the_batch_acquire_decodes_each_name_as_the_single_acquire_does() {
             (
                 "b".to_string(),
                 Reply::Held {
-                    holder: HolderId::new("other").unwrap(),
+                    holder: Some(HolderId::new("other").unwrap()),
                     epoch: Epoch::new(2),
                     expires_in: std::time::Duration::ZERO,
                 }
@@ -276,12 +276,30 @@ fn malformed_batch_acquire_rows_are_errors_naming_the_value() {
             found: "integer".into()
         }
     );
+    // No holder and no time left: a free row the acquire would have
+    // taken, so the row was unsound. (No holder with time left is a grace
+    // period after a server change: `Held` by nobody.)
     assert_eq!(
-        decode(vec![text("a"), Cell::Null, Cell::Int(1), Cell::Int(1)]),
+        decode(vec![text("a"), Cell::Null, Cell::Int(1), Cell::Int(0)]),
         RowError::Null {
             lease: "a".into(),
             column: "holder"
         }
+    );
+    assert_eq!(
+        s.decode_acquire_batch(
+            &me,
+            &[vec![text("a"), Cell::Null, Cell::Int(1), Cell::Int(5)]]
+        )
+        .unwrap(),
+        vec![(
+            "a".to_string(),
+            Reply::Held {
+                holder: None,
+                epoch: Epoch::new(1),
+                expires_in: std::time::Duration::from_millis(5)
+            }
+        )]
     );
     assert_eq!(
         decode(vec![text("a"), text("me"), Cell::Int(-3), Cell::Int(1)]),

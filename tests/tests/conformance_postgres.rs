@@ -352,8 +352,11 @@ impl<const POOLED: bool> Backend for Pg<POOLED> {
     fn create_malformed(&self, epoch_sql: &str) {
         let table = &self.table;
         self.block_on(self.admin.batch_execute(&format!(
-            "CREATE TABLE {table} (name text PRIMARY KEY, holder text, epoch bigint, expires_at bigint);
-             INSERT INTO {table} VALUES ('{LEASE}', 'someone', {epoch_sql}, 0)"
+            // With the incarnation column the library adds (DESIGN §3
+            // "Failover"), so that starting a driver changes no schema.
+            "CREATE TABLE {table} (name text PRIMARY KEY, holder text, epoch bigint, expires_at bigint, \
+             incarnation bigint);
+             INSERT INTO {table} VALUES ('{LEASE}', 'someone', {epoch_sql}, 0, 7)"
         )))
         .unwrap();
     }

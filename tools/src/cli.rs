@@ -158,6 +158,12 @@ pub enum Command {
         /// Faults per path (default: per node count).
         #[arg(long)]
         faults: Option<usize>,
+        /// Let the database fail over once, as one of the faults: a
+        /// standby that copies it whenever the search says is promoted,
+        /// losing the writes since its last copy, under a new server
+        /// incarnation (DESIGN §3 "Failover"). Lone lease only; no twins.
+        #[arg(long, conflicts_with = "leases")]
+        failover: bool,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
         /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"
         /// with `--leases`.

@@ -147,7 +147,7 @@ impl Follower {
     pub fn reply_step(&mut self, request: RequestId) -> usize {
         self.now = self.now + RTT;
         let reply = Reply::Held {
-            holder: self.holder.clone(),
+            holder: Some(self.holder.clone()),
             epoch: Epoch::new(7),
             expires_in: Duration::from_secs(9),
         };

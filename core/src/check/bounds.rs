@@ -56,6 +56,11 @@ pub struct Bounds {
     /// name, told apart only by their incarnation
     /// ([`HolderId::incarnation`]).
     pub twins: bool,
+    /// Whether the database may fail over once (the step `db:failover`, a
+    /// fault) to a standby that copies it only at `db:replicate` steps:
+    /// the writes since its last copy are lost, and the new server runs
+    /// under a new incarnation (DESIGN §3 "Failover"). Lone lease only.
+    pub failover: bool,
     /// A planted bug (feature `mutants`).
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -96,6 +101,9 @@ pub enum BoundsError {
     /// More than 3 leases in a set.
     #[error("leases {0}: a set check explores 1 to 3 leases (0: a lone lease)")]
     Leases(usize),
+    /// A database failover asked of a set check.
+    #[error("failover: the checker fails the database over under a lone lease only (leases 0)")]
+    FailoverOfSet,
     /// Depth 0 or above [`MAX_DEPTH`].
     #[error("depth {0}: must be 1 to {MAX_DEPTH}")]
     Depth(usize),
@@ -171,6 +179,7 @@ impl Bounds {
             orphan: nodes <= 2,
             stop_lead_ticks: 0,
             twins: true,
+            failover: false,
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
             #[cfg(feature = "mutants")]
@@ -192,6 +201,27 @@ impl Bounds {
             liveness_ticks: Some(20),
             orphan: false,
             ..Bounds::default_for(nodes)
+        }
+    }
+
+    /// The defaults with a database that may fail over once
+    /// ([`Bounds::failover`]), no twins (2 nodes: about 6 times the states
+    /// of the default space without them), and liveness 3 ticks longer:
+    /// ttl + 2·interval + 2·delivery + drift. The leader learns of the new
+    /// server at its next renewal, the first acquire there starts the
+    /// grace period (a ttl), and a follower takes the lease a round trip
+    /// after it ends: within ttl + 2·interval at the protocol's real
+    /// timings (milliseconds of delivery against seconds of interval), a
+    /// few ticks more at the checker's coarse ones.
+    pub fn with_failover(nodes: usize) -> Self {
+        let b = Bounds::default_for(nodes);
+        Bounds {
+            failover: true,
+            twins: false,
+            liveness_ticks: Some(
+                b.ttl_ticks + 2 * b.interval_ticks + 2 * b.delivery_ticks + b.drift_ticks,
+            ),
+            ..b
         }
     }
 
@@ -242,6 +272,9 @@ impl Bounds {
         }
         if leases > 3 {
             return Err(BoundsError::Leases(leases));
+        }
+        if self.failover && leases > 0 {
+            return Err(BoundsError::FailoverOfSet);
         }
         if depth == 0 || depth > MAX_DEPTH {
             return Err(BoundsError::Depth(depth));

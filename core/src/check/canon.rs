@@ -102,6 +102,10 @@ impl Fingerprinter {
         if let Some(row) = world.db.row(LEASE) {
             e.push(u64::try_from(row.epoch).unwrap_or(0));
         }
+        if let Some(row) = world.standby.as_ref().and_then(|s| s.row(LEASE)) {
+            e.push(u64::try_from(row.epoch).unwrap_or(0));
+        }
+        e.extend(world.outlived.iter().flatten().map(|e| e.get()));
         e.extend(world.last_epoch.iter().flatten().map(|e| e.get()));
         if let Some(req) = &world.stray {
             e.extend(req.operation.epoch().map(Epoch::get));
@@ -246,18 +250,29 @@ impl Ctx<'_> {
             i64::from(w.leaderless[0]),
             self.epoch(w.last_epoch[0]),
         ]);
-        match w.db.row(LEASE) {
-            Some(row) => {
-                let left =
-                    (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1);
-                out.extend([
-                    self.holder(row.holder.as_deref()),
-                    self.epoch(Epoch::new(u64::try_from(row.epoch).unwrap_or(0)).into()),
-                    left,
-                ]);
+        // The row, and with `Bounds::failover` the standby's copy of it,
+        // whether the row is the current server's, and whether the
+        // standby is still there to promote.
+        let rows = [
+            w.db.row(LEASE),
+            w.standby.as_ref().and_then(|s| s.row(LEASE)),
+        ];
+        for row in rows {
+            match row {
+                Some(row) => {
+                    let left =
+                        (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1);
+                    out.extend([
+                        self.holder(row.holder.as_deref()),
+                        self.epoch(Epoch::new(u64::try_from(row.epoch).unwrap_or(0)).into()),
+                        left,
+                        i64::from(row.incarnation == w.db.incarnation()),
+                    ]);
+                }
+                None => out.push(-9),
             }
-            None => out.push(-9),
         }
+        out.push(i64::from(w.standby.is_some()));
         match &w.stray {
             Some(req) => self.request(out, req),
             None => out.push(-9),
@@ -288,7 +303,11 @@ impl Ctx<'_> {
                 let anchor = |a: Option<i32>| a.map_or(-99, |a| i64::from(a - n.skew));
                 out.extend([anchor(n.anchor_flight), anchor(n.anchor_term)]);
                 self.snapshot(out, i, n, s);
-                out.extend([self.epoch(n.work), i64::from(n.fenced_out)]);
+                out.extend([
+                    self.epoch(n.work),
+                    i64::from(n.fenced_out),
+                    self.epoch(self.world.outlived[i]),
+                ]);
                 out.extend([i64::from(n.to_node.age), i64::from(n.to_node.late)]);
                 for d in &n.to_node.queue {
                     self.delivery(out, i, d);
@@ -404,7 +423,7 @@ pub(super) fn reply(
             expires_in,
         } => out.extend([
             1,
-            holder(h.as_str()),
+            h.as_ref().map_or(-1, |h| holder(h.as_str())),
             epoch(*e),
             expires_in.as_millis().min(1 << 20) as i64,
         ]),

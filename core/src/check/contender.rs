@@ -71,6 +71,12 @@ pub(super) trait Contender: Clone + Sized {
     /// A stray acquire of this very process bumped `lease`'s row (see
     /// `world::Node::fenced_out`).
     fn fenced_out(&self, lease: usize) -> bool;
+    /// An `Acquired` reply on its way to the lone lease's node, if any (a
+    /// term already granted, not yet known; `None` for a set's node,
+    /// which the failover check does not cover).
+    fn acquired_in_flight(&self) -> Option<Epoch> {
+        None
+    }
 
     /// The process dies: its machine, inbox, work and anchors go; what it
     /// sent stays on its way.

@@ -84,11 +84,16 @@ impl<N: Contender> World<N> {
                         && (r.epoch == epoch.to_i64() || n.fenced_out(k))
                 })
             };
+            // A term the lost history may have held (`Bounds::failover`).
+            let outlived = |i: usize, epoch| lone && self.outlived[i] == Some(epoch);
             for &i in &leaders {
                 let n = &self.nodes[i];
                 let Some(epoch) = n.leader_epoch(k) else {
                     continue;
                 };
+                if outlived(i, epoch) {
+                    continue;
+                }
                 if mine(n, epoch).is_none_or(|r| r.expires_at <= now_ms) {
                     return Some(violation(
                         Property::Validity,
@@ -118,6 +123,9 @@ impl<N: Contender> World<N> {
                             ),
                         ));
                     }
+                }
+                if outlived(i, epoch) {
+                    continue;
                 }
                 let left = mine(n, epoch).map(|r| r.expires_at - now_ms);
                 if left.is_none_or(|left| left <= g as i64) {

@@ -87,6 +87,14 @@ impl Contender for Node {
     fn fenced_out(&self, _: usize) -> bool {
         self.fenced_out
     }
+    fn acquired_in_flight(&self) -> Option<Epoch> {
+        self.to_node.queue.iter().find_map(|d| match d {
+            super::channel::Delivery::Reply(_, crate::protocol::Reply::Acquired { epoch }) => {
+                Some(*epoch)
+            }
+            _ => None,
+        })
+    }
 
     fn crash(&mut self) {
         self.lease = None;

@@ -44,6 +44,13 @@
 //!   processes given the same node name, their holder ids
 //!   [`HolderId::incarnation`](crate::HolderId::incarnation) of it with
 //!   different nonces.
+//! - **Failover** (`Bounds::failover`, off by default;
+//!   [`Bounds::with_failover`]): a standby copies the database at
+//!   `db:replicate` steps, and once it has the row, `db:failover` (a
+//!   fault) promotes it: the writes since its last copy are lost and the
+//!   server incarnation changes (DESIGN §3 "Failover"). Terms the lost
+//!   history granted are exempt from validity (their rows are gone), not
+//!   from mutual exclusion or fencing.
 //! - **Orphan row** (`Bounds::orphan`, on by default for 2 nodes): a path
 //!   may begin (`db:orphan`) with the row held by a process that died just
 //!   before, lapsing one interval later, so the contenders race for a

@@ -12,6 +12,8 @@
 //! | `n0:recv` | the head of the database's messages to node 0 (a reply or a release notice) reaches it | |
 //! | `db:stray` | the stray statement runs | |
 //! | `n0:resume` | node 0 thaws (and runs its timer) | |
+//! | `db:replicate` | the standby copies the database (`Bounds::failover`) | |
+//! | `db:failover` | the standby is promoted: the writes since its last copy are lost, under a new server incarnation (`Bounds::failover`, once) | yes |
 //! | `db:orphan` | first step only (`Bounds::orphan`): the row (in a set check, every lease's row) starts held by a process that died just before, lapsing an interval later | |
 //! | `lose:db:n0`, `lose:n0` | the head message towards the database / node 0 is lost | yes |
 //! | `late:db:n0`, `late:n0` | that head message is delayed past the delivery bound, without limit | yes |
@@ -41,6 +43,11 @@ pub enum Step {
     /// The first step only: the row is held by a process that died just
     /// before the start (`Bounds::orphan`).
     Orphan,
+    /// The standby copies the database (`Bounds::failover`).
+    Replicate,
+    /// Fault: the standby is promoted, losing the writes since its last
+    /// copy, under a new server incarnation (`Bounds::failover`).
+    Failover,
     /// Fault: the head message towards the database is lost.
     LoseToDb(usize),
     /// Fault: the head message towards the node is lost.
@@ -67,6 +74,7 @@ impl Step {
         !matches!(
             self,
             Step::TickDb
+                | Step::Replicate
                 | Step::Tick(_)
                 | Step::Timer(_)
                 | Step::AtDb(_)
@@ -80,7 +88,9 @@ impl Step {
     /// The node the step concerns, if any.
     pub fn node(self) -> Option<usize> {
         match self {
-            Step::TickDb | Step::StrayAtDb | Step::Orphan => None,
+            Step::TickDb | Step::StrayAtDb | Step::Orphan | Step::Replicate | Step::Failover => {
+                None
+            }
             Step::Tick(n)
             | Step::Timer(n)
             | Step::AtDb(n)
@@ -109,6 +119,8 @@ impl fmt::Display for Step {
             Step::Recv(n) => write!(f, "n{n}:recv"),
             Step::StrayAtDb => write!(f, "db:stray"),
             Step::Orphan => write!(f, "db:orphan"),
+            Step::Replicate => write!(f, "db:replicate"),
+            Step::Failover => write!(f, "db:failover"),
             Step::Resume(n) => write!(f, "n{n}:resume"),
             Step::LoseToDb(n) => write!(f, "lose:db:n{n}"),
             Step::LoseToNode(n) => write!(f, "lose:n{n}"),
@@ -125,7 +137,7 @@ impl fmt::Display for Step {
 
 /// A step's text that is not one of the forms above.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart or nN:shutdown")]
+#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, db:replicate, db:failover, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart or nN:shutdown")]
 pub struct UnknownStep(pub String);
 
 fn node(text: &str) -> Option<usize> {
@@ -146,6 +158,8 @@ impl FromStr for Step {
             ["tick", "db"] => Step::TickDb,
             ["db", "stray"] => Step::StrayAtDb,
             ["db", "orphan"] => Step::Orphan,
+            ["db", "replicate"] => Step::Replicate,
+            ["db", "failover"] => Step::Failover,
             ["tick", n] => Step::Tick(node(n).ok_or_else(unknown)?),
             ["db", n] => Step::AtDb(node(n).ok_or_else(unknown)?),
             ["lose", "db", n] => Step::LoseToDb(node(n).ok_or_else(unknown)?),

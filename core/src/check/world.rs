@@ -12,7 +12,7 @@ use super::channel::{Channel, Delivery, Request};
 use super::contender::Contender;
 use crate::error::ConfigError;
 use crate::names::{Epoch, HolderId, LeaseName};
-use crate::sim::{ModelDb, DB_EPOCH_MS};
+use crate::sim::{ModelDb, ModelReplica, DB_EPOCH_MS};
 use crate::sql::{Dialect, Statements};
 use crate::state::LeaseState;
 use crate::time::Instant;
@@ -117,6 +117,13 @@ pub(crate) struct World<N: Contender = Node> {
     /// fingerprint: a later state that looks the same is the initial one
     /// shifted in time, and the initial one is explored first.
     pub(super) fresh: bool,
+    /// The standby's copy of the rows (`Bounds::failover`; `None` without
+    /// one, and once it has been promoted).
+    pub(super) standby: Option<ModelReplica>,
+    /// Per node: the term it led when the database failed over. Its row
+    /// may be gone, so validity and the stop lead's row are not asked of
+    /// it (mutual exclusion and fencing still are).
+    pub(super) outlived: Vec<Option<Epoch>>,
     /// The survey's staleness bound (`LeaseSet::stale_millis`, the same
     /// for every node of a set check; 0 for a lone lease, which has no
     /// survey).
@@ -131,7 +138,10 @@ impl<N: Contender> World<N> {
         #[cfg(feature = "mutants")]
         db.set_mutation(setup.bounds.mutation);
         let leases = setup.names.len();
+        let standby = setup.bounds.failover.then(|| db.replica());
         World {
+            standby,
+            outlived: vec![None; nodes.len()],
             db,
             db_clock: 0,
             nodes,

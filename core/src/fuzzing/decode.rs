@@ -240,12 +240,21 @@ fn rows_probe(op: OpPick, picks: &[Vec<CellPick>]) {
                 panic!("held from {} rows", rows.len())
             };
             assert_eq!(row.len(), 3);
-            assert_ne!(holder.as_str(), ME, "held by me is acquired");
-            assert_eq!(row[0], Cell::Text(holder.as_str().into()));
-            assert_eq!(row[1], Cell::Int(epoch.to_i64()));
             let Cell::Int(ms) = row[2] else {
                 panic!("expires_in from a non-integer")
             };
+            match holder {
+                Some(holder) => {
+                    assert_ne!(holder.as_str(), ME, "held by me is acquired");
+                    assert_eq!(row[0], Cell::Text(holder.as_str().into()));
+                }
+                // A grace period: no holder, time left.
+                None => {
+                    assert_eq!(row[0], Cell::Null);
+                    assert!(ms > 0, "a free row with no time left is taken, not held");
+                }
+            }
+            assert_eq!(row[1], Cell::Int(epoch.to_i64()));
             assert_eq!(*expires_in, Duration::from_millis(ms.max(0).unsigned_abs()));
         }
         (Ok(Reply::Rejected), Operation::Renew { .. } | Operation::Release { .. }) => {

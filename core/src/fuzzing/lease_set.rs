@@ -397,10 +397,14 @@ impl Mirror {
                         Outcome::Held(mine, e, left) => Some((
                             name.clone(),
                             Reply::Held {
+                                // Every third "other" is nobody: a grace
+                                // period after a server change.
                                 holder: if mine {
-                                    self.me.clone()
+                                    Some(self.me.clone())
+                                } else if left % 3 == 0 {
+                                    None
                                 } else {
-                                    HolderId::new("other").expect("valid")
+                                    Some(HolderId::new("other").expect("valid"))
                                 },
                                 epoch: Epoch::new(u64::from(e)),
                                 expires_in: Duration::from_millis(u64::from(left)),

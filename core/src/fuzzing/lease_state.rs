@@ -323,7 +323,9 @@ impl Mirror {
             },
             ReplyPick::Success(_) => Reply::Accepted,
             ReplyPick::Refusal(e, ms) if acquire => Reply::Held {
-                holder: self.holder(HolderPick::Other(ms % 2 == 0)),
+                // Every third is nobody's: a grace period after a
+                // server change.
+                holder: (ms % 3 != 0).then(|| self.holder(HolderPick::Other(ms % 2 == 0))),
                 epoch: self.epoch(e),
                 expires_in: Duration::from_millis(u64::from(ms)),
             },
@@ -332,7 +334,7 @@ impl Mirror {
                 epoch: self.epoch(e),
             },
             ReplyPick::Held(h, e, ns) => Reply::Held {
-                holder: self.holder(h),
+                holder: Some(self.holder(h)),
                 epoch: self.epoch(e),
                 expires_in: Duration::from_nanos(ns),
             },

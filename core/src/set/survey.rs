@@ -78,7 +78,10 @@ impl LeaseSet {
             if slot.machine.leadership().is_leader() {
                 continue;
             }
-            let free = row.holder.is_none() || left <= 0;
+            // A row without a holder but with time left is in its grace
+            // period after a server change (DESIGN §3 "Failover"): held
+            // by nobody until then.
+            let free = left <= 0;
             slot.seen = if free {
                 Seen::Free
             } else {

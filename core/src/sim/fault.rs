@@ -27,6 +27,11 @@ pub enum FaultKind {
     /// Every message between the node and the database is lost for the
     /// duration.
     Partition(Duration),
+    /// The database server is replaced (an asynchronous standby promoted,
+    /// or a crash with `synchronous_commit = off`) by one that lacks the
+    /// writes of the last `Duration`, under a new incarnation (DESIGN §3
+    /// "Failover"). It hits no node; `failover@20s+2s`.
+    Failover(Duration),
 }
 
 /// One fault at a real (virtual) time.
@@ -42,7 +47,7 @@ pub struct Fault {
 
 /// A fault list that does not parse; names the offending item.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("fault {item:?}: {problem} (expected KIND[:NODE]@TIME[+DURATION], e.g. crash@3s, pause:1@10s+12s, partition@20s+5s, shutdown@30s, restart@40s)")]
+#[error("fault {item:?}: {problem} (expected KIND[:NODE]@TIME[+DURATION], e.g. crash@3s, pause:1@10s+12s, partition@20s+5s, shutdown@30s, restart@40s, failover@50s+2s)")]
 pub struct FaultParseError {
     /// The item that failed.
     pub item: String,
@@ -109,9 +114,10 @@ impl Fault {
             "shutdown" => FaultKind::Shutdown,
             "pause" => FaultKind::Pause(needs(duration)?),
             "partition" => FaultKind::Partition(needs(duration)?),
+            "failover" => FaultKind::Failover(needs(duration)?),
             _ => {
                 return Err(fail(
-                    "unknown KIND (crash, restart, shutdown, pause, partition)",
+                    "unknown KIND (crash, restart, shutdown, pause, partition, failover)",
                 ))
             }
         };
@@ -127,6 +133,7 @@ impl fmt::Display for Fault {
             FaultKind::Shutdown => ("shutdown", None),
             FaultKind::Pause(d) => ("pause", Some(d)),
             FaultKind::Partition(d) => ("partition", Some(d)),
+            FaultKind::Failover(d) => ("failover", Some(d)),
         };
         f.write_str(kind)?;
         if let Target::Node(n) = self.target {
@@ -147,10 +154,11 @@ mod tests {
     #[test]
     fn fault_lists_round_trip() {
         let faults = Fault::parse_list(
-            "crash@3s, pause:1@10s+12s,partition@20.5s+500ms,shutdown@30s,restart:0@40s",
+            "crash@3s, pause:1@10s+12s,partition@20.5s+500ms,shutdown@30s,restart:0@40s,failover@50s+2s",
         )
         .unwrap();
-        assert_eq!(faults.len(), 5);
+        assert_eq!(faults.len(), 6);
+        assert_eq!(faults[5].kind, FaultKind::Failover(Duration::from_secs(2)));
         assert_eq!(
             faults[1],
             Fault {

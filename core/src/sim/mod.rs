@@ -31,7 +31,7 @@ mod trace;
 
 pub use clock::DriftingClock;
 pub use fault::{parse_duration, Fault, FaultKind, FaultParseError, Target};
-pub use model::{ModelDb, ModelRow};
+pub use model::{ModelDb, ModelReplica, ModelRow};
 pub use rng::SimRng;
 pub use trace::{Handover, Happening, LeadershipInterval, Trace, TraceEntry, Violation};
 
@@ -152,6 +152,9 @@ enum Event {
         input: Input,
     },
     Fault(usize),
+    /// The standby copies the rows for failover fault `i`: the writes
+    /// after this are the ones that fault loses.
+    Replicate(usize),
     Resume {
         node: usize,
     },
@@ -168,6 +171,10 @@ struct Node {
     wake_at: Option<u64>,
     abandoned_upto: u64,
     leading: Option<crate::names::Epoch>,
+    /// The term this node led when the database failed over: its row may
+    /// be gone, so validity is not checked for it (mutual exclusion and
+    /// fencing still are).
+    term_before_failover: Option<crate::names::Epoch>,
     /// Consecutive wake-ups at one instant that changed nothing.
     idle_wakes: u32,
     fifo_to_db: u64,
@@ -188,6 +195,8 @@ pub struct Simulation {
     rng: SimRng,
     trace: Vec<TraceEntry>,
     down_order: Vec<usize>,
+    /// Per fault: the replica a failover fault comes back with, once taken.
+    replicas: Vec<Option<ModelReplica>>,
 }
 
 impl Simulation {
@@ -210,6 +219,7 @@ impl Simulation {
             statements: Statements::new(Dialect::Sqlite, &crate::names::TableName::default()),
             trace: Vec::new(),
             down_order: Vec::new(),
+            replicas: Vec::new(),
             rng: SimRng::new(0),
             config,
         };
@@ -226,6 +236,7 @@ impl Simulation {
                 wake_at: None,
                 abandoned_upto: 0,
                 leading: None,
+                term_before_failover: None,
                 idle_wakes: 0,
                 fifo_to_db: 0,
                 fifo_to_node: 0,
@@ -235,7 +246,11 @@ impl Simulation {
         for n in 0..sim.config.nodes {
             sim.start_node(n)?;
         }
+        sim.replicas = vec![None; sim.config.faults.len()];
         for (i, fault) in sim.config.faults.clone().iter().enumerate() {
+            if let FaultKind::Failover(lag) = fault.kind {
+                sim.schedule(nanos(fault.at.saturating_sub(lag)), Event::Replicate(i));
+            }
             sim.schedule(nanos(fault.at), Event::Fault(i));
         }
         Ok(sim)
@@ -310,7 +325,11 @@ impl Simulation {
                     self.deliver(node, input);
                 }
             }
-            Event::Fault(i) => self.fault(self.config.faults[i]),
+            Event::Fault(i) => match self.config.faults[i].kind {
+                FaultKind::Failover(lag) => self.fail_over(i, lag),
+                _ => self.fault(self.config.faults[i]),
+            },
+            Event::Replicate(i) => self.replicas[i] = Some(self.db.replica()),
             Event::Resume { node } => self.resume(node),
         }
         self.check_validity();
@@ -654,6 +673,26 @@ impl Simulation {
         }
     }
 
+    /// Failover fault `i`: the database comes back with the replica taken
+    /// `lag` earlier, under a new incarnation. Whoever led keeps believing
+    /// it does until its renewal is refused or its deadline passes.
+    fn fail_over(&mut self, i: usize, lag: Duration) {
+        let replica = self.replicas[i].take().unwrap_or_default();
+        self.db.fail_over(replica);
+        for n in &mut self.nodes {
+            n.term_before_failover = n.leading;
+        }
+        self.record(0, Happening::ServerReplaced { lost: nanos(lag) });
+    }
+
+    /// Plants a bug in the model database (feature `mutants`): the
+    /// checker's and the simulator's own tests show they find it.
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn set_db_mutation(&mut self, mutation: crate::state::Mutation) {
+        self.db.set_mutation(mutation);
+    }
+
     fn resume(&mut self, node: usize) {
         if !self.nodes[node].paused {
             return;
@@ -683,6 +722,9 @@ impl Simulation {
             let (Some(epoch), false) = (n.leading, n.paused) else {
                 continue;
             };
+            if n.term_before_failover == Some(epoch) {
+                continue;
+            }
             let row = self.db.row("sim");
             let valid = row.is_some_and(|row| {
                 row.holder.as_deref() == Some(n.holder.as_str())

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::names::Epoch;
-use crate::sql::{Cell, MEMBER_PREFIX};
+use crate::sql::{Cell, FAILOVER_EPOCH_JUMP, MEMBER_PREFIX};
 
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,12 +20,33 @@ pub struct ModelRow {
     pub epoch: i64,
     /// Expiry on the database clock, in milliseconds.
     pub expires_at: i64,
+    /// The server incarnation that last wrote the row (PostgreSQL's
+    /// `incarnation` column; DESIGN §3 "Failover").
+    pub incarnation: u32,
+}
+
+/// What a replica holds: the rows as of some earlier moment (a standby's
+/// copy, or what a crashed server's disk kept), for
+/// [`ModelDb::fail_over`] to come back with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelReplica {
+    rows: BTreeMap<String, ModelRow>,
+}
+
+impl ModelReplica {
+    /// The row of `lease` in the copy, if any.
+    pub fn row(&self, lease: &str) -> Option<&ModelRow> {
+        self.rows.get(lease)
+    }
 }
 
 /// The lease table, with the database's own clock supplied per call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelDb {
     rows: BTreeMap<String, ModelRow>,
+    /// The incarnation of the server now answering: 0 until the first
+    /// failover.
+    incarnation: u32,
     /// A planted bug for the model checker's own tests (feature `mutants`).
     #[cfg(feature = "mutants")]
     mutation: crate::state::Mutation,
@@ -46,6 +67,43 @@ impl ModelDb {
         self.mutation = mutation;
     }
 
+    /// The rows as they are now: what a replica that is up to date holds.
+    pub fn replica(&self) -> ModelReplica {
+        ModelReplica {
+            rows: self.rows.clone(),
+        }
+    }
+
+    /// Whether `replica` holds exactly the rows as they are now.
+    pub fn holds(&self, replica: &ModelReplica) -> bool {
+        self.rows == replica.rows
+    }
+
+    /// The server is replaced by one holding `replica` (a standby promoted,
+    /// or the same server restarted with only what its disk kept): every
+    /// write after the replica was taken is lost, and the new server runs
+    /// under a new incarnation.
+    pub fn fail_over(&mut self, replica: ModelReplica) {
+        self.rows = replica.rows;
+        self.incarnation += 1;
+    }
+
+    /// The incarnation of the server now answering (0, then one more per
+    /// [`ModelDb::fail_over`]).
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// Whether `row` was written by another server incarnation (and is
+    /// not to be trusted as it stands), unless a planted bug ignores it.
+    fn foreign(&self, row: &ModelRow) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.mutation == crate::state::Mutation::IncarnationIgnored {
+            return false;
+        }
+        row.incarnation != self.incarnation
+    }
+
     /// Every row, by name.
     pub fn rows(&self) -> impl Iterator<Item = (&str, &ModelRow)> {
         self.rows.iter().map(|(name, row)| (name.as_str(), row))
@@ -56,9 +114,12 @@ impl ModelDb {
         self.rows.get(lease)
     }
 
-    /// The acquire upsert at database time `now_ms`: take the row when it is
-    /// free, lapsed or ours, bumping the epoch; return `holder, epoch,
-    /// expires_in` either way.
+    /// The acquire upsert at database time `now_ms`: adopt a row written by
+    /// another server incarnation (holder cleared, epoch jumped by
+    /// [`FAILOVER_EPOCH_JUMP`], expiry at least a ttl away); else take the
+    /// row when it is lapsed (a released row's expiry is its release) or
+    /// ours, bumping the epoch; return `holder, epoch, expires_in` either
+    /// way.
     pub fn acquire(
         &mut self,
         lease: &str,
@@ -66,23 +127,29 @@ impl ModelDb {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Vec<Vec<Cell>> {
+        let incarnation = self.incarnation;
+        let foreign = self.rows.get(lease).is_some_and(|row| self.foreign(row));
         let row = self
             .rows
             .entry(lease.to_string())
             .and_modify(|row| {
-                let takeable = row.holder.is_none()
-                    || row.expires_at <= now_ms
-                    || row.holder.as_deref() == Some(holder);
-                if takeable {
+                let takeable = row.expires_at <= now_ms || row.holder.as_deref() == Some(holder);
+                if foreign {
+                    row.holder = None;
+                    row.epoch += FAILOVER_EPOCH_JUMP;
+                    row.expires_at = row.expires_at.max(now_ms + ttl_ms);
+                } else if takeable {
                     row.holder = Some(holder.to_string());
                     row.epoch += 1;
                     row.expires_at = now_ms + ttl_ms;
                 }
+                row.incarnation = incarnation;
             })
             .or_insert_with(|| ModelRow {
                 holder: Some(holder.to_string()),
                 epoch: 1,
                 expires_at: now_ms + ttl_ms,
+                incarnation,
             });
         vec![vec![
             row.holder.clone().map_or(Cell::Null, Cell::Text),
@@ -91,10 +158,13 @@ impl ModelDb {
         ]]
     }
 
+    /// The row of `lease` if it is `holder`'s at `epoch` and was written
+    /// by this server incarnation.
     fn matching(&mut self, lease: &str, holder: &str, epoch: Epoch) -> Option<&mut ModelRow> {
-        self.rows
-            .get_mut(lease)
-            .filter(|row| row.holder.as_deref() == Some(holder) && row.epoch == epoch.to_i64())
+        let foreign = self.rows.get(lease).is_some_and(|row| self.foreign(row));
+        self.rows.get_mut(lease).filter(|row| {
+            !foreign && row.holder.as_deref() == Some(holder) && row.epoch == epoch.to_i64()
+        })
     }
 
     /// The renew update: extend the row if it is ours at `epoch`.
@@ -144,11 +214,14 @@ impl ModelDb {
     /// The administrative release: free the row whoever holds it and bump
     /// the epoch.
     pub fn force_release(&mut self, lease: &str, now_ms: i64) -> Vec<Vec<Cell>> {
+        let foreign = self.rows.get(lease).is_some_and(|row| self.foreign(row));
+        let incarnation = self.incarnation;
         match self.rows.get_mut(lease) {
             Some(row) => {
                 row.holder = None;
-                row.epoch += 1;
+                row.epoch += if foreign { FAILOVER_EPOCH_JUMP } else { 1 };
                 row.expires_at = now_ms;
+                row.incarnation = incarnation;
                 vec![vec![Cell::Int(row.epoch)]]
             }
             None => Vec::new(),
@@ -158,7 +231,8 @@ impl ModelDb {
     /// The fence: held by `holder` at `epoch` and unexpired.
     pub fn fence(&self, lease: &str, holder: &str, epoch: Epoch, now_ms: i64) -> bool {
         self.rows.get(lease).is_some_and(|row| {
-            row.holder.as_deref() == Some(holder)
+            !self.foreign(row)
+                && row.holder.as_deref() == Some(holder)
                 && row.epoch == epoch.to_i64()
                 && row.expires_at > now_ms
         })

@@ -89,6 +89,12 @@ pub enum Happening {
         /// The fault, as text.
         fault: String,
     },
+    /// The database failed over to a server that lacks the writes of the
+    /// last `lost` nanoseconds (recorded on node 0; it hits no node).
+    ServerReplaced {
+        /// How much of the history was lost, real nanoseconds.
+        lost: u64,
+    },
     /// The machine kept asking to be woken at the same instant without
     /// doing anything (a spinning driver loop); the simulator stopped it.
     Stuck,
@@ -483,6 +489,11 @@ impl fmt::Display for TraceEntry {
             Happening::ShutdownBegun => write!(f, "shutting down"),
             Happening::Finished => write!(f, "finished"),
             Happening::FaultSkipped { fault } => write!(f, "fault {fault} skipped (no target)"),
+            Happening::ServerReplaced { lost } => write!(
+                f,
+                "DATABASE FAILED OVER, losing the last {:.3}ms of writes",
+                ms(*lost)
+            ),
             Happening::Stuck => write!(
                 f,
                 "STUCK: woken 100 times at one instant with nothing to do"

@@ -14,7 +14,8 @@
 use sea_query::{Alias, Expr, ExprTrait, Func, FunctionCall, Query};
 
 use super::build::{
-    db_now, Builder, BATCH, EPOCH_COL, EXPIRES_AT, HOLDER, HOLDER_COL, NAME, STALE, TTL,
+    db_now, Builder, BATCH, EPOCH_COL, EXPIRES_AT, HOLDER, HOLDER_COL, INCARNATION, NAME,
+    PG_INCARNATION, STALE, TTL,
 };
 use super::decode::{self, Cell, LeaseRow};
 use super::{db_now_millis, Dialect, Param, Statement, MEMBER_PREFIX};
@@ -193,7 +194,8 @@ impl Builder<'_> {
     }
 
     /// PostgreSQL: `UPDATE … SET <set> FROM <locked pairs> WHERE` the row
-    /// is the locked one, still ours at that epoch, `RETURNING name,
+    /// is the locked one, still ours at that epoch and written by this
+    /// server incarnation (DESIGN §3 "Failover"), `RETURNING name,
     /// epoch`. `set` uses the placeholders before `holder`.
     fn pg_update_locked(&self, set: &str, holder: usize, batch: usize) -> String {
         let t = self.table.table();
@@ -202,6 +204,7 @@ impl Builder<'_> {
              WHERE \"{t}\".\"{NAME}\" = \"{LOCKED}\".\"{NAME}\" \
              AND \"{t}\".\"{EPOCH_COL}\" = \"{LOCKED}\".\"{EPOCH_COL}\" \
              AND \"{t}\".\"{HOLDER_COL}\" = ${holder} \
+             AND \"{t}\".\"{INCARNATION}\" = {PG_INCARNATION} \
              RETURNING \"{t}\".\"{NAME}\", \"{t}\".\"{EPOCH_COL}\"",
             table = self.qualified_table(),
             locked = self.pg_locked_pairs(holder, batch),

@@ -29,6 +29,23 @@ pub(super) const NAME: &str = "name";
 pub(super) const HOLDER_COL: &str = "holder";
 pub(super) const EPOCH_COL: &str = "epoch";
 pub(super) const EXPIRES_AT: &str = "expires_at";
+/// PostgreSQL only: the incarnation of the server that last wrote the row
+/// (DESIGN §3 "Failover").
+pub(super) const INCARNATION: &str = "incarnation";
+
+/// How far the epoch jumps when a row is adopted from another server
+/// incarnation: 2^32, more than the terms any lost history can have issued
+/// (each needs a committed statement; DESIGN §3 "Failover").
+pub const FAILOVER_EPOCH_JUMP: i64 = 1 << 32;
+
+/// PostgreSQL: the incarnation of the server running the statement, the
+/// start of its postmaster in microseconds. It changes with every start
+/// of the server process (a restart, a crash and its recovery, the
+/// promotion of a standby, which has a postmaster of its own), stays the
+/// same while it runs, and every role can read it (DESIGN §3 "Failover"
+/// says why not the system identifier or the timeline).
+pub(super) const PG_INCARNATION: &str =
+    "CAST(FLOOR(EXTRACT(EPOCH FROM pg_postmaster_start_time()) * 1000000) AS BIGINT)";
 
 /// What the fence index's name adds to the table's: at most 54 + 6 = 60
 /// bytes, within PostgreSQL's 63-byte and MySQL's 64-byte identifier limits.
@@ -120,10 +137,43 @@ impl Builder<'_> {
     }
 
     pub(super) fn mine(&self) -> Expr {
-        self.col(NAME)
+        let mine = self
+            .col(NAME)
             .eq(LEASE)
             .and(self.col(HOLDER_COL).eq(HOLDER))
-            .and(self.col(EPOCH_COL).eq(EPOCH))
+            .and(self.col(EPOCH_COL).eq(EPOCH));
+        match self.current_incarnation() {
+            Some(current) => mine.and(current),
+            None => mine,
+        }
+    }
+
+    /// PostgreSQL: `incarnation = <this server's>`: the row was last
+    /// written by the server now answering. A renew, a release and a
+    /// fence on a row from another incarnation match nothing (DESIGN §3
+    /// "Failover"); other dialects have no incarnation.
+    pub(super) fn current_incarnation(&self) -> Option<Expr> {
+        match self.dialect {
+            Dialect::Postgres => Some(Expr::cust(format!(
+                "{} = {PG_INCARNATION}",
+                self.quoted(INCARNATION)
+            ))),
+            Dialect::Sqlite | Dialect::Mysql => None,
+        }
+    }
+
+    /// PostgreSQL: the row is sound and was written by another server
+    /// incarnation (or before the column existed): the acquire adopts it
+    /// (holder cleared, epoch jumped, expiry at least a ttl away) instead
+    /// of taking it.
+    fn foreign(&self) -> Option<Expr> {
+        match self.dialect {
+            Dialect::Postgres => Some(self.row_is_sound().and(Expr::cust(format!(
+                "{} IS DISTINCT FROM {PG_INCARNATION}",
+                self.quoted(INCARNATION)
+            )))),
+            Dialect::Sqlite | Dialect::Mysql => None,
+        }
     }
 
     fn create_table(&self) -> String {
@@ -151,6 +201,15 @@ impl Builder<'_> {
                     .not_null(),
             )
             .to_owned();
+        let mut table = table;
+        if self.dialect == Dialect::Postgres {
+            table.col(
+                ColumnDef::new(Alias::new(INCARNATION))
+                    .big_integer()
+                    .null()
+                    .default(Expr::cust(PG_INCARNATION)),
+            );
+        }
         match self.dialect {
             Dialect::Sqlite => table.to_string(SqliteQueryBuilder),
             Dialect::Postgres => table.to_string(PostgresQueryBuilder),
@@ -191,11 +250,22 @@ impl Builder<'_> {
                     Some(schema) => format!("\"{schema}\".\"{}\"", self.table.table()),
                     None => format!("\"{}\"", self.table.table()),
                 };
+                // A table created before the incarnation column existed
+                // gains it, each row stamped with the running server's
+                // incarnation (a stable default is evaluated once, by
+                // the ALTER, and the rows are not rewritten). The default
+                // stays: a row inserted by an older picolease, which
+                // does not name the column, records the server too.
                 Some(format!(
                     "DO $picolease$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index i \
                      JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
                      WHERE i.indrelid = '{regclass}'::regclass AND c.relname = '{name}') \
-                     THEN {create}; END IF; END $picolease$"
+                     THEN {create}; END IF; \
+                     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute \
+                     WHERE attrelid = '{regclass}'::regclass AND attname = '{INCARNATION}' \
+                     AND NOT attisdropped) \
+                     THEN ALTER TABLE {regclass} ADD COLUMN \"{INCARNATION}\" BIGINT \
+                     DEFAULT {PG_INCARNATION}; END IF; END $picolease$"
                 ))
             }
         }
@@ -269,21 +339,28 @@ impl Builder<'_> {
     /// The batch acquire uses the very same clause.
     pub(super) fn take_on_conflict(&self) -> OnConflict {
         let now = || db_now(self.dialect);
-        // Free, lapsed, or ours (a lost acquire reply), and sound.
+        // Lapsed (a released row's expiry is its release), or ours (a
+        // lost acquire reply), and sound. A row without a holder whose
+        // expiry is still ahead is in its grace period after a server
+        // change: nobody's, and not takeable until it ends.
         let takeable = || {
             self.row_is_sound().and(
-                self.col(HOLDER_COL)
-                    .is_null()
-                    .or(self.col(EXPIRES_AT).lte(now()))
+                self.col(EXPIRES_AT)
+                    .lte(now())
                     .or(self.col(HOLDER_COL).eq(self.excluded(HOLDER_COL))),
             )
         };
-        let pick = |taken: Expr, kept: Expr| -> Expr {
-            CaseStatement::new()
-                .case(takeable(), taken)
-                .finally(kept)
-                .into()
+        // PostgreSQL: a row from another server incarnation is adopted
+        // first (DESIGN §3 "Failover"): `adopted` wins over take or keep.
+        let foreign = self.foreign();
+        let pick3 = |adopted: Expr, taken: Expr, kept: Expr| -> Expr {
+            let mut case = CaseStatement::new();
+            if let Some(foreign) = &foreign {
+                case = case.case(foreign.clone(), adopted);
+            }
+            case.case(takeable(), taken).finally(kept).into()
         };
+        let pick = |taken: Expr, kept: Expr| -> Expr { pick3(Expr::cust("NULL"), taken, kept) };
         // On SQLite and PostgreSQL every SET expression reads the row as it
         // was before the statement, so the three CASEs decide on the same
         // state. MySQL's ON DUPLICATE KEY UPDATE assigns left to right, each
@@ -291,20 +368,46 @@ impl Builder<'_> {
         // agree, because taking keeps the row takeable (the holder becomes
         // `VALUES(holder)`, the epoch stays >= 0) and keeping changes
         // nothing, so every later CASE answers as the first did.
-        OnConflict::column(Alias::new(NAME))
+        let mut on_conflict = OnConflict::column(Alias::new(NAME))
             .value(
                 Alias::new(HOLDER_COL),
                 pick(self.excluded(HOLDER_COL), self.col(HOLDER_COL)),
             )
             .value(
                 Alias::new(EPOCH_COL),
-                pick(self.col(EPOCH_COL).add(1i64), self.col(EPOCH_COL)),
+                pick3(
+                    self.col(EPOCH_COL).add(FAILOVER_EPOCH_JUMP),
+                    self.col(EPOCH_COL).add(1i64),
+                    self.col(EPOCH_COL),
+                ),
             )
             .value(
                 Alias::new(EXPIRES_AT),
-                pick(self.excluded(EXPIRES_AT), self.col(EXPIRES_AT)),
+                pick3(
+                    // A full ttl from now at least: whatever term the
+                    // lost history granted ends before that.
+                    Expr::cust(format!(
+                        "GREATEST({}, {})",
+                        self.quoted(EXPIRES_AT),
+                        "\"excluded\".\"expires_at\""
+                    )),
+                    self.excluded(EXPIRES_AT),
+                    self.col(EXPIRES_AT),
+                ),
             )
-            .to_owned()
+            .to_owned();
+        if self.dialect == Dialect::Postgres {
+            // Every sound row the acquire meets records this server; an
+            // unsound one is left exactly as it is, for decoding to report.
+            let incarnation: Expr = CaseStatement::new()
+                .case(self.row_is_sound(), Expr::cust(PG_INCARNATION))
+                .finally(self.col(INCARNATION))
+                .into();
+            on_conflict = on_conflict
+                .value(Alias::new(INCARNATION), incarnation)
+                .to_owned();
+        }
+        on_conflict
     }
 
     /// Renders `query` and maps its values back to parameters. The one
@@ -409,11 +512,27 @@ impl Builder<'_> {
     }
 
     fn force_release(&self) -> Statement {
-        let update = Query::update()
+        // PostgreSQL: on a row from another server incarnation the epoch
+        // jumps as an adoption's does, past whatever the lost history
+        // issued, and the row records this server; no grace period (the
+        // operator overrides the term, as on any row).
+        let epoch: Expr = match self.foreign() {
+            Some(foreign) => CaseStatement::new()
+                .case(foreign, self.col(EPOCH_COL).add(FAILOVER_EPOCH_JUMP))
+                .finally(self.col(EPOCH_COL).add(1i64))
+                .into(),
+            None => self.col(EPOCH_COL).add(1i64),
+        };
+        let mut update = Query::update()
             .table(self.table_ref())
             .value(Alias::new(HOLDER_COL), Expr::cust("NULL"))
-            .value(Alias::new(EPOCH_COL), self.col(EPOCH_COL).add(1i64))
+            .value(Alias::new(EPOCH_COL), epoch)
             .value(Alias::new(EXPIRES_AT), db_now(self.dialect))
+            .to_owned();
+        if self.dialect == Dialect::Postgres {
+            update.value(Alias::new(INCARNATION), Expr::cust(PG_INCARNATION));
+        }
+        let update = update
             .and_where(self.col(NAME).eq(LEASE))
             // A malformed row is left exactly as it is: the caller reads it
             // (`lease_row`) to report what is wrong with it.

@@ -42,7 +42,9 @@ pub struct LeaseRow {
     /// The current epoch.
     pub epoch: Epoch,
     /// Milliseconds until expiry on the database's clock (negative once
-    /// lapsed); `None` when the lease is free.
+    /// lapsed); `None` when the lease is free (no holder, nothing left: a
+    /// row without a holder but with time left is in its grace period
+    /// after a server change, DESIGN §3 "Failover").
     pub expires_in_ms: Option<i64>,
 }
 
@@ -166,13 +168,20 @@ pub(super) fn acquire_row(me: &HolderId, row: &[Cell]) -> Result<Reply, RowError
                 found: format!("{:?}", holder.chars().take(40).collect::<String>()),
             })?;
             Ok(Reply::Held {
-                holder,
+                holder: Some(holder),
                 epoch,
                 expires_in: millis(expires_in),
             })
         }
-        // Only an unsound row (never taken over) can come back
-        // without a holder after an acquire.
+        // No holder after an acquire: the row is in its grace period after
+        // a server change (DESIGN §3 "Failover"), nobody's until it ends.
+        // A free row with no time left is always taken, so only a grace
+        // row (time left) or an unsound one (never taken over) gets here.
+        None if expires_in > 0 => Ok(Reply::Held {
+            holder: None,
+            epoch,
+            expires_in: millis(expires_in),
+        }),
         None => Err(RowError::Null {
             lease: String::new(),
             column: "holder",
@@ -199,7 +208,7 @@ pub(super) fn status_row(row: &[Cell]) -> Result<LeaseRow, RowError> {
     let epoch = epoch(&name, &row[2])?;
     let expires_in = int(&name, "expires_at", &row[3])?;
     Ok(LeaseRow {
-        expires_in_ms: holder.as_ref().map(|_| expires_in),
+        expires_in_ms: (holder.is_some() || expires_in > 0).then_some(expires_in),
         name,
         holder,
         epoch,

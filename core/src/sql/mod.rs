@@ -16,6 +16,7 @@ mod decode;
 mod mysql;
 
 pub use batch::{batch_names, batch_pairs};
+pub use build::FAILOVER_EPOCH_JUMP;
 pub use decode::{Cell, LeaseRow};
 
 use crate::error::RowError;

@@ -116,6 +116,12 @@ fn print_table(backend: &Backend, table: &TableName, rows: &[LeaseRow]) {
     ));
     for row in rows {
         let state = match (row.holder.is_some(), row.expires_in_ms) {
+            // No holder, time left: adopted after a server change
+            // (DESIGN §3 "Failover"), nobody's until then.
+            (false, Some(ms)) if ms > 0 => format!(
+                "grace after failover, {} left",
+                show(std::time::Duration::from_millis(ms as u64))
+            ),
             (false, _) | (_, None) => "free".to_string(),
             (true, Some(ms)) if ms > 0 => {
                 format!(

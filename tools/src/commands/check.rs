@@ -15,19 +15,35 @@ use crate::duration::show;
 use crate::failure::CliError;
 use crate::output::line;
 
+/// What the command line asks of the world checked.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct World {
+    /// Leases per node (0: a lone lease).
+    pub leases: usize,
+    /// The database may fail over once (`--failover`).
+    pub failover: bool,
+}
+
 /// The bounds from the command line: the defaults for `nodes` (and, with
-/// `leases` > 0, for a set of that many leases on each), with the depth
-/// and fault count overridden when given.
+/// `leases` > 0, for a set of that many leases on each; with `failover`,
+/// [`Bounds::with_failover`]), with the depth and fault count overridden
+/// when given.
 pub fn bounds(
     nodes: usize,
-    leases: usize,
+    world: World,
     depth: Option<usize>,
     faults: Option<usize>,
 ) -> Result<Bounds, CliError> {
-    let mut bounds = if leases == 0 {
-        Bounds::default_for(nodes)
-    } else {
-        Bounds::for_set(nodes, leases)
+    let mut bounds = match world {
+        World {
+            leases: 0,
+            failover: true,
+        } => Bounds::with_failover(nodes),
+        World { leases: 0, .. } => Bounds::default_for(nodes),
+        World { leases, failover } => Bounds {
+            failover,
+            ..Bounds::for_set(nodes, leases)
+        },
     };
     bounds.nodes = nodes;
     if let Some(depth) = depth {
@@ -43,12 +59,12 @@ pub fn bounds(
 /// Runs the check and prints the result.
 pub fn run(
     nodes: usize,
-    leases: usize,
+    world: World,
     depth: Option<usize>,
     faults: Option<usize>,
     json: bool,
 ) -> Result<ExitCode, CliError> {
-    let bounds = bounds(nodes, leases, depth, faults)?;
+    let bounds = bounds(nodes, world, depth, faults)?;
     let what = match bounds.leases {
         0 => String::new(),
         n => format!(", each a lease set of {n} leases"),
@@ -140,6 +156,12 @@ fn print_report(report: &Report, bounds: &Bounds) {
     }
     if bounds.orphan {
         worlds.push("a path may start from a row left by a dead holder".to_string());
+    }
+    if bounds.failover {
+        worlds.push(
+            "the database may fail over to a standby that lost the writes since its last copy"
+                .to_string(),
+        );
     }
     if bounds.notify {
         worlds.push("release notices".to_string());

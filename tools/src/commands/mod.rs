@@ -51,8 +51,12 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             leases,
             depth,
             faults,
+            failover,
             json,
-        } => return check::run(nodes, leases, depth, faults, json),
+        } => {
+            let world = check::World { leases, failover };
+            return check::run(nodes, world, depth, faults, json);
+        }
         Command::Guard {
             grace_ms,
             deadline_ns,

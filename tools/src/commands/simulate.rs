@@ -27,7 +27,12 @@ const MAX_EVENTS: u128 = 2_000_000;
 pub fn replay(trace: &str, nodes: Option<usize>, leases: usize) -> Result<ExitCode, CliError> {
     // Without --nodes, the trace says how many nodes it needs.
     let nodes = nodes.unwrap_or_else(|| nodes_in(trace).max(2));
-    let bounds = super::check::bounds(nodes, leases, None, None)?;
+    // A trace of `check --failover` names its database steps.
+    let world = super::check::World {
+        leases,
+        failover: trace.contains("db:failover") || trace.contains("db:replicate"),
+    };
+    let bounds = super::check::bounds(nodes, world, None, None)?;
     let replayed = picolease_core::check::replay(trace, &bounds).map_err(CliError::usage)?;
     let sets = match leases {
         0 => String::new(),
