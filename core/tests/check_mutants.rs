@@ -103,14 +103,15 @@ fn a_set_acquire_that_takes_held_rows_is_found() {
 }
 
 /// (f) Lease sets: giving a lease up for the share without stopping its
-/// work. The node that took both leases yields one when it sees the other
-/// node; its release goes out with the work running, and the lease's
-/// follower publication finds it (gating, 32 steps, about a million
-/// states: tens of seconds).
+/// work. 2 nodes share 1 lease; the one that took it yields it when its
+/// share says the other should hold it; its release goes out with the
+/// work running, and the lease's follower publication finds it (gating,
+/// 32 steps, 3,650,642 states, 64 s on the 2-core machine; with 2
+/// leases 4,466,947 states and 117 s).
 #[test]
 fn a_set_that_yields_a_lease_with_its_work_running_is_found() {
-    let mut bounds = Bounds::for_set(2, 2);
-    // Deeper than the real machine's test (depth 30): the bug shows at 32.
+    let mut bounds = Bounds::for_set(2, 1);
+    // Deeper than the real machine's test (depth 30).
     bounds.depth = 40;
     bounds.mutation = Mutation::SetYieldKeepsWork;
     finds_at(

@@ -11,6 +11,7 @@
 //! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release` | from issuing a statement to its outcome (timeouts excluded) |
 //! | `picolease_statement_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal`\|`timeout` | failed statements |
 //! | `picolease_lease_remaining_seconds` | gauge | | the leader's time to its deadline, as of the driver's last step; 0 on a follower |
+//! | `picolease_server_changes_total` | counter | `table` (no `lease`: one per connection, a lone lease's or a set's) | PostgreSQL: a reconnection reached another server incarnation than the last connection (a restart or a failover; DESIGN §3 "Failover"), counted by `postgres::server_change` |
 //!
 //! Every series is registered at zero when the lease starts (when its
 //! handle is built), so a dashboard sees it before the first event. The

@@ -253,8 +253,9 @@ impl ModelDb {
         if self.mutation == crate::state::Mutation::AcquireBatchTakesHeld {
             for name in names {
                 if let Some(row) = self.rows.get_mut(*name) {
-                    // Held by another, unexpired: taken all the same.
-                    row.holder = None;
+                    // Held by another, unexpired: taken all the same (as
+                    // if it had lapsed).
+                    row.expires_at = row.expires_at.min(now_ms);
                 }
             }
         }

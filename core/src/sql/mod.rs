@@ -29,6 +29,21 @@ use crate::protocol::{Operation, Reply};
 /// by [`Statements::survey`] while live.
 pub const MEMBER_PREFIX: &str = "picolease.member:";
 
+/// PostgreSQL: what a driver runs on each new direct connection so that
+/// the **server** gives up on a silently dropped client within 8 s (TCP
+/// keepalives after 5 s idle, every second, 3 probes; unacknowledged data
+/// for 8 s), as the client's own socket options do on its side. These
+/// settings are the session's own (any role may set them); without them
+/// a backend whose client vanished behind a partition stays until the
+/// server's defaults notice (two hours on Linux).
+/// `tcp_user_timeout` is PostgreSQL 12's; an older server keeps the rest.
+pub const POSTGRES_SESSION_KEEPALIVES: &str = "DO $picolease$ BEGIN \
+     PERFORM set_config('tcp_keepalives_idle', '5', false); \
+     PERFORM set_config('tcp_keepalives_interval', '1', false); \
+     PERFORM set_config('tcp_keepalives_count', '3', false); \
+     BEGIN PERFORM set_config('tcp_user_timeout', '8000', false); \
+     EXCEPTION WHEN undefined_object THEN NULL; END; END $picolease$";
+
 /// The SQL dialects the statements are rendered for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -291,6 +306,18 @@ impl Statements {
         self.create_index.as_deref()
     }
 
+    /// PostgreSQL: `SELECT` the server incarnation the statements record
+    /// in each row (its postmaster's start, in microseconds; DESIGN §3
+    /// "Failover"), for a driver to notice, on connecting, that the server
+    /// changed (a restart or a failover). Parameterless, for the simple
+    /// query protocol. `None` on SQLite and MySQL, which record none.
+    pub fn server_incarnation(&self) -> Option<String> {
+        match self.dialect {
+            Dialect::Postgres => Some(format!("SELECT {}", build::PG_INCARNATION)),
+            Dialect::Sqlite | Dialect::Mysql => None,
+        }
+    }
+
     /// The upsert that takes the row when free, lapsed or already ours,
     /// bumping the epoch; it returns `holder, epoch, expires_in_ms` whether
     /// or not it took the row, so one round trip tells a follower who holds
@@ -476,14 +503,16 @@ impl Statements {
         }
     }
 
-    /// The statement that subscribes a session to the table's release
+    /// The statements that subscribe a session to the table's release
     /// notices ([`TableName::release_channel`], quoted so that it matches
-    /// the case-sensitive name `pg_notify` is called with). `None` on
-    /// SQLite, which has no NOTIFY (see [`Statements::change_counter`]).
+    /// the case-sensitive name `pg_notify` is called with), after
+    /// [`POSTGRES_SESSION_KEEPALIVES`]: the listening session only waits,
+    /// so only keepalives tell the server that its client is gone. `None`
+    /// on SQLite, which has no NOTIFY (see [`Statements::change_counter`]).
     pub fn listen(&self) -> Option<String> {
         match self.dialect {
             Dialect::Postgres => Some(format!(
-                "LISTEN \"{}\"",
+                "{POSTGRES_SESSION_KEEPALIVES}; LISTEN \"{}\"",
                 self.table.release_channel().replace('"', "\"\"")
             )),
             Dialect::Sqlite | Dialect::Mysql => None,

@@ -117,9 +117,10 @@ where
 /// It spawns each connection on the current tokio runtime, and provides
 /// the dedicated `LISTEN` connection, so release notifications work out of
 /// the box. Its connections are named `application_name = 'picolease'`
-/// unless the URL names them. Unless the URL says otherwise it sets a connect timeout of 5 s
-/// and TCP keepalives after 30 s idle, so a dead peer is noticed by the
-/// operating system too.
+/// unless the URL names them. Unless the URL says otherwise it sets a
+/// connect timeout of 5 s, and TCP keepalives (after 5 s idle, every
+/// second, 3 probes) and a TCP user timeout of 8 s, so that the operating
+/// system gives up on a silently dropped peer within 8 s.
 ///
 /// Two parameters of the URL are picolease's own, taken out before
 /// tokio-postgres reads it: `picolease_pooler=transaction` says a
@@ -190,8 +191,10 @@ impl PgConnector {
 }
 
 /// `config` with picolease's defaults where `url` is silent: the
-/// connections named for `pg_stat_activity`, a connect timeout of 5 s and
-/// TCP keepalives after 30 s idle.
+/// connections named for `pg_stat_activity`, a connect timeout of 5 s,
+/// and a dead peer found within 8 s ([`DEAD_PEER`]): TCP keepalives after
+/// 5 s idle, then every second, 3 unanswered probes; unacknowledged data
+/// for 8 s (`TCP_USER_TIMEOUT`).
 fn with_defaults(mut config: tokio_postgres::Config, url: &str) -> tokio_postgres::Config {
     if config.get_application_name().is_none() {
         config.application_name(super::link::APPLICATION_NAME);
@@ -199,15 +202,30 @@ fn with_defaults(mut config: tokio_postgres::Config, url: &str) -> tokio_postgre
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(5));
     }
+    // A partition that drops packets silently (no RST) leaves a
+    // connection open on both ends. The statement connection finds out at
+    // its request timeout; the listening connection only reads, and
+    // without keepalives would go on waiting (and notifications with it)
+    // for tokio-postgres's default of two hours.
     config.keepalives(true);
     if !url.contains("keepalives_idle") {
-        // The listening connection only reads: without keepalives a
-        // silently dropped peer would go unnoticed (and notifications
-        // with it) for tokio-postgres's default of two hours.
-        config.keepalives_idle(Duration::from_secs(30));
+        config.keepalives_idle(Duration::from_secs(5));
+    }
+    if !url.contains("keepalives_interval") {
+        config.keepalives_interval(Duration::from_secs(1));
+    }
+    if !url.contains("keepalives_retries") {
+        config.keepalives_retries(3);
+    }
+    if !url.contains("tcp_user_timeout") {
+        config.tcp_user_timeout(DEAD_PEER);
     }
     config
 }
+
+/// How long a silent peer takes to be given up on by default: less than
+/// the default ttl of 10 s (tools/tests/cli_partition.rs cuts a node off).
+pub(crate) const DEAD_PEER: Duration = Duration::from_secs(8);
 
 /// `rest` (a URL without picolease's own parameters) as tokio-postgres
 /// reads it; errors name `url`, the URL as given, without its password.

@@ -23,6 +23,7 @@ use super::cells::{param_type, rows_to_cells, to_sql, typed};
 use super::connect::Connect;
 use super::error::PgError;
 use super::pooler::Pooler;
+use super::server_change::ServerWatch;
 use crate::server::backoff::Backoff;
 use crate::server::{batch_name, operation_name};
 
@@ -148,6 +149,8 @@ pub(crate) struct Link {
     /// is in the way, said by the connector or met ([`PgError::Pooler`]).
     unnamed: AtomicBool,
     state: Mutex<LinkState>,
+    /// The server's incarnation as of the last connection.
+    server: ServerWatch,
 }
 
 /// What one statement needs besides the link: its bound values' sources.
@@ -173,6 +176,7 @@ impl Link {
         Link {
             unnamed: AtomicBool::new(connector.pooler() == Pooler::Transaction),
             connector,
+            server: ServerWatch::new(&statements),
             statements,
             auto_create,
             state: Mutex::new(LinkState {
@@ -307,6 +311,8 @@ impl Link {
             if self.auto_create && !table_ready {
                 create_table(&client, &self.statements).await?;
             }
+            let pooled = self.unnamed.load(Ordering::Relaxed);
+            self.server.observe(&client, &self.statements, pooled).await;
             Ok::<_, PgError>(client)
         };
         let outcome = match tokio::time::timeout_at(deadline, attempt).await {

@@ -105,6 +105,7 @@ mod link;
 mod notify;
 mod options;
 mod pooler;
+mod server_change;
 mod statement;
 mod task;
 mod transaction;

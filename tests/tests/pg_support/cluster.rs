@@ -140,6 +140,16 @@ impl Server {
         std::fs::write(&conf, text).expect("postgresql.conf written");
     }
 
+    /// Lets every role connect without a password from `cidr` (the
+    /// server must listen there: `listen_addresses` in its settings).
+    pub fn trust_network(&self, cidr: &str) {
+        let hba = PathBuf::from(self.data()).join("pg_hba.conf");
+        let mut text = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+        text.push_str(&format!("\nhost all all {cidr} trust\n"));
+        std::fs::write(&hba, text).expect("pg_hba.conf written");
+        self.sql("SELECT pg_reload_conf()");
+    }
+
     /// The server's port.
     pub fn port(&self) -> u16 {
         self.port

@@ -71,7 +71,22 @@ pub fn spawn(
     log: &Log,
     extra: &[&str],
 ) -> Node {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_picolease"))
+    let binary = Command::new(env!("CARGO_BIN_EXE_picolease"));
+    spawn_command(binary, db, global, (lease, ttl), node, log, extra)
+}
+
+/// [`spawn`] through `binary`: the picolease binary, or a command that
+/// runs it (in a network namespace, say).
+pub fn spawn_command(
+    mut binary: Command,
+    db: &str,
+    global: &[&str],
+    (lease, ttl): (&str, &str),
+    node: usize,
+    log: &Log,
+    extra: &[&str],
+) -> Node {
+    let mut child = binary
         .env_remove("PICOLEASE_DB")
         .args(["--db", db])
         .args(global)
