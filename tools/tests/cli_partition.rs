@@ -7,7 +7,9 @@
 //! partition heals the first rejoins as a follower. The server gives up
 //! on the cut-off node's sessions by itself within 10 s (the session
 //! keepalives, `POSTGRES_SESSION_KEEPALIVES`), and the node's own sockets
-//! within 8 s (`tcp_user_timeout`, keepalives). Needs root (namespaces) and `nft`
+//! within 8 s (`tcp_user_timeout`, keepalives). Without the session
+//! keepalives both of its sessions were still on the server 10 s after
+//! the cut, and the test failed (negative control, 2026-12-03). Needs root (namespaces) and `nft`
 //! (`.ci/run` installs nftables); it fails, not skips, without them.
 //!
 //! `cargo test -p picolease-cli --test cli_partition -- --nocapture`
