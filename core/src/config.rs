@@ -117,6 +117,21 @@ impl Config {
         i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
+    /// How long a planned handover reserves the row for its successor
+    /// (DESIGN §3 "Planned handover"): two intervals (a successor that
+    /// missed the notice polls within one), never more than the ttl. A
+    /// successor that went away costs at most this, then anyone may
+    /// take the row.
+    pub fn reservation(&self) -> Duration {
+        self.timings().reservation()
+    }
+
+    /// [`Config::reservation`] in whole milliseconds, as bound into the
+    /// hand-over statement.
+    pub fn reservation_millis(&self) -> i64 {
+        i64::try_from(self.reservation().as_millis()).unwrap_or(i64::MAX)
+    }
+
     fn timings(&self) -> Timings {
         Timings {
             ttl: self.ttl,
@@ -201,6 +216,12 @@ impl SetConfig {
         i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
+    /// How long a planned handover reserves a row ([`Config::reservation`]),
+    /// in whole milliseconds.
+    pub fn reservation_millis(&self) -> i64 {
+        i64::try_from(self.timings().reservation().as_millis()).unwrap_or(i64::MAX)
+    }
+
     /// The configuration `lease` runs with in the set.
     pub fn for_lease(&self, lease: LeaseName) -> Config {
         Config {
@@ -240,6 +261,11 @@ struct Timings {
 }
 
 impl Timings {
+    /// Two intervals, at most the ttl (see [`Config::reservation`]).
+    fn reservation(&self) -> Duration {
+        (self.interval * 2).min(self.ttl)
+    }
+
     /// Checks that the timings can work together.
     fn validate(&self) -> Result<(), ConfigError> {
         let Timings {

@@ -15,6 +15,9 @@ use crate::error::ConfigError;
 
 /// The longest lease name or holder id accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
+/// What ends a row's holder when the row is reserved for a node by a
+/// planned handover ([`HolderId::reserved_for`]).
+pub const RESERVATION_MARK: char = '#';
 /// The longest table name accepted (schema prefix included), in bytes.
 /// PostgreSQL identifiers stop at 63 bytes, and the release notification
 /// channel is the table name plus `_released` (9 bytes), which must fit too.
@@ -113,10 +116,58 @@ impl fmt::Display for LeaseName {
 pub struct HolderId(Arc<str>);
 
 impl HolderId {
-    /// A holder id: 1 to 255 bytes, no control characters.
+    /// A holder id: 1 to 255 bytes, no control characters, not ending in
+    /// `#` (a row whose holder ends in `#` is reserved for a node, DESIGN
+    /// §3 "Planned handover": no running holder may look like one).
     pub fn new(id: &str) -> Result<Self, ConfigError> {
         check_name("holder id", id)?;
+        if id.ends_with(RESERVATION_MARK) {
+            return Err(ConfigError::BadName {
+                kind: "holder id",
+                value: id.chars().take(80).collect(),
+                problem: "ends with '#', which marks a row reserved for a node",
+            });
+        }
         Ok(HolderId(id.into()))
+    }
+
+    /// The reservation a planned handover writes for node `node` (DESIGN
+    /// §3 "Planned handover"): the node's name and `#`, which no running
+    /// holder's id can be. Any process of that node may take the row at
+    /// once (its acquire binds [`HolderId::reservation`]); nobody else can
+    /// until the reservation runs out. An error names a node that cannot
+    /// be reserved for (empty, a control character, over 254 bytes).
+    pub fn reserved_for(node: &str) -> Result<Self, ConfigError> {
+        check_name("node name", node)?;
+        if node.len() >= MAX_NAME_LEN {
+            return Err(ConfigError::BadName {
+                kind: "node name",
+                value: node.chars().take(80).collect(),
+                problem: "is longer than 254 bytes (a reservation adds '#')",
+            });
+        }
+        Ok(HolderId(format!("{node}{RESERVATION_MARK}").into()))
+    }
+
+    /// A holder read back from a row: a holder id, or a reservation
+    /// ([`HolderId::reserved_for`]).
+    pub fn from_row(text: &str) -> Result<Self, ConfigError> {
+        match text.strip_suffix(RESERVATION_MARK) {
+            Some(node) => HolderId::reserved_for(node),
+            None => HolderId::new(text),
+        }
+    }
+
+    /// The reservation that lets this holder take a row handed over to its
+    /// node: `<node>#` ([`HolderId::node`]).
+    pub fn reservation(&self) -> String {
+        format!("{}{RESERVATION_MARK}", self.node())
+    }
+
+    /// For a row's holder: the node it is reserved for, if it is a
+    /// reservation ([`HolderId::reserved_for`]) rather than a holder.
+    pub fn reserved_node(&self) -> Option<&str> {
+        self.0.strip_suffix(RESERVATION_MARK)
     }
 
     /// The conventional unique id of a running instance: host, process id

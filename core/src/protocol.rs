@@ -28,6 +28,13 @@ pub enum Operation {
         /// The epoch being released.
         epoch: Epoch,
     },
+    /// Give the row up at our epoch to a named node (a planned handover,
+    /// DESIGN §3): the row is reserved for it for a short while. The
+    /// reservation it binds is [`crate::LeaseState::successor`].
+    HandOver {
+        /// The epoch being handed over.
+        epoch: Epoch,
+    },
 }
 
 impl Operation {
@@ -35,7 +42,9 @@ impl Operation {
     pub fn epoch(self) -> Option<Epoch> {
         match self {
             Operation::Acquire => None,
-            Operation::Renew { epoch } | Operation::Release { epoch } => Some(epoch),
+            Operation::Renew { epoch }
+            | Operation::Release { epoch }
+            | Operation::HandOver { epoch } => Some(epoch),
         }
     }
 }
@@ -65,8 +74,17 @@ pub enum Reply {
         /// Time the holder has left.
         expires_in: Duration,
     },
-    /// Renew or release: the row matched our holder id and epoch.
+    /// Renew, release or hand over: the row matched our holder id and
+    /// epoch.
     Accepted,
+    /// Renew: accepted, and an operator asked for this term to be handed
+    /// over (`picolease handover`, DESIGN §3 "Planned handover") to the
+    /// node whose reservation is `to` ([`HolderId::reserved_for`]), or
+    /// (`None`) to whoever comes next.
+    HandOverAsked {
+        /// The reservation to hand the row to.
+        to: Option<HolderId>,
+    },
     /// Renew or release: the row did not match (someone took it, or it was
     /// force-released).
     Rejected,
@@ -104,11 +122,14 @@ pub enum Demotion {
     /// than ρ·ttl): every expiry in the table moved at once, so the local
     /// deadline no longer matches the row.
     Clock,
+    /// A planned handover: the work stops and the row goes to a named
+    /// node (or is released) while this node stays a follower.
+    HandedOver,
 }
 
 impl Demotion {
     /// The reason as the CLI prints it: `lost`, `expired`, `released`,
-    /// `error`, `clock`.
+    /// `error`, `clock`, `handover`.
     pub fn as_str(self) -> &'static str {
         match self {
             Demotion::Lost => "lost",
@@ -116,6 +137,7 @@ impl Demotion {
             Demotion::Released => "released",
             Demotion::Error => "error",
             Demotion::Clock => "clock",
+            Demotion::HandedOver => "handover",
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::error::ConfigError;
-use crate::names::Epoch;
+use crate::names::{Epoch, HolderId};
 use crate::protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
 use crate::sql::LeaseRow;
 use crate::time::{nanos, Instant};
@@ -34,6 +34,15 @@ enum Standing {
         deadline: Instant,
         working: bool,
     },
+}
+
+/// A planned handover under way (DESIGN §3 "Planned handover"): the work
+/// was stopped; the row goes to `to` (a reservation) or, with `None`, is
+/// released, once nothing else is in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct HandOver {
+    epoch: Epoch,
+    to: Option<HolderId>,
 }
 
 /// Shutdown progress: stop the work, release, finish.
@@ -101,6 +110,11 @@ pub struct LeaseState {
     /// once the gated work has stopped, and work that stops within the
     /// lease must not cost the successor a whole ttl (DESIGN §4b).
     release_by: Option<Instant>,
+    /// A planned handover decided and not yet answered.
+    hand_over: Option<HandOver>,
+    /// This holder's reservation (`<node>#`, [`HolderId::reservation`]):
+    /// a row reserved for it is as good as its own.
+    reservation: String,
     /// The last reading of the database clock: (sent, replied, database
     /// milliseconds). Only drivers whose database clock is the host's wall
     /// clock (SQLite) feed it; the model checker never does.
@@ -130,6 +144,7 @@ impl LeaseState {
     /// that cannot work.
     pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
+        let reservation = config.holder.reservation();
         Ok(LeaseState {
             validity: config.local_validity(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
@@ -140,6 +155,8 @@ impl LeaseState {
             next_attempt: now,
             notice_pending: false,
             release_by: None,
+            hand_over: None,
+            reservation,
             db_clock: None,
             contending: true,
             phase: Phase::Electing,
@@ -161,6 +178,19 @@ impl LeaseState {
     /// The configuration this machine runs with.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The reservation this holder's acquire binds ([`HolderId::reservation`]):
+    /// a row handed over to its node is taken at once.
+    pub fn reservation(&self) -> &str {
+        &self.reservation
+    }
+
+    /// The reservation an [`Operation::HandOver`] in flight (or about to
+    /// be sent) writes into the row: what the driver binds as its
+    /// successor.
+    pub fn successor(&self) -> Option<&HolderId> {
+        self.hand_over.as_ref()?.to.as_ref()
     }
 
     /// The leadership state as last published.
@@ -273,6 +303,14 @@ impl LeaseState {
             }
         };
         self.in_flight = None;
+        // An operator's request rides on a renewal's answer: the renewal
+        // counts as accepted, then the handover begins.
+        let (reply, asked) = match reply {
+            Reply::HandOverAsked { to } if matches!(req.operation, Operation::Renew { .. }) => {
+                (Reply::Accepted, Some(to))
+            }
+            reply => (reply, None),
+        };
         match (req.operation, reply) {
             (_, Reply::Failed(Failure::Fatal)) => {
                 self.demote(Demotion::Error);
@@ -319,17 +357,65 @@ impl LeaseState {
                 self.demote(Demotion::Lost);
                 self.next_attempt = now;
             }
+            // A planned handover's statement ends it whatever the outcome:
+            // handed over (the row names the reservation now), refused (the
+            // term was lost meanwhile) or failed (the row lapses by its
+            // ttl). This node follows; it tries again after a poll, by
+            // which time the successor (or, after a plain release, whoever
+            // was told) has taken the row.
+            (Operation::HandOver { .. } | Operation::Release { .. }, reply)
+                if self.hand_over.is_some() =>
+            {
+                self.release_by = None;
+                if let (Some(handed), Reply::Accepted) = (self.hand_over.take(), &reply) {
+                    if let Some(to) = handed.to {
+                        self.observe(Some(to), handed.epoch);
+                    }
+                }
+                self.next_attempt = (req.sent_at + self.poll_delay()).max(now);
+            }
             // A release ends the shutdown whatever its outcome (accepted,
             // rejected, failed): `after_failure` handles all three. Anything
             // else here is a transient failure or a reply that does not fit
             // the operation (a driver bug): a failed attempt.
             _ => self.after_failure(now, req),
         }
-        if self.notice_pending && self.standing == Standing::Follower {
+        if let Some(to) = asked {
+            self.handle_hand_over(now, to);
+        }
+        if self.notice_pending && self.standing == Standing::Follower && self.hand_over.is_none() {
             self.notice_pending = false;
             self.next_attempt = self.next_attempt.min(now);
         }
         self.advance(now);
+    }
+
+    /// Hand the lease over (DESIGN §3 "Planned handover"): while leading,
+    /// stop the work (`StopWork`, reason [`Demotion::HandedOver`]), then,
+    /// with nothing else in flight and the work stopped (the driver runs
+    /// a lone lease's statement only after its ended term's work has
+    /// returned), give the row to `to`, a reservation
+    /// ([`HolderId::reserved_for`]), or with `None` release it. The node
+    /// stays a follower. Returns whether it led, and so hands over.
+    pub fn handle_hand_over(&mut self, now: Instant, to: Option<HolderId>) -> bool {
+        if self.phase != Phase::Electing {
+            return false;
+        }
+        self.check_deadline(now);
+        let Standing::Leader {
+            epoch, deadline, ..
+        } = self.standing
+        else {
+            return false;
+        };
+        // Like a shutdown's release, the statement may take until the
+        // ended term's deadline: work that stops within the lease must
+        // not cost the successor a ttl.
+        self.release_by = Some(deadline);
+        self.demote(Demotion::HandedOver);
+        self.hand_over = Some(HandOver { epoch, to });
+        self.advance(now);
+        true
     }
 
     /// A follower read the lease's row outside the protocol (the SQLite
@@ -347,7 +433,7 @@ impl LeaseState {
         // (DESIGN §3 "Failover"): not free yet.
         let free = row.holder.is_none() && row.expires_in_ms.is_none_or(|left| left <= 0);
         let lapsed = row.expires_in_ms.is_some_and(|left| left <= 0);
-        let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
+        let mine = self.is_mine(row.holder.as_deref());
         if free || lapsed || mine {
             self.handle_release_notice(now);
         }
@@ -363,7 +449,7 @@ impl LeaseState {
             return;
         }
         let left = row.expires_in_ms.unwrap_or(0);
-        let mine = row.holder.as_deref() == Some(self.config.holder.as_str());
+        let mine = self.is_mine(row.holder.as_deref());
         // A row without a holder but with time left is in a grace period
         // (DESIGN §3 "Failover"): followed like a held one.
         if left <= 0 || mine {
@@ -384,6 +470,11 @@ impl LeaseState {
             self.next_attempt = self.next_attempt.min(expiry);
         }
         self.advance(now);
+    }
+
+    /// A row's holder names this holder, or reserves the row for its node.
+    fn is_mine(&self, holder: Option<&str>) -> bool {
+        holder.is_some_and(|h| h == self.config.holder.as_str() || h == self.reservation)
     }
 
     /// Turns a follower's acquires on or off (a lease set's fair share). A
@@ -540,6 +631,17 @@ impl LeaseState {
     }
 
     fn after_failure(&mut self, now: Instant, req: InFlight) {
+        // A planned handover's statement is tried once, as a shutdown's
+        // release is: without it the row lapses by its ttl.
+        let handing_over = matches!(
+            req.operation,
+            Operation::HandOver { .. } | Operation::Release { .. }
+        );
+        if handing_over && self.hand_over.take().is_some() {
+            self.release_by = None;
+            self.next_attempt = (req.sent_at + self.config.interval).max(now);
+            return;
+        }
         match self.phase {
             Phase::ShuttingDown { .. } => {
                 if let Operation::Release { .. } = req.operation {
@@ -622,6 +724,7 @@ impl LeaseState {
     fn finish(&mut self) {
         self.phase = Phase::Finished;
         self.in_flight = None;
+        self.hand_over = None;
         self.commands.push_back(Command::Finished);
     }
 
@@ -629,6 +732,16 @@ impl LeaseState {
     fn advance(&mut self, now: Instant) {
         if self.in_flight.is_some() {
             return;
+        }
+        if let Some(HandOver { epoch, to }) = &self.hand_over {
+            if self.phase != Phase::Finished {
+                let operation = match to {
+                    Some(_) => Operation::HandOver { epoch: *epoch },
+                    None => Operation::Release { epoch: *epoch },
+                };
+                self.send(now, operation);
+                return;
+            }
         }
         match self.phase {
             Phase::Finished => {}
@@ -702,7 +815,9 @@ impl LeaseState {
         self.next_request += 1;
         let id = RequestId(self.next_request);
         let mut give_up = now + self.config.request_timeout;
-        if let (Operation::Release { .. }, Some(by)) = (operation, self.release_by) {
+        if let (Operation::Release { .. } | Operation::HandOver { .. }, Some(by)) =
+            (operation, self.release_by)
+        {
             give_up = give_up.max(by);
         }
         self.in_flight = Some(InFlight {
@@ -792,6 +907,8 @@ pub(crate) struct Snapshot {
     pub(crate) shutting_down: Option<Option<Epoch>>,
     pub(crate) finished: bool,
     pub(crate) published: Leadership,
+    /// A planned handover under way: its epoch and reservation.
+    pub(crate) hand_over: Option<(Epoch, Option<HolderId>)>,
 }
 
 #[cfg(feature = "sim")]
@@ -816,6 +933,7 @@ impl LeaseState {
             },
             finished: self.phase == Phase::Finished,
             published: self.published.clone(),
+            hand_over: self.hand_over.as_ref().map(|h| (h.epoch, h.to.clone())),
         }
     }
 }

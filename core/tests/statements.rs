@@ -98,6 +98,7 @@ fn bound_values_follow_the_parameters() {
         lease: "l",
         holder: "h",
         ttl_millis: 10_000,
+        ..Default::default()
     };
     let values: Vec<Value> = s.renew().bind(&b, Some(Epoch::new(7))).collect();
     assert_eq!(
@@ -190,14 +191,14 @@ fn decoding_names_what_is_wrong_with_a_row() {
             epoch: Epoch::new(1),
         },
         &me,
-        &[vec![Cell::Int(1), Cell::Int(2)]],
+        &[vec![Cell::Int(1), Cell::Int(2), Cell::Null]],
     );
     assert_eq!(
         two,
         Err(RowError::ColumnCount {
             statement: "renew",
-            expected: 1,
-            found: 2
+            expected: 2,
+            found: 3
         })
     );
     let short = s.decode_status(&[vec![Cell::Text("l".into())]]);
@@ -223,8 +224,29 @@ fn decoding_names_what_is_wrong_with_a_row() {
     };
     assert_eq!(s.decode_reply(renew, &me, &[]), Ok(Reply::Rejected));
     assert_eq!(
-        s.decode_reply(renew, &me, &[vec![Cell::Int(1)]]),
+        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Null]]),
         Ok(Reply::Accepted)
+    );
+    // The renewal's second column: an operator's handover request.
+    assert_eq!(
+        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Text(String::new())]]),
+        Ok(Reply::HandOverAsked { to: None })
+    );
+    assert_eq!(
+        s.decode_reply(
+            renew,
+            &me,
+            &[vec![Cell::Int(1), Cell::Text("web-2".into())]]
+        ),
+        Ok(Reply::HandOverAsked {
+            to: Some(HolderId::reserved_for("web-2").unwrap())
+        })
+    );
+    assert_eq!(
+        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Text("x\ny".into())]])
+            .unwrap_err()
+            .to_string(),
+        "lease \"\": column handover request holds \"x\\ny\", expected a node name (1 to 254 bytes, no control characters)"
     );
     let status = s.decode_status(&[vec![
         Cell::Text("l".into()),

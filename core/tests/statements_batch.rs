@@ -184,6 +184,7 @@ fn bind_batch_binds_each_param_by_kind() {
             lease: "l",
             holder: "h",
             ttl_millis: 1,
+            ..Default::default()
         };
         let values: Vec<Value> = s.survey().bind(&single, None).collect();
         assert_eq!(values, [Value::Int(0)]);

@@ -158,6 +158,7 @@ mod bench {
             lease: "bench-bare",
             holder: "bare",
             ttl_millis: 200,
+            ..Default::default()
         };
         let values: Vec<Value> = statements.acquire().bind(&bindings, None).collect();
         let acquired = client

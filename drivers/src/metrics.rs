@@ -33,14 +33,16 @@ pub(crate) enum StatementKind {
     Acquire,
     Renew,
     Release,
+    HandOver,
 }
 
 impl StatementKind {
     #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [StatementKind; 3] = [
+    pub(crate) const ALL: [StatementKind; 4] = [
         StatementKind::Acquire,
         StatementKind::Renew,
         StatementKind::Release,
+        StatementKind::HandOver,
     ];
 
     pub(crate) fn of(operation: Operation) -> Self {
@@ -48,6 +50,7 @@ impl StatementKind {
             Operation::Acquire => StatementKind::Acquire,
             Operation::Renew { .. } => StatementKind::Renew,
             Operation::Release { .. } => StatementKind::Release,
+            Operation::HandOver { .. } => StatementKind::HandOver,
         }
     }
 
@@ -57,6 +60,7 @@ impl StatementKind {
             StatementKind::Acquire => "acquire",
             StatementKind::Renew => "renew",
             StatementKind::Release => "release",
+            StatementKind::HandOver => "hand_over",
         }
     }
 
@@ -121,8 +125,8 @@ pub(crate) struct Metrics {
     remaining: metrics::Gauge,
     to_leader: metrics::Counter,
     to_follower: [metrics::Counter; 5],
-    durations: [metrics::Histogram; 3],
-    failures: [[metrics::Counter; 3]; 3],
+    durations: [metrics::Histogram; 4],
+    failures: [[metrics::Counter; 3]; 4],
 }
 
 #[cfg(feature = "metrics")]

@@ -164,6 +164,7 @@ impl Tables {
             lease: "l",
             holder,
             ttl_millis: ttl_ms,
+            ..Default::default()
         };
         let rows = run_statement(conn, self.s.acquire(), &bindings, None)
             .await
@@ -182,6 +183,7 @@ impl Tables {
                 lease: "",
                 holder: "",
                 ttl_millis: 0,
+                ..Default::default()
             };
             let rows = run_statement(admin, self.s.status(), &none, None)
                 .await
@@ -406,6 +408,7 @@ async fn race(test: &str, writer: Writer) -> Race {
             lease: "l",
             holder: "b",
             ttl_millis: 60_000,
+            ..Default::default()
         };
         let rows = run_statement(&mut b, s.acquire(), &bindings, None)
             .await

@@ -102,6 +102,8 @@ fn param_name(param: Param) -> &'static str {
         Param::TtlMillis => "ttl_ms",
         Param::Batch => "batch",
         Param::StaleMillis => "stale_ms",
+        Param::Successor => "successor",
+        Param::ReservationMillis => "reservation_ms",
     }
 }
 

@@ -225,6 +225,12 @@ impl Bounds {
         }
     }
 
+    /// How long a planned handover reserves the row, in ticks: two
+    /// intervals, at most the ttl (`Config::reservation`).
+    pub fn reservation_ticks(&self) -> u32 {
+        (2 * self.interval_ticks).min(self.ttl_ticks)
+    }
+
     /// The bounds of a set check: `nodes` contenders, each a
     /// [`LeaseSet`](crate::LeaseSet) over `leases` leases: ttl 10,
     /// interval 3 (a survey and a renewal every 3 ticks, so a node plans

@@ -206,6 +206,14 @@ impl Ctx<'_> {
 
     /// A holder id as (renamed node, incarnations ago).
     fn holder(&self, holder: Option<&str>) -> i64 {
+        // A reservation (`<node>#`, a planned handover) ranks beside the
+        // holder it names, in the upper half of that holder's band.
+        if let Some(node) = holder.and_then(|h| h.strip_suffix('#')) {
+            return match self.holder(Some(node)) {
+                h if h >= 1 => h + 32,
+                _ => -3,
+            };
+        }
         let nodes = &self.world.nodes;
         if let Some(h) = holder {
             // Most holders seen are a node's current one: no parsing.
@@ -241,6 +249,7 @@ impl Ctx<'_> {
             -1
         });
         self.operation(out, req.operation);
+        out.push(self.holder(req.successor.as_ref().map(|h| h.as_str())));
     }
 
     fn encode(&self, out: &mut Vec<i64>) {
@@ -335,6 +344,13 @@ impl Ctx<'_> {
             Some(by) => out.push(self.local(n, by)),
             None => out.push(-9),
         }
+        match &s.hand_over {
+            Some((epoch, to)) => out.extend([
+                self.epoch(Some(*epoch)),
+                self.holder(to.as_ref().map(|h| h.as_str())),
+            ]),
+            None => out.push(-9),
+        }
         out.push(self.local(n, s.next_attempt));
         out.push(i64::from(s.notice_pending));
         match s.shutting_down {
@@ -403,6 +419,7 @@ pub(super) fn operation(out: &mut Vec<i64>, op: Operation, epoch: impl Fn(Option
         Operation::Acquire => (0, None),
         Operation::Renew { epoch } => (1, Some(epoch)),
         Operation::Release { epoch } => (2, Some(epoch)),
+        Operation::HandOver { epoch } => (3, Some(epoch)),
     };
     out.extend([kind, epoch(e)]);
 }
@@ -431,5 +448,8 @@ pub(super) fn reply(
         Reply::Rejected => out.push(3),
         Reply::Failed(Failure::Transient) => out.push(4),
         Reply::Failed(Failure::Fatal) => out.push(5),
+        Reply::HandOverAsked { to } => {
+            out.extend([6, to.as_ref().map_or(-1, |h| holder(h.as_str()))]);
+        }
     }
 }

@@ -16,6 +16,8 @@ pub(super) struct Request {
     pub(super) holder: HolderId,
     pub(super) id: RequestId,
     pub(super) operation: Operation,
+    /// A hand-over's reservation (`LeaseState::successor`).
+    pub(super) successor: Option<HolderId>,
 }
 
 /// A message on its way to a node.

@@ -210,6 +210,12 @@ impl World {
             Operation::Acquire => self.db.acquire(LEASE, holder, ttl, now_ms),
             Operation::Renew { epoch } => self.db.renew(LEASE, holder, epoch, ttl, now_ms),
             Operation::Release { epoch } => self.db.release(LEASE, holder, epoch, now_ms),
+            Operation::HandOver { epoch } => {
+                let to = req.successor.as_ref().map_or("", HolderId::as_str);
+                let reservation = i64::from(setup.bounds.reservation_ticks());
+                self.db
+                    .hand_over(LEASE, holder, epoch, to, reservation, now_ms)
+            }
         };
         let reply = setup
             .statements
@@ -279,12 +285,14 @@ impl World {
             let problem = match command {
                 Command::Execute { request, operation } => {
                     n.anchor_flight = Some(n.skew);
+                    let successor = n.lease.as_ref().and_then(|l| l.successor().cloned());
                     n.to_db.push(Request {
                         node: i,
                         incarnation: n.incarnation,
                         holder: n.holder.clone(),
                         id: request,
                         operation,
+                        successor,
                     });
                     None
                 }

@@ -29,6 +29,9 @@
 //!    an interval or more apart (from the previous send); after a
 //!    timeout the next wake-up is in the future (no busy loop);
 //! 8. shutdown finishes within a few timeouts, with no reply at all;
+//!    a planned handover (asked by the driver, or by a renewal's answer)
+//!    stops the work before its hand-over (or release) is sent, and
+//!    only a leader's term is handed over;
 //! 9. the same bytes give the same commands (determinism).
 
 use std::time::Duration;
@@ -109,6 +112,9 @@ enum ReplyPick {
     Rejected,
     Transient,
     Fatal,
+    /// A renewal accepted with an operator's handover request (to a
+    /// node, or to anyone).
+    HandOverAsked(bool),
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -117,6 +123,8 @@ enum Input {
     Reply(When, Which, ReplyPick),
     ReleaseNotice(When),
     Shutdown(When),
+    /// The driver asks for a planned handover (to a node, or to anyone).
+    HandOver(When, bool),
 }
 
 /// What the input being checked was, for the commands it produced.
@@ -134,6 +142,7 @@ enum Cause {
     Ignored,
     ReleaseNotice,
     Shutdown,
+    HandOver,
 }
 
 /// What the commands have told the harness so far.
@@ -153,10 +162,18 @@ struct Mirror {
     finished: bool,
     /// What the machine last said of watching for changes.
     watching: bool,
+    /// A planned handover stopped the work; its statement is still to be
+    /// answered.
+    handing_over: bool,
     max_epoch: u64,
     trace: Vec<Command>,
     /// Print every input and command (`PICOLEASE_FUZZ_VERBOSE=1`).
     verbose: bool,
+}
+
+/// The reservation a fuzzed handover hands to.
+fn successor() -> HolderId {
+    HolderId::reserved_for("other-1").expect("a valid node name")
 }
 
 fn config(u: &mut Unstructured<'_>) -> arbitrary::Result<Config> {
@@ -244,6 +261,7 @@ fn execute(data: &[u8]) -> Vec<Command> {
         shutdown: false,
         finished: false,
         watching: true,
+        handing_over: false,
         max_epoch: 0,
         trace: Vec::new(),
         verbose: std::env::var_os("PICOLEASE_FUZZ_VERBOSE").is_some(),
@@ -342,6 +360,9 @@ impl Mirror {
             ReplyPick::Rejected => Reply::Rejected,
             ReplyPick::Transient => Reply::Failed(Failure::Transient),
             ReplyPick::Fatal => Reply::Failed(Failure::Fatal),
+            ReplyPick::HandOverAsked(to_node) => Reply::HandOverAsked {
+                to: to_node.then(successor),
+            },
         }
     }
 
@@ -378,6 +399,13 @@ impl Mirror {
                 self.shutdown = true;
                 Cause::Shutdown
             }
+            Input::HandOver(when, to_node) => {
+                self.now = self.time(lease, when);
+                let led = self.working.is_some() || self.published.is_leader();
+                let handed = lease.handle_hand_over(self.now, to_node.then(successor));
+                assert!(!handed || led, "a handover by a node that did not lead");
+                Cause::HandOver
+            }
             Input::Reply(when, which, pick) => {
                 self.now = self.time(lease, when);
                 let id = self.request_id(which);
@@ -389,6 +417,12 @@ impl Mirror {
                 let answered = !self.finished && self.outstanding.is_some_and(|(out, _)| out == id);
                 let cause = if answered {
                     self.outstanding = None;
+                    if matches!(
+                        operation,
+                        Some(Operation::HandOver { .. } | Operation::Release { .. })
+                    ) {
+                        self.handing_over = false;
+                    }
                     Cause::Answer {
                         acquired: match (operation, &reply) {
                             (Some(Operation::Acquire), Reply::Acquired { epoch }) => Some(*epoch),
@@ -459,8 +493,15 @@ impl Mirror {
                             assert_eq!(self.working, Some(epoch), "renew of a term not led");
                         }
                         Operation::Release { .. } => {
-                            assert!(self.shutdown, "release sent without shutdown");
+                            assert!(
+                                self.shutdown || self.handing_over,
+                                "release sent without shutdown or handover"
+                            );
                             assert_eq!(self.working, None, "release sent with work running");
+                        }
+                        Operation::HandOver { .. } => {
+                            assert!(self.handing_over, "hand-over sent without a handover");
+                            assert_eq!(self.working, None, "hand-over sent with work running");
                         }
                     }
                 }
@@ -471,6 +512,12 @@ impl Mirror {
                         Some(request),
                         "cancel of a request not in flight"
                     );
+                    if matches!(
+                        self.outstanding,
+                        Some((_, Operation::HandOver { .. } | Operation::Release { .. }))
+                    ) {
+                        self.handing_over = false;
+                    }
                     self.outstanding = None;
                 }
                 Command::StartWork { epoch } => {
@@ -519,6 +566,13 @@ impl Mirror {
                             )
                         }
                         Demotion::Expired => {}
+                        Demotion::HandedOver => {
+                            assert!(
+                                matches!(cause, Cause::HandOver | Cause::Answer { .. }),
+                                "handed over without being asked"
+                            );
+                            self.handing_over = true;
+                        }
                         other => panic!("no input here demotes with {other:?}"),
                     }
                 }
@@ -555,6 +609,7 @@ impl Mirror {
                     assert_eq!(self.working, None, "finished with work running");
                     self.finished = true;
                     self.outstanding = None;
+                    self.handing_over = false;
                 }
             }
         }

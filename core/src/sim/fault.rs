@@ -32,6 +32,10 @@ pub enum FaultKind {
     /// writes of the last `Duration`, under a new incarnation (DESIGN §3
     /// "Failover"). It hits no node; `failover@20s+2s`.
     Failover(Duration),
+    /// A planned handover (DESIGN §3 "Planned handover"): the node, if it
+    /// leads, hands the lease to the next node (by index, wrapping) and
+    /// goes on as a follower; `handover@12s`.
+    HandOver,
 }
 
 /// One fault at a real (virtual) time.
@@ -47,7 +51,7 @@ pub struct Fault {
 
 /// A fault list that does not parse; names the offending item.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("fault {item:?}: {problem} (expected KIND[:NODE]@TIME[+DURATION], e.g. crash@3s, pause:1@10s+12s, partition@20s+5s, shutdown@30s, restart@40s, failover@50s+2s)")]
+#[error("fault {item:?}: {problem} (expected KIND[:NODE]@TIME[+DURATION], e.g. crash@3s, pause:1@10s+12s, partition@20s+5s, shutdown@30s, restart@40s, failover@50s+2s, handover@60s)")]
 pub struct FaultParseError {
     /// The item that failed.
     pub item: String,
@@ -108,19 +112,19 @@ impl Fault {
         };
         let at = parse_duration(at).ok_or_else(|| fail("bad TIME"))?;
         let needs = |d: Option<Duration>| d.ok_or_else(|| fail("this fault needs +DURATION"));
-        let kind = match kind {
-            "crash" => FaultKind::Crash,
-            "restart" => FaultKind::Restart,
-            "shutdown" => FaultKind::Shutdown,
-            "pause" => FaultKind::Pause(needs(duration)?),
-            "partition" => FaultKind::Partition(needs(duration)?),
-            "failover" => FaultKind::Failover(needs(duration)?),
-            _ => {
-                return Err(fail(
-                    "unknown KIND (crash, restart, shutdown, pause, partition, failover)",
-                ))
-            }
-        };
+        let kind =
+            match kind {
+                "crash" => FaultKind::Crash,
+                "restart" => FaultKind::Restart,
+                "shutdown" => FaultKind::Shutdown,
+                "pause" => FaultKind::Pause(needs(duration)?),
+                "partition" => FaultKind::Partition(needs(duration)?),
+                "failover" => FaultKind::Failover(needs(duration)?),
+                "handover" => FaultKind::HandOver,
+                _ => return Err(fail(
+                    "unknown KIND (crash, restart, shutdown, pause, partition, failover, handover)",
+                )),
+            };
         Ok(Fault { at, target, kind })
     }
 }
@@ -134,6 +138,7 @@ impl fmt::Display for Fault {
             FaultKind::Pause(d) => ("pause", Some(d)),
             FaultKind::Partition(d) => ("partition", Some(d)),
             FaultKind::Failover(d) => ("failover", Some(d)),
+            FaultKind::HandOver => ("handover", None),
         };
         f.write_str(kind)?;
         if let Target::Node(n) = self.target {
@@ -154,11 +159,12 @@ mod tests {
     #[test]
     fn fault_lists_round_trip() {
         let faults = Fault::parse_list(
-            "crash@3s, pause:1@10s+12s,partition@20.5s+500ms,shutdown@30s,restart:0@40s,failover@50s+2s",
+            "crash@3s, pause:1@10s+12s,partition@20.5s+500ms,shutdown@30s,restart:0@40s,failover@50s+2s,handover:1@60s",
         )
         .unwrap();
-        assert_eq!(faults.len(), 6);
+        assert_eq!(faults.len(), 7);
         assert_eq!(faults[5].kind, FaultKind::Failover(Duration::from_secs(2)));
+        assert_eq!(faults[6].kind, FaultKind::HandOver);
         assert_eq!(
             faults[1],
             Fault {

@@ -116,6 +116,16 @@ impl SimConfig {
         config
     }
 
+    /// How long a hand-over reserves the row ([`Config::reservation`]).
+    pub fn reservation(&self) -> Duration {
+        Config::with_ttl(
+            LeaseName::new("sim").expect("a valid literal name"),
+            HolderId::new("n").expect("a valid literal id"),
+            self.ttl,
+        )
+        .reservation()
+    }
+
     /// The holder id of node `node` in its `incarnation`-th start (from 1).
     pub fn holder(&self, node: usize, incarnation: u32) -> Result<HolderId, ConfigError> {
         match &self.node_name {
@@ -145,6 +155,8 @@ enum Event {
         holder: HolderId,
         request: RequestId,
         operation: Operation,
+        /// A hand-over's reservation (`LeaseState::successor`).
+        successor: Option<HolderId>,
     },
     AtNode {
         node: usize,
@@ -300,7 +312,8 @@ impl Simulation {
                 holder,
                 request,
                 operation,
-            } => self.at_db(node, holder, request, operation),
+                successor,
+            } => self.at_db(node, holder, request, operation, successor),
             Event::AtNode {
                 node,
                 incarnation,
@@ -507,6 +520,10 @@ impl Simulation {
         let at = (self.now + self.delay()).max(self.nodes[node].fifo_to_db);
         self.nodes[node].fifo_to_db = at;
         let holder = self.nodes[node].holder.clone();
+        let successor = self.nodes[node]
+            .state
+            .as_ref()
+            .and_then(|state| state.successor().cloned());
         self.schedule(
             at,
             Event::AtDb {
@@ -514,11 +531,19 @@ impl Simulation {
                 holder,
                 request,
                 operation,
+                successor,
             },
         );
     }
 
-    fn at_db(&mut self, node: usize, holder: HolderId, request: RequestId, operation: Operation) {
+    fn at_db(
+        &mut self,
+        node: usize,
+        holder: HolderId,
+        request: RequestId,
+        operation: Operation,
+        successor: Option<HolderId>,
+    ) {
         let n = &self.nodes[node];
         let same_process = n.holder == holder;
         if self.now < n.partitioned_until && same_process {
@@ -548,6 +573,13 @@ impl Simulation {
             Operation::Acquire => self.db.acquire(lease, holder.as_str(), ttl, now_ms),
             Operation::Renew { epoch } => self.db.renew(lease, holder.as_str(), epoch, ttl, now_ms),
             Operation::Release { epoch } => self.db.release(lease, holder.as_str(), epoch, now_ms),
+            Operation::HandOver { epoch } => {
+                let reservation =
+                    i64::try_from(self.config.reservation().as_millis()).unwrap_or(i64::MAX);
+                let to = successor.as_ref().map_or("", HolderId::as_str);
+                self.db
+                    .hand_over(lease, holder.as_str(), epoch, to, reservation, now_ms)
+            }
         };
         let reply = self
             .statements
@@ -564,7 +596,10 @@ impl Simulation {
         if self.config.notify
             && matches!(
                 (operation, &reply),
-                (Operation::Release { .. }, Reply::Accepted)
+                (
+                    Operation::Release { .. } | Operation::HandOver { .. },
+                    Reply::Accepted
+                )
             )
         {
             for other in 0..self.nodes.len() {
@@ -663,6 +698,21 @@ impl Simulation {
                 let until = self.now + nanos(d);
                 self.nodes[node].partitioned_until = until;
                 self.record(node, Happening::Partitioned { until });
+            }
+            FaultKind::HandOver if running && !self.nodes[node].paused => {
+                let next = (node + 1) % self.nodes.len();
+                let to = HolderId::reserved_for(self.nodes[next].holder.node()).ok();
+                self.record(
+                    node,
+                    Happening::HandOverBegun {
+                        to: to.as_ref().map(|h| h.to_string()),
+                    },
+                );
+                let now = self.local_now(node);
+                if let Some(state) = self.nodes[node].state.as_mut() {
+                    state.handle_hand_over(now, to);
+                }
+                self.after_input(node);
             }
             _ => self.record(
                 node,

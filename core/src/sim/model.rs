@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::names::Epoch;
-use crate::sql::{Cell, FAILOVER_EPOCH_JUMP, MEMBER_PREFIX};
+use crate::sql::{Cell, FAILOVER_EPOCH_JUMP, HANDOVER_PREFIX, MEMBER_PREFIX};
 
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -133,7 +133,10 @@ impl ModelDb {
             .rows
             .entry(lease.to_string())
             .and_modify(|row| {
-                let takeable = row.expires_at <= now_ms || row.holder.as_deref() == Some(holder);
+                // Ours, or reserved for our node by a planned handover.
+                let takeable = row.expires_at <= now_ms
+                    || row.holder.as_deref() == Some(holder)
+                    || row.holder.as_deref() == Some(&reservation(holder));
                 if foreign {
                     row.holder = None;
                     row.epoch += FAILOVER_EPOCH_JUMP;
@@ -186,10 +189,59 @@ impl ModelDb {
         match self.matching(lease, holder, epoch) {
             Some(row) => {
                 row.expires_at = now_ms + ttl_ms;
+                let epoch = row.epoch;
+                vec![vec![Cell::Int(epoch), self.asked_hand_over(lease, epoch)]]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The renewal's second column: the node an operator asked term
+    /// `epoch` of `lease` to go to (`""`: anyone), or NULL.
+    fn asked_hand_over(&self, lease: &str, epoch: i64) -> Cell {
+        self.rows
+            .get(&format!("{HANDOVER_PREFIX}{lease}"))
+            .filter(|request| request.epoch == epoch)
+            .map_or(Cell::Null, |request| {
+                Cell::Text(request.holder.clone().unwrap_or_default())
+            })
+    }
+
+    /// The hand-over update: if the row is ours at `epoch`, it names
+    /// `successor` (a reservation, `<node>#`) until `reservation_ms` from
+    /// now, keeping the epoch.
+    pub fn hand_over(
+        &mut self,
+        lease: &str,
+        holder: &str,
+        epoch: Epoch,
+        successor: &str,
+        reservation_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
+        match self.matching(lease, holder, epoch) {
+            Some(row) => {
+                row.holder = Some(successor.to_string());
+                row.expires_at = now_ms + reservation_ms;
                 vec![vec![Cell::Int(row.epoch)]]
             }
             None => Vec::new(),
         }
+    }
+
+    /// An operator's request that term `epoch` of `lease` be handed over
+    /// to `node` (`""`: anyone): the upsert of its request row.
+    pub fn request_hand_over(&mut self, lease: &str, node: &str, epoch: Epoch, now_ms: i64) {
+        let incarnation = self.incarnation;
+        self.rows.insert(
+            format!("{HANDOVER_PREFIX}{lease}"),
+            ModelRow {
+                holder: Some(node.to_string()),
+                epoch: epoch.to_i64(),
+                expires_at: now_ms,
+                incarnation,
+            },
+        );
     }
 
     /// The release update: free the row if it is ours at `epoch`, keeping
@@ -281,9 +333,14 @@ impl ModelDb {
         pairs
             .iter()
             .flat_map(|&(name, epoch)| {
+                // The batch returns no handover request (sets are not
+                // handed over): the single renew's first column only.
                 self.renew(name, holder, epoch, ttl_ms, now_ms)
                     .into_iter()
-                    .map(move |row| named(name, row))
+                    .map(move |mut row| {
+                        row.truncate(1);
+                        named(name, row)
+                    })
             })
             .collect()
     }
@@ -338,6 +395,12 @@ impl ModelDb {
             })
             .collect()
     }
+}
+
+/// The reservation of `holder`'s node (`HolderId::reservation`).
+fn reservation(holder: &str) -> String {
+    let node = holder.rsplit_once('#').map_or(holder, |(node, _)| node);
+    format!("{node}#")
 }
 
 /// A single statement's answer row with the lease name in front, as the

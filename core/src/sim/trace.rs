@@ -82,6 +82,12 @@ pub enum Happening {
     Crashed,
     /// A clean shutdown began.
     ShutdownBegun,
+    /// A planned handover was asked of the node (it hands over if it
+    /// leads), to the reservation `to`.
+    HandOverBegun {
+        /// The reservation (`<node>#`), if the next node has one.
+        to: Option<String>,
+    },
     /// The state machine finished.
     Finished,
     /// A fault found no target (e.g. "crash the leader" with no leader).
@@ -487,6 +493,9 @@ impl fmt::Display for TraceEntry {
             Happening::Partitioned { until } => write!(f, "partitioned until {:.3}ms", ms(*until)),
             Happening::Crashed => write!(f, "CRASHED"),
             Happening::ShutdownBegun => write!(f, "shutting down"),
+            Happening::HandOverBegun { to } => {
+                write!(f, "handing over to {}", to.as_deref().unwrap_or("anyone"))
+            }
             Happening::Finished => write!(f, "finished"),
             Happening::FaultSkipped { fault } => write!(f, "fault {fault} skipped (no target)"),
             Happening::ServerReplaced { lost } => write!(

@@ -24,6 +24,10 @@ pub(super) const TTL: i64 = i64::MIN + 29;
 pub(super) const BATCH: &str = "\u{1}picolease:batch";
 /// The staleness threshold of the survey ([`Param::StaleMillis`]).
 pub(super) const STALE: i64 = i64::MIN + 41;
+/// The reservation a handover writes ([`Param::Successor`]).
+pub(super) const SUCCESSOR: &str = "\u{1}picolease:successor";
+/// How long a handover's reservation lasts ([`Param::ReservationMillis`]).
+pub(super) const RESERVATION: i64 = i64::MIN + 53;
 
 pub(super) const NAME: &str = "name";
 pub(super) const HOLDER_COL: &str = "holder";
@@ -343,11 +347,13 @@ impl Builder<'_> {
         // lost acquire reply), and sound. A row without a holder whose
         // expiry is still ahead is in its grace period after a server
         // change: nobody's, and not takeable until it ends.
+        // Reserved for our node by a planned handover counts as ours.
         let takeable = || {
             self.row_is_sound().and(
                 self.col(EXPIRES_AT)
                     .lte(now())
-                    .or(self.col(HOLDER_COL).eq(self.excluded(HOLDER_COL))),
+                    .or(self.col(HOLDER_COL).eq(self.excluded(HOLDER_COL)))
+                    .or(self.col(HOLDER_COL).eq(self.reservation_of_excluded())),
             )
         };
         // PostgreSQL: a row from another server incarnation is adopted
@@ -428,7 +434,9 @@ impl Builder<'_> {
         for piece in placeholders {
             let value = values.next().expect("one value per placeholder");
             match value {
-                sea_query::Value::BigInt(Some(n)) if n != EPOCH && n != TTL && n != STALE => {
+                sea_query::Value::BigInt(Some(n))
+                    if n != EPOCH && n != TTL && n != STALE && n != RESERVATION =>
+                {
                     out.push_str(&n.to_string())
                 }
                 sea_query::Value::Int(Some(n)) => out.push_str(&n.to_string()),
@@ -456,6 +464,14 @@ impl Builder<'_> {
                     params.push(Param::StaleMillis);
                     push_placeholder(&mut out, self.dialect, &mut next);
                 }
+                sea_query::Value::BigInt(Some(RESERVATION)) => {
+                    params.push(Param::ReservationMillis);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
+                sea_query::Value::String(Some(ref s)) if s == SUCCESSOR => {
+                    params.push(Param::Successor);
+                    push_placeholder(&mut out, self.dialect, &mut next);
+                }
                 other => panic!("statement built with a non-sentinel value {other:?}"),
             }
             out.push_str(piece);
@@ -475,14 +491,20 @@ impl Builder<'_> {
                 db_now(self.dialect).add(Expr::val(TTL)),
             )
             .and_where(self.mine())
-            .returning(Query::returning().exprs([self.col(EPOCH_COL)]))
+            .returning(Query::returning().exprs([self.col(EPOCH_COL), self.asked_hand_over()]))
             .to_owned();
-        self.with_read_back(self.render(&query), self.mine_row(), ReadOrder::AfterWrite)
+        // MySQL: the row read back after the write, with the request.
+        let read = Query::select()
+            .exprs([self.col(EPOCH_COL), self.asked_hand_over()])
+            .from(self.table_ref())
+            .and_where(self.mine())
+            .to_owned();
+        self.with_read_back(self.render(&query), read, ReadOrder::AfterWrite)
     }
 
     /// `SELECT epoch FROM <table> WHERE` the row is ours at our epoch: the
     /// MySQL read-back of renew and release.
-    fn mine_row(&self) -> sea_query::SelectStatement {
+    pub(super) fn mine_row(&self) -> sea_query::SelectStatement {
         Query::select()
             .expr(self.col(EPOCH_COL))
             .from(self.table_ref())
@@ -553,7 +575,7 @@ impl Builder<'_> {
     /// On PostgreSQL, wraps an `UPDATE … RETURNING name, epoch` so the same
     /// statement (hence the same transaction) notifies the release channel
     /// for each row it freed; returns `epoch` either way.
-    fn with_notify(&self, update: &sea_query::UpdateStatement) -> Statement {
+    pub(super) fn with_notify(&self, update: &sea_query::UpdateStatement) -> Statement {
         let inner = self.render(update);
         match self.dialect {
             Dialect::Sqlite => {
@@ -729,6 +751,8 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         acquire: b.acquire(),
         renew: b.renew(),
         release: b.release(),
+        hand_over: b.hand_over(),
+        request_hand_over: b.request_hand_over(),
         force_release: b.force_release(),
         status: b.status(),
         lease_row: b.lease_row(),

@@ -128,11 +128,38 @@ pub(super) fn reply(
             expect_columns("acquire", row, 3)?;
             acquire_row(me, row)
         }
-        Operation::Renew { .. } | Operation::Release { .. } => {
-            let statement = if matches!(operation, Operation::Renew { .. }) {
-                "renew"
-            } else {
+        Operation::Renew { .. } => match rows {
+            [] => Ok(Reply::Rejected),
+            [row] => {
+                expect_columns("renew", row, 2)?;
+                epoch("", &row[0])?;
+                // The operator's request, if any (DESIGN §3 "Planned
+                // handover"): a node's name, or '' for anyone.
+                match opt_text("", "handover request", &row[1])? {
+                    None => Ok(Reply::Accepted),
+                    Some(node) if node.is_empty() => Ok(Reply::HandOverAsked { to: None }),
+                    Some(node) => match HolderId::reserved_for(&node) {
+                        Ok(to) => Ok(Reply::HandOverAsked { to: Some(to) }),
+                        Err(_) => Err(RowError::WrongType {
+                            lease: String::new(),
+                            column: "handover request",
+                            expected: "a node name (1 to 254 bytes, no control characters)",
+                            found: format!("{:?}", node.chars().take(40).collect::<String>()),
+                        }),
+                    },
+                }
+            }
+            _ => Err(RowError::RowCount {
+                statement: "renew",
+                expected: "0 or 1",
+                found: rows.len(),
+            }),
+        },
+        Operation::Release { .. } | Operation::HandOver { .. } => {
+            let statement = if matches!(operation, Operation::Release { .. }) {
                 "release"
+            } else {
+                "hand over"
             };
             match rows {
                 [] => Ok(Reply::Rejected),
@@ -161,7 +188,7 @@ pub(super) fn acquire_row(me: &HolderId, row: &[Cell]) -> Result<Reply, RowError
     match holder {
         Some(holder) if holder == me.as_str() => Ok(Reply::Acquired { epoch }),
         Some(holder) => {
-            let holder = HolderId::new(&holder).map_err(|_| RowError::WrongType {
+            let holder = HolderId::from_row(&holder).map_err(|_| RowError::WrongType {
                 lease: String::new(),
                 column: "holder",
                 expected: "a holder id (1 to 255 bytes, no control characters)",

@@ -13,11 +13,13 @@
 mod batch;
 mod build;
 mod decode;
+mod handover;
 mod mysql;
 
 pub use batch::{batch_names, batch_pairs};
 pub use build::FAILOVER_EPOCH_JUMP;
 pub use decode::{Cell, LeaseRow};
+pub use handover::HANDOVER_PREFIX;
 
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId, LeaseName, TableName};
@@ -75,6 +77,12 @@ pub enum Param {
     /// The survey's staleness threshold in milliseconds (`i64`): a lease
     /// expiring sooner than that is reported as about to be free.
     StaleMillis,
+    /// The reservation a handover writes, `<node>#` (text); in an
+    /// operator's request, the node asked for (`''`: anyone).
+    Successor,
+    /// How long a handover's reservation lasts, in milliseconds (`i64`,
+    /// `Config::reservation`).
+    ReservationMillis,
 }
 
 /// A value bound to a placeholder: text or a 64-bit integer.
@@ -86,8 +94,9 @@ pub enum Value<'a> {
     Int(i64),
 }
 
-/// The values a contender binds: its lease, its id, its ttl.
-#[derive(Clone, Copy, Debug)]
+/// The values a contender binds: its lease, its id, its ttl, and for a
+/// planned handover the reservations (DESIGN §3 "Planned handover").
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Bindings<'a> {
     /// The lease name.
     pub lease: &'a str,
@@ -95,6 +104,11 @@ pub struct Bindings<'a> {
     pub holder: &'a str,
     /// The ttl in milliseconds.
     pub ttl_millis: i64,
+    /// The reservation a handover writes (`LeaseState::successor`); in an
+    /// operator's request, the node asked for.
+    pub successor: &'a str,
+    /// How long a handover's reservation lasts, in milliseconds.
+    pub reservation_millis: i64,
 }
 
 /// The values a lease-set node binds to a batch statement.
@@ -210,6 +224,8 @@ impl Statement {
             Param::Holder => Value::Text(bindings.holder),
             Param::Epoch => Value::Int(epoch.map_or(-1, Epoch::to_i64)),
             Param::TtlMillis => Value::Int(bindings.ttl_millis),
+            Param::Successor => Value::Text(bindings.successor),
+            Param::ReservationMillis => Value::Int(bindings.reservation_millis),
             // No single-lease statement has these; bound harmlessly.
             Param::Batch => Value::Text("[]"),
             Param::StaleMillis => Value::Int(0),
@@ -230,6 +246,9 @@ impl Statement {
             Param::TtlMillis => Value::Int(bindings.ttl_millis),
             Param::Batch => Value::Text(bindings.batch),
             Param::StaleMillis => Value::Int(bindings.stale_millis),
+            // No batch statement has these; bound harmlessly.
+            Param::Successor => Value::Text(""),
+            Param::ReservationMillis => Value::Int(0),
         })
     }
 }
@@ -244,6 +263,8 @@ pub struct Statements {
     acquire: Statement,
     renew: Statement,
     release: Statement,
+    hand_over: Statement,
+    request_hand_over: Statement,
     force_release: Statement,
     status: Statement,
     lease_row: Statement,
@@ -337,6 +358,24 @@ impl Statements {
     /// statement.
     pub fn release(&self) -> &Statement {
         &self.release
+    }
+
+    /// A planned handover (DESIGN §3 "Planned handover"): the row, ours at
+    /// our epoch, goes to the reservation bound as [`Param::Successor`]
+    /// for [`Param::ReservationMillis`]; PostgreSQL notifies as for a
+    /// release. Returns the epoch (one row), or nothing if the term was
+    /// no longer ours.
+    pub fn hand_over(&self) -> &Statement {
+        &self.hand_over
+    }
+
+    /// An operator's request to hand a term over (`picolease handover`,
+    /// DESIGN §3 "Planned handover"): upserts the request row. Bind
+    /// [`Param::Lease`] to [`HANDOVER_PREFIX`] and the lease,
+    /// [`Param::Successor`] to the node asked for (`''`: anyone) and
+    /// [`Param::Epoch`] to the term to end. Returns no rows.
+    pub fn request_hand_over(&self) -> &Statement {
+        &self.request_hand_over
     }
 
     /// Administrative: frees the row whoever holds it and bumps the epoch,
@@ -453,6 +492,7 @@ impl Statements {
             Operation::Acquire => &self.acquire,
             Operation::Renew { .. } => &self.renew,
             Operation::Release { .. } => &self.release,
+            Operation::HandOver { .. } => &self.hand_over,
         }
     }
 
@@ -592,5 +632,6 @@ pub fn bindings<'a>(lease: &'a LeaseName, holder: &'a HolderId, ttl_millis: i64)
         lease: lease.as_str(),
         holder: holder.as_str(),
         ttl_millis,
+        ..Bindings::default()
     }
 }

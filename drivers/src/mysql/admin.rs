@@ -101,6 +101,7 @@ async fn query(
         lease: lease.map_or("", LeaseName::as_str),
         holder: "",
         ttl_millis: 0,
+        ..Bindings::default()
     };
     let mut conn = connector.connect_client().await?;
     let outcome = run_statement(&mut conn, statement, &bindings, None).await;

@@ -16,7 +16,7 @@ use futures::FutureExt;
 use mysql_async::consts::ColumnType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params};
-use picolease_core::sql::{BatchBindings, Bindings, Cell, ReadOrder, Statement, Statements, Value};
+use picolease_core::sql::{BatchBindings, Cell, ReadOrder, Statement, Statements, Value};
 use picolease_core::Operation;
 use tokio::time::Instant;
 
@@ -202,11 +202,7 @@ impl Link {
         let ran = Ran::of(&statement);
         let rows = match statement {
             crate::set::Statement::Row(operation) => {
-                let bindings = Bindings {
-                    lease: &binding.lease,
-                    holder: binding.holder.as_str(),
-                    ttl_millis: binding.ttl_millis,
-                };
+                let bindings = binding.bindings();
                 let sql = statements.for_operation(operation);
                 let epoch = operation.epoch();
                 let values = sql.bind(&bindings, epoch).collect();

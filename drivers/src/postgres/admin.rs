@@ -55,6 +55,7 @@ pub async fn force_release(
         lease: lease.as_str(),
         holder: "",
         ttl_millis: 0,
+        ..Bindings::default()
     };
     let row_error = |source: RowError| PgError::Row {
         table: table.to_string(),

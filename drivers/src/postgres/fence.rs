@@ -124,7 +124,8 @@ impl Fence {
                 Param::TtlMillis => &-1i64,
                 // Only the batch statements bind these; never the fence.
                 Param::Batch => &"[]",
-                Param::StaleMillis => &0i64,
+                Param::Successor => &"",
+                Param::StaleMillis | Param::ReservationMillis => &0i64,
             })
             .collect()
     }
@@ -143,7 +144,8 @@ impl Fence {
                 // As in `params`: a ttl would match nothing.
                 Param::TtlMillis => Value::Int(-1),
                 Param::Batch => Value::Text("[]"),
-                Param::StaleMillis => Value::Int(0),
+                Param::Successor => Value::Text(""),
+                Param::StaleMillis | Param::ReservationMillis => Value::Int(0),
             })
             .collect()
     }

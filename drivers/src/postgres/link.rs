@@ -45,6 +45,8 @@ pub(crate) struct Session {
     acquire: OnceCell<tokio_postgres::Statement>,
     renew: OnceCell<tokio_postgres::Statement>,
     release: OnceCell<tokio_postgres::Statement>,
+    /// Prepared on first use (a planned handover is rare).
+    hand_over: OnceCell<tokio_postgres::Statement>,
     /// A lease set's four batch statements.
     batches: OnceCell<HashMap<BatchKind, tokio_postgres::Statement>>,
 }
@@ -56,6 +58,7 @@ impl Session {
             acquire: OnceCell::new(),
             renew: OnceCell::new(),
             release: OnceCell::new(),
+            hand_over: OnceCell::new(),
             batches: OnceCell::new(),
         }
     }
@@ -103,8 +106,9 @@ impl Session {
             Operation::Acquire => &self.acquire,
             Operation::Renew { .. } => &self.renew,
             Operation::Release { .. } => &self.release,
+            Operation::HandOver { .. } => &self.hand_over,
         };
-        if cell.get().is_none() {
+        if self.acquire.get().is_none() {
             futures::try_join!(
                 prepare_into(&self.client, &self.acquire, statements.acquire()),
                 prepare_into(&self.client, &self.renew, statements.renew()),
@@ -159,6 +163,10 @@ pub(crate) struct Call {
     pub(crate) lease: Arc<str>,
     pub(crate) holder: Arc<str>,
     pub(crate) ttl_millis: i64,
+    /// A hand-over's reservation.
+    pub(crate) successor: Arc<str>,
+    /// How long a hand-over reserves the row, in milliseconds.
+    pub(crate) reservation_millis: i64,
     /// The request timeout runs out here: connecting or backing off past
     /// it is pointless.
     pub(crate) deadline: Instant,
@@ -206,6 +214,8 @@ impl Link {
             lease: &call.lease,
             holder: &call.holder,
             ttl_millis: call.ttl_millis,
+            successor: &call.successor,
+            reservation_millis: call.reservation_millis,
         };
         let values: Vec<_> = statement.bind(&bindings, call.operation.epoch()).collect();
         let prepared = session.prepared(call.operation, &self.statements);

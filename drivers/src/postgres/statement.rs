@@ -70,6 +70,8 @@ async fn execute(link: &Link, binding: Binding, statement: Statement) -> (Answer
                 lease: Arc::clone(&binding.lease),
                 holder: binding.holder.as_str().into(),
                 ttl_millis: binding.ttl_millis,
+                successor: Arc::clone(&binding.successor),
+                reservation_millis: binding.reservation_millis,
                 deadline,
                 timeout: binding.timeout,
             };

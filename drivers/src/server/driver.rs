@@ -40,6 +40,8 @@ pub(crate) enum Control<F> {
     Abort,
     /// A set's node gives a lease up.
     GiveUp(LeaseName),
+    /// A lone lease hands its term over to a reservation (or releases it).
+    HandOver(Option<picolease_core::HolderId>),
     /// Register work on every lease (started at once where held).
     AddWork(GatedTask<F>),
 }
@@ -101,6 +103,8 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
         ttl_millis: config.ttl_millis(),
         stale_millis: runner.engine.stale_millis(),
         timeout,
+        successor: "".into(),
+        reservation_millis: config.reservation_millis(),
     };
     // At most one: the engine asks for a statement only once the last one
     // was answered (the answer was taken from here) or given up on (its
@@ -141,7 +145,14 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
                 futures::future::join_all(stopped).map(drop).boxed()
             });
             let ran = Ran::of(&statement);
-            let execute = Arc::clone(&link).execute(binding.clone(), statement);
+            let binding = match runner.engine.successor() {
+                "" => binding.clone(),
+                successor => Binding {
+                    successor: successor.into(),
+                    ..binding.clone()
+                },
+            };
+            let execute = Arc::clone(&link).execute(binding, statement);
             let future = async move {
                 // The request timeout starts once the statement can be sent.
                 if let Some(stopped) = stopped {
@@ -206,6 +217,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
         match control {
             Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
+            Some(Control::HandOver(to)) => runner.engine.handle_hand_over(now, to),
             Some(Control::AddWork(task)) => {
                 for gate in runner.gates() {
                     gate.add(Arc::clone(&task));
@@ -250,7 +262,10 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
 /// True if the answer says a release freed rows.
 fn freed_rows(ran: Ran, answer: &Answer) -> bool {
     match (ran, answer) {
-        (Ran::Row(Operation::Release { .. }), Answer::Row(Reply::Accepted)) => true,
+        (
+            Ran::Row(Operation::Release { .. } | Operation::HandOver { .. }),
+            Answer::Row(Reply::Accepted),
+        ) => true,
         (Ran::Batch(BatchKind::Release), Answer::Batch(BatchReply::Matched(names))) => {
             !names.is_empty()
         }

@@ -146,6 +146,26 @@ macro_rules! server_handles {
                 Some(Fence::new(&self.statements, self.lease(), self.holder(), epoch))
             }
 
+            /// Hands the lease over (DESIGN §3 "Planned handover") if this node
+            /// leads when the driver gets to it: the work stops as at any end of a
+            /// term (its guarantees unchanged), then one statement reserves the
+            /// row for node `to` (a node name: what `--node` says, or a library
+            /// holder id, whose node is itself) for two intervals, during which
+            /// only that node can take it, at once and at the next epoch; after
+            /// that anyone may. `None` releases the row instead. This node goes on
+            /// as a follower. Returns at once; watch [`LeaseView::leadership`] or
+            /// a subscription for the outcome (a `follower` transition with
+            /// reason [`Demotion::HandedOver`], then the successor's term). An
+            /// error names a node that cannot be reserved for.
+            ///
+            /// [`LeaseView::leadership`]: crate::LeaseView::leadership
+            /// [`Demotion::HandedOver`]: picolease_core::Demotion::HandedOver
+            pub fn hand_over(&self, to: Option<&str>) -> Result<(), picolease_core::ConfigError> {
+                let to = to.map(picolease_core::HolderId::reserved_for).transpose()?;
+                self.task.send(crate::server::driver::Control::HandOver(to));
+                Ok(())
+            }
+
             /// True once the driver task has stopped (after shutdown,
             /// abort, or a fatal error).
             pub fn is_finished(&self) -> bool {

@@ -45,6 +45,23 @@ pub(crate) struct Binding {
     pub(crate) stale_millis: i64,
     /// The request timeout.
     pub(crate) timeout: Duration,
+    /// A hand-over's reservation, set for that statement only.
+    pub(crate) successor: Arc<str>,
+    /// How long a hand-over reserves the row, in milliseconds.
+    pub(crate) reservation_millis: i64,
+}
+
+impl Binding {
+    /// The single-row statement's values.
+    pub(crate) fn bindings(&self) -> picolease_core::sql::Bindings<'_> {
+        picolease_core::sql::Bindings {
+            lease: &self.lease,
+            holder: self.holder.as_str(),
+            ttl_millis: self.ttl_millis,
+            successor: &self.successor,
+            reservation_millis: self.reservation_millis,
+        }
+    }
 }
 
 /// A database's statement connection, as the task drives it.
@@ -125,6 +142,7 @@ pub(crate) fn operation_name(operation: picolease_core::Operation) -> &'static s
         Operation::Acquire => "acquire",
         Operation::Renew { .. } => "renew",
         Operation::Release { .. } => "release",
+        Operation::HandOver { .. } => "hand over",
     }
 }
 

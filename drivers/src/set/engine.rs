@@ -218,6 +218,22 @@ impl Engine {
         }
     }
 
+    /// A planned handover of a lone lease to the reservation `to` (DESIGN
+    /// §3 "Planned handover"); a set's handle has no such call yet.
+    pub(crate) fn handle_hand_over(&mut self, now: Instant, to: Option<HolderId>) {
+        if let Engine::Lease(state) = self {
+            state.handle_hand_over(now, to);
+        }
+    }
+
+    /// The reservation a lone lease's hand-over binds (`""` otherwise).
+    pub(crate) fn successor(&self) -> &str {
+        match self {
+            Engine::Lease(state) => state.successor().map_or("", HolderId::as_str),
+            Engine::Set(_) => "",
+        }
+    }
+
     /// A set's node gives `lease` up (a lone lease's handle has no such
     /// call, so it never comes for one).
     pub(crate) fn handle_give_up(&mut self, now: Instant, lease: &str) {

@@ -30,6 +30,7 @@ impl Fence {
             lease: lease.as_str(),
             holder: holder.as_str(),
             ttl_millis: 0,
+            ..Bindings::default()
         };
         let params = statement
             .bind(&bindings, Some(epoch))

@@ -201,6 +201,7 @@ impl LeaseTable {
             lease: lease.as_str(),
             holder: "",
             ttl_millis: 0,
+            ..Bindings::default()
         };
         let statement = self.statements.force_release();
         let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))
@@ -223,6 +224,7 @@ impl LeaseTable {
             lease: lease.as_str(),
             holder: "",
             ttl_millis: 0,
+            ..Bindings::default()
         };
         let statement = self.statements.lease_row();
         let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))

@@ -34,6 +34,8 @@ pub(crate) enum Control {
     Abort,
     /// A set's node gives a lease up.
     GiveUp(LeaseName),
+    /// A lone lease hands its term over to a reservation (or releases it).
+    HandOver(Option<picolease_core::HolderId>),
     /// Register gated work on every lease (started at once where held).
     AddWork(Work),
     /// Run a closure on the connection, between two statements.
@@ -62,6 +64,7 @@ impl Connection {
         } = execute;
         let config = runner.engine.config();
         let (me, ttl_millis) = (config.holder.clone(), config.ttl_millis());
+        let reservation_millis = config.reservation_millis();
         let stale_millis = runner.engine.stale_millis();
         let left = end_by.map(|end_by| runner.time_until(end_by));
         let started = std::time::Instant::now();
@@ -74,10 +77,13 @@ impl Connection {
                 }
                 runner.reap();
                 let lease = runner.engine.lone_lease().cloned();
+                let successor = runner.engine.successor();
                 let bindings = Bindings {
                     lease: lease.as_ref().map_or("", LeaseName::as_str),
                     holder: me.as_str(),
                     ttl_millis,
+                    successor,
+                    reservation_millis,
                 };
                 let _armed = self.watchdog.arm_until(left.map(|left| started + left));
                 let (reply, error) = self.table.execute_within(*operation, &bindings, &me, left);
@@ -175,6 +181,7 @@ pub(crate) fn run(
             Some(Control::FileChanged) => changes.taken(),
             Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
+            Some(Control::HandOver(to)) => runner.engine.handle_hand_over(now, to),
             Some(Control::Run(job)) => job(connection.table.connection()),
             Some(Control::AddWork(work)) => {
                 for gate in runner.gates() {

@@ -272,6 +272,7 @@ impl Prepared {
             lease,
             holder,
             ttl_millis: ttl_ms,
+            ..Default::default()
         };
         self.statement
             .bind(&b, epoch)
@@ -774,6 +775,7 @@ pub fn bind(
         lease,
         holder,
         ttl_millis: ttl_ms,
+        ..Default::default()
     };
     statement.bind(&b, epoch).map(Bound::from).collect()
 }

@@ -54,6 +54,7 @@ fn bindings<'a>(lease: &'a str, holder: &'a str) -> picolease::sql::Bindings<'a>
         lease,
         holder,
         ttl_millis: SCRATCH_TTL_MS,
+        ..Default::default()
     }
 }
 

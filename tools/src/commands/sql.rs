@@ -15,7 +15,8 @@
 //!
 //! where each `S` is `{"sql": "…", "params": [...]}` and `params` names the
 //! parameters in placeholder order (`lease`, `holder`, `epoch`, `ttl_ms`,
-//! `batch`, `stale_ms`). Placeholders are `$1…` on PostgreSQL and `?` on
+//! `batch`, `stale_ms`). The statements of a planned handover (DESIGN §3)
+//! are picolease's own and not printed. Placeholders are `$1…` on PostgreSQL and `?` on
 //! SQLite and MySQL. `create` holds the table and, on PostgreSQL, the fence
 //! index (statements separated by `;`, no parameters: run it as one batch;
 //! on MySQL the index is inside the `CREATE TABLE`).
@@ -90,6 +91,9 @@ fn param_name(param: Param) -> &'static str {
         Param::TtlMillis => "ttl_ms",
         Param::Batch => "batch",
         Param::StaleMillis => "stale_ms",
+        // Only the handover's statements, which are not printed.
+        Param::Successor => "successor",
+        Param::ReservationMillis => "reservation_ms",
     }
 }
 
@@ -150,12 +154,12 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         },
         Printed::of(
             "acquire",
-            "take the lease if free, lapsed or ours (epoch + 1); returns holder, epoch, expires_in_ms",
+            "take the lease if free, lapsed, ours or reserved for our node (epoch + 1; reserved: our node's name and '#', e.g. web-2# for holder web-2#a1b2c3); returns holder, epoch, expires_in_ms",
             statements.acquire(),
         ),
         Printed::of(
             "renew",
-            "extend our lease at our epoch; one row (epoch) if still ours, none if lost",
+            "extend our lease at our epoch; one row (epoch, handover request) if still ours, none if lost; the request is NULL, or the node an operator asked this term to be handed over to ('' for anyone)",
             statements.renew(),
         ),
         Printed::of(
