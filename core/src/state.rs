@@ -367,9 +367,16 @@ impl LeaseState {
                 if self.hand_over.is_some() =>
             {
                 self.release_by = None;
+                // Handed over: published once more, now naming the
+                // reservation (what `run` prints as its `handover` event).
                 if let (Some(handed), Reply::Accepted) = (self.hand_over.take(), &reply) {
                     if let Some(to) = handed.to {
-                        self.observe(Some(to), handed.epoch);
+                        self.publish(Leadership {
+                            role: Role::Follower,
+                            epoch: Some(handed.epoch),
+                            holder: Some(to),
+                            reason: Some(Demotion::HandedOver),
+                        });
                     }
                 }
                 self.next_attempt = (req.sent_at + self.poll_delay()).max(now);

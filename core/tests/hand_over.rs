@@ -81,9 +81,13 @@ fn a_leader_stops_its_work_then_reserves_the_row_and_follows() {
     // What the driver binds as the reservation, while it is in flight.
     assert_eq!(s.successor(), Some(&b()));
     s.handle_reply(ms(1_003), RequestId(2), Reply::Accepted);
-    // The row now names the reservation; the node polls an interval after
-    // the send, by which time the successor has it.
-    assert_eq!(drain(&mut s), vec![follower(Some(b()), None)]);
+    // The row now names the reservation (published, for the driver's
+    // `handover` event); the node polls an interval after the send, by
+    // which time the successor has it.
+    assert_eq!(
+        drain(&mut s),
+        vec![follower(Some(b()), Some(Demotion::HandedOver))]
+    );
     assert_eq!(s.successor(), None);
     assert_eq!(s.poll_timeout(), Some(ms(3_500)));
     s.handle_timeout(ms(3_500));
@@ -159,7 +163,10 @@ fn a_renewal_in_flight_goes_first_and_a_shutdown_meanwhile_still_hands_over() {
     s.handle_reply(ms(2_512), RequestId(3), Reply::Accepted);
     assert_eq!(
         drain(&mut s),
-        vec![follower(Some(b()), None), Command::Finished]
+        vec![
+            follower(Some(b()), Some(Demotion::HandedOver)),
+            Command::Finished
+        ]
     );
 }
 

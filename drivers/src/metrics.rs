@@ -109,12 +109,13 @@ impl Outcome {
 
 /// The demotion reasons, as `reason` labels of `to="follower"`.
 #[cfg(feature = "metrics")]
-const DEMOTIONS: [picolease_core::Demotion; 5] = [
+const DEMOTIONS: [picolease_core::Demotion; 6] = [
     picolease_core::Demotion::Lost,
     picolease_core::Demotion::Expired,
     picolease_core::Demotion::Released,
     picolease_core::Demotion::Error,
     picolease_core::Demotion::Clock,
+    picolease_core::Demotion::HandedOver,
 ];
 
 /// One lease's metric handles, taken once from the recorder.
@@ -124,9 +125,13 @@ pub(crate) struct Metrics {
     epoch: metrics::Gauge,
     remaining: metrics::Gauge,
     to_leader: metrics::Counter,
-    to_follower: [metrics::Counter; 5],
+    to_follower: [metrics::Counter; 6],
     durations: [metrics::Histogram; 4],
     failures: [[metrics::Counter; 3]; 4],
+    /// Planned handovers (DESIGN §3): `reserved` (the row went to the
+    /// successor) and `failed` (the statement failed or timed out; the row
+    /// lapses by its ttl).
+    handovers: [metrics::Counter; 2],
 }
 
 #[cfg(feature = "metrics")]
@@ -163,6 +168,12 @@ impl Metrics {
                     )
                 })
             }),
+            handovers: ["reserved", "failed"].map(|result| {
+                counter!(
+                    "picolease_handovers_total",
+                    "lease" => lease.clone(), "result" => result
+                )
+            }),
         };
         metrics.leader.set(0.0);
         metrics.epoch.set(0.0);
@@ -172,6 +183,7 @@ impl Metrics {
             .to_follower
             .iter()
             .chain(metrics.failures.iter().flatten())
+            .chain(metrics.handovers.iter())
         {
             counter.increment(0);
         }
@@ -189,10 +201,18 @@ impl Metrics {
         if became_leader {
             self.to_leader.increment(1);
         }
-        if let Some(reason) = leadership.reason {
-            if let Some(i) = DEMOTIONS.iter().position(|&r| r == reason) {
-                self.to_follower[i].increment(1);
+        match (leadership.reason, &leadership.holder) {
+            // The second publication of a handover: the row went to the
+            // reservation it names (the transition was counted before).
+            (Some(picolease_core::Demotion::HandedOver), Some(_)) => {
+                self.handovers[0].increment(1);
             }
+            (Some(reason), _) => {
+                if let Some(i) = DEMOTIONS.iter().position(|&r| r == reason) {
+                    self.to_follower[i].increment(1);
+                }
+            }
+            (None, _) => {}
         }
         if !leadership.is_leader() {
             self.remaining.set(0.0);
@@ -212,6 +232,9 @@ impl Metrics {
         }
         if let Some(i) = outcome.failure_index() {
             self.failures[statement.index()][i].increment(1);
+            if statement == StatementKind::HandOver {
+                self.handovers[1].increment(1);
+            }
         }
     }
 }

@@ -82,6 +82,25 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Administrative: ask the holder of a lease to hand it over (DESIGN §3
+    /// "Planned handover"): at its next renewal it stops its work (CMD)
+    /// and reserves the row for --to, which takes it at once at the next
+    /// epoch; nobody else may for two intervals, then anyone may. Without
+    /// --to the holder releases it. Waits for the holder (at most the
+    /// row's time left and a second) and for the successor (at most the
+    /// reservation and a second) and says what happened. Exit 0 when the
+    /// term was handed over, 1 when the lease does not exist, is not held
+    /// or the holder did not act in time (an older picolease ignores the
+    /// request), 2 on bad usage.
+    Handover {
+        /// The lease.
+        #[arg(long)]
+        name: String,
+        /// The node to hand it to: its --node name (or a library holder
+        /// id). Omitted: the holder releases it to whoever comes next.
+        #[arg(long, value_name = "NODE")]
+        to: Option<String>,
+    },
     /// Print every statement of the protocol (create, acquire, renew,
     /// release, force release, status, fence, lease-set batches) with its parameters, for
     /// contenders written in other languages. Touches no database.

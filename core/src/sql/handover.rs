@@ -27,6 +27,21 @@ use super::{Dialect, ReadOrder, Statement};
 /// asks to end.
 pub const HANDOVER_PREFIX: &str = "picolease.handover:";
 
+/// The name of the request row that asks for `lease` to be handed over.
+pub fn hand_over_request_name(lease: &str) -> String {
+    format!("{HANDOVER_PREFIX}{lease}")
+}
+
+/// The term an operator's handover request would end, read from the
+/// lease's row: its epoch while a holder (not a reservation) has time
+/// left; `None` when the lease is free, lapsed, in a grace period after a
+/// failover or already reserved for a successor: nothing to hand over.
+pub fn term_to_hand_over(row: &super::LeaseRow) -> Option<crate::Epoch> {
+    let holder = row.holder.as_deref()?;
+    let live = row.expires_in_ms.is_some_and(|left| left > 0);
+    (live && !holder.ends_with(crate::names::RESERVATION_MARK)).then_some(row.epoch)
+}
+
 impl Builder<'_> {
     /// The reservation of the holder the acquire would write (DESIGN §3
     /// "Planned handover"): its text up to and including its last `#`,

@@ -19,7 +19,7 @@ mod mysql;
 pub use batch::{batch_names, batch_pairs};
 pub use build::FAILOVER_EPOCH_JUMP;
 pub use decode::{Cell, LeaseRow};
-pub use handover::HANDOVER_PREFIX;
+pub use handover::{hand_over_request_name, term_to_hand_over, HANDOVER_PREFIX};
 
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId, LeaseName, TableName};

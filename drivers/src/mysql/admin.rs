@@ -70,6 +70,37 @@ pub async fn force_release(
     Ok(released)
 }
 
+/// Asks the holder of term `epoch` of `lease` to hand it over to node `to`
+/// (`""`: to whoever comes next; DESIGN §3 "Planned handover"), as
+/// [`crate::postgres::request_hand_over`] does.
+pub async fn request_hand_over(
+    connector: &MysqlConnector,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), MysqlError> {
+    let statements = Statements::new(Dialect::Mysql, table);
+    let request = picolease_core::sql::hand_over_request_name(lease.as_str());
+    let bindings = Bindings {
+        lease: &request,
+        successor: to,
+        ..Bindings::default()
+    };
+    let mut conn = connector.connect_client().await?;
+    let outcome = run_statement(
+        &mut conn,
+        statements.request_hand_over(),
+        &bindings,
+        Some(epoch),
+    )
+    .await;
+    let _ = conn.disconnect().await;
+    outcome
+        .map(drop)
+        .map_err(|e| MysqlError::from_statement("hand over", &table.to_string(), &e))
+}
+
 /// Runs one protocol statement on `conn` as the driver runs it: with its
 /// read-back in one transaction when it has one (MySQL has no
 /// `RETURNING`), returning the rows to decode (`Statements::decode_reply`

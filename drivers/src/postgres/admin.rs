@@ -72,6 +72,34 @@ pub async fn force_release(
     Ok(released)
 }
 
+/// Asks the holder of term `epoch` of `lease` to hand it over to node `to`
+/// (`""`: to whoever comes next; DESIGN §3 "Planned handover"): writes
+/// the request row, which the holder reads with its next renewal. A
+/// request for a term that has ended changes nothing. Pick the epoch with
+/// [`term_to_hand_over`](picolease_core::sql::term_to_hand_over).
+pub async fn request_hand_over(
+    client: &Client,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), PgError> {
+    let statements = Statements::new(Dialect::Postgres, table);
+    let request = picolease_core::sql::hand_over_request_name(lease.as_str());
+    let bindings = Bindings {
+        lease: &request,
+        successor: to,
+        ..Bindings::default()
+    };
+    let statement = statements.request_hand_over();
+    let values: Vec<_> = statement.bind(&bindings, Some(epoch)).collect();
+    client
+        .query_typed(statement.sql(), &typed(statement, &values))
+        .await
+        .map_err(|e| PgError::from_statement("hand over", &table.to_string(), &e))?;
+    Ok(())
+}
+
 /// Runs `statement` unnamed with typed parameters (one round trip, and
 /// nothing left on the session for a pooler to mix up), and returns its
 /// rows as cells.

@@ -218,6 +218,32 @@ impl LeaseTable {
         Ok(released)
     }
 
+    /// Asks the holder of term `epoch` of `lease` to hand it over to node
+    /// `to` (`""`: to whoever comes next; DESIGN §3 "Planned handover"):
+    /// writes the request row, which the holder reads with its next
+    /// renewal.
+    pub fn request_hand_over(
+        &self,
+        lease: &LeaseName,
+        epoch: Epoch,
+        to: &str,
+    ) -> Result<(), Error> {
+        let request = picolease_core::sql::hand_over_request_name(lease.as_str());
+        let bindings = Bindings {
+            lease: &request,
+            successor: to,
+            ..Bindings::default()
+        };
+        let statement = self.statements.request_hand_over();
+        run(
+            &self.conn,
+            statement.sql(),
+            statement.bind(&bindings, Some(epoch)),
+        )
+        .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
     /// One lease's row, if it exists.
     pub fn lease_row(&self, lease: &LeaseName) -> Result<Option<LeaseRow>, Error> {
         let bindings = Bindings {

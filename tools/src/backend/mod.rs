@@ -161,6 +161,28 @@ impl Backend {
         }
     }
 
+    /// `handover`: asks the holder of term `epoch` of `lease` to hand it
+    /// over to node `to` (`""`: anyone).
+    pub fn request_hand_over(
+        &self,
+        table: &TableName,
+        lease: &LeaseName,
+        epoch: Epoch,
+        to: &str,
+    ) -> Result<(), CliError> {
+        match self {
+            Backend::Sqlite(location) => {
+                sqlite::request_hand_over(location, table, lease, epoch, to)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => {
+                postgres::request_hand_over(target, table, lease, epoch, to)
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::request_hand_over(target, table, lease, epoch, to),
+        }
+    }
+
     /// `release --force`: the new epoch, or `None` when there is no such
     /// lease. A malformed row is reported and left unchanged.
     pub fn force_release(

@@ -85,6 +85,19 @@ pub fn status(target: &Target, table: &TableName) -> Result<Vec<LeaseRow>, CliEr
     })
 }
 
+/// `handover`: writes the request row.
+pub fn request_hand_over(
+    target: &Target,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), CliError> {
+    admin(target, async |c| {
+        mysql::request_hand_over(c, table, lease, epoch, to).await
+    })
+}
+
 /// `release --force`: the epoch it was held at, or `None`.
 pub fn force_release(
     target: &Target,

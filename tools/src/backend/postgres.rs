@@ -99,6 +99,19 @@ pub fn status(target: &Target, table: &TableName) -> Result<Vec<LeaseRow>, CliEr
     })
 }
 
+/// `handover`: writes the request row.
+pub fn request_hand_over(
+    target: &Target,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), CliError> {
+    with_client(target, async |client| {
+        postgres::request_hand_over(client, table, lease, epoch, to).await
+    })
+}
+
 /// `release --force`: the new epoch, or `None` when there is no such lease
 /// (the statement leaves a malformed row as it is; the driver reports it).
 pub fn force_release(

@@ -58,6 +58,18 @@ pub fn force_release(
     Ok(leases.force_release(lease)?)
 }
 
+/// Asks the holder of term `epoch` of `lease` to hand it over to `to`.
+pub fn request_hand_over(
+    location: &Location,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), CliError> {
+    let leases = LeaseTable::open(&database(location, table).auto_create(false))?;
+    Ok(leases.request_hand_over(lease, epoch, to)?)
+}
+
 /// Starts the blocking driver, with CMD as its gated work.
 pub fn start(
     location: &Location,

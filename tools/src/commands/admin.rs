@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picolease::sql::{LeaseRow, MEMBER_PREFIX};
+use picolease::sql::{LeaseRow, HANDOVER_PREFIX, MEMBER_PREFIX};
 use picolease::sqlite::Location;
 use picolease::{LeaseName, TableName};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -37,10 +37,13 @@ pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The lease rows, without the lease sets' membership rows.
+/// The lease rows, without the lease sets' membership rows and the
+/// operators' handover requests.
 fn leases_only(rows: Vec<LeaseRow>) -> Vec<LeaseRow> {
     rows.into_iter()
-        .filter(|row| !row.name.starts_with(MEMBER_PREFIX))
+        .filter(|row| {
+            !row.name.starts_with(MEMBER_PREFIX) && !row.name.starts_with(HANDOVER_PREFIX)
+        })
         .collect()
 }
 
@@ -123,6 +126,19 @@ fn print_table(backend: &Backend, table: &TableName, rows: &[LeaseRow]) {
                 show(std::time::Duration::from_millis(ms as u64))
             ),
             (false, _) | (_, None) => "free".to_string(),
+            // Reserved for a node by a planned handover (DESIGN §3).
+            (true, Some(ms))
+                if ms > 0 && row.holder.as_deref().is_some_and(|h| h.ends_with('#')) =>
+            {
+                format!(
+                    "reserved for {}, {} left",
+                    row.holder
+                        .as_deref()
+                        .unwrap_or_default()
+                        .trim_end_matches('#'),
+                    show(std::time::Duration::from_millis(ms as u64))
+                )
+            }
             (true, Some(ms)) if ms > 0 => {
                 format!(
                     "held, {} left",

@@ -3,7 +3,8 @@
 //! | event | keys besides `event`, `name`, `node`, `unix_ms` |
 //! | --- | --- |
 //! | `leader` | `holder` (this process's stored holder id), `epoch` |
-//! | `follower` | `holder`, `epoch` (the term left), `reason` |
+//! | `follower` | `holder`, `epoch` (the term left), `reason` (`lost`, `expired`, `released`, `error`, `clock`, `handover`) |
+//! | `handover` | `from` (this process's holder id), `to` (the node the row is now reserved for), `epoch` (the term handed over) |
 //! | `observed` | `holder` (another holder, or null when free), `epoch` |
 //! | `child` | `pid` (CMD's pid, also its process group), `epoch` (its term) |
 //! | `child_exit` | `pid`, `epoch`, and `code` or `signal` (e.g. `"SIGKILL"`) |
@@ -111,6 +112,20 @@ impl Printer {
         let epoch = epoch.map(|e| e.get());
         let shown = epoch.unwrap_or(0);
         let (node, lease) = (&self.node, &self.lease);
+        // The second publication of a planned handover names the
+        // reservation the row went to (DESIGN §3 "Planned handover").
+        let reserved = match (reason, holder) {
+            (Some(picolease::Demotion::HandedOver), Some(to)) => to.reserved_node(),
+            _ => None,
+        };
+        if let Some(to) = reserved {
+            return self.emit(
+                "handover",
+                transition.at,
+                json!({ "from": self.holder.as_str(), "to": to, "epoch": epoch }),
+                format!("{node} handed \"{lease}\" over to {to} at epoch {shown}"),
+            );
+        }
         match (role, reason) {
             (Role::Leader, _) => self.emit(
                 "leader",

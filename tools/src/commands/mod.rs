@@ -4,6 +4,7 @@ mod admin;
 mod check;
 pub mod child;
 mod events;
+mod handover;
 pub mod run;
 pub mod run_set;
 mod simulate;
@@ -90,6 +91,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             json, watch: true, ..
         } => admin::watch(&backend, &table, json),
         Command::Release { name, force } => admin::release(&backend, &table, &name, force),
+        Command::Handover { name, to } => handover::run(&backend, &table, &name, to.as_deref()),
         Command::Run(args) => run::run(&backend, &table, args),
         Command::Bench { rounds, json } => crate::bench::run(
             &backend,

@@ -53,14 +53,15 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         .iter()
         .map(|name| LeaseName::new(name).map_err(CliError::usage))
         .collect::<Result<Vec<_>, _>>()?;
-    if let Some(reserved) = names
-        .iter()
-        .find(|n| n.as_str().starts_with(picolease::sql::MEMBER_PREFIX))
-    {
+    if let Some(reserved) = names.iter().find(|n| {
+        n.as_str().starts_with(picolease::sql::MEMBER_PREFIX)
+            || n.as_str().starts_with(picolease::sql::HANDOVER_PREFIX)
+    }) {
         return Err(CliError::usage(format!(
-            "--name {:?}: names starting with {:?} are reserved for the lease sets' membership rows",
+            "--name {:?}: names starting with {:?} (the lease sets' membership rows) or {:?} (handover requests) are reserved",
             reserved.as_str(),
-            picolease::sql::MEMBER_PREFIX
+            picolease::sql::MEMBER_PREFIX,
+            picolease::sql::HANDOVER_PREFIX
         )));
     }
     let lease = names[0].clone();

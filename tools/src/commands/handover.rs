@@ -1,0 +1,130 @@
+//! `picolease handover --name N [--to NODE]`: an operator asks the holder
+//! to hand its term over (DESIGN §3 "Planned handover"), then watches the
+//! row to say what happened.
+//!
+//! The request is a row of its own (`picolease.handover:N`) naming the
+//! term by its epoch; the holder reads it with its next renewal, stops its
+//! work and reserves the lease for the node. Nothing here decides who
+//! leads: the holder and the successor's acquire do, in the database.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use picolease::sql::{term_to_hand_over, LeaseRow};
+use picolease::{HolderId, LeaseName, TableName};
+
+use crate::backend::Backend;
+use crate::duration::show;
+use crate::failure::CliError;
+use crate::output::line;
+
+/// How often the row is read while waiting.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Slack beyond the row's own time left (and the reservation's): the
+/// holder's renewal, and the successor's acquire, take a round trip.
+const SLACK: Duration = Duration::from_secs(1);
+
+pub fn run(
+    backend: &Backend,
+    table: &TableName,
+    name: &str,
+    to: Option<&str>,
+) -> Result<ExitCode, CliError> {
+    let lease = LeaseName::new(name).map_err(CliError::usage)?;
+    if let Some(node) = to {
+        HolderId::reserved_for(node).map_err(CliError::usage)?;
+    }
+    let place = backend.place();
+    let Some(row) = read(backend, table, name)? else {
+        return Err(CliError::runtime(format!(
+            "no lease named {name:?} in table {table} of {place}"
+        )));
+    };
+    let (Some(epoch), Some(holder)) = (term_to_hand_over(&row), row.holder.clone()) else {
+        return Err(CliError::runtime(format!(
+            "lease {name:?} is not held (free, lapsed or reserved): nothing to hand over"
+        )));
+    };
+    backend.request_hand_over(table, &lease, epoch, to.unwrap_or(""))?;
+    let started = Instant::now();
+    // The holder acts at its next renewal, before its row expires.
+    let left = Duration::from_millis(row.expires_in_ms.unwrap_or(0).max(0) as u64);
+    let ended = wait(backend, table, name, left + SLACK, |row| {
+        row.epoch != epoch || row.holder.as_deref() != Some(&holder)
+    })?;
+    let Some(after) = ended else {
+        return Err(CliError::runtime(format!(
+            "{holder} still holds lease {name:?} at epoch {epoch} after {}: it did not act on the request (an older picolease ignores it)",
+            show(started.elapsed())
+        )));
+    };
+    match after.holder.as_deref().and_then(|h| h.strip_suffix('#')) {
+        Some(node) if after.epoch == epoch => {
+            line(&format!(
+                "{holder} handed lease {name:?} over at epoch {epoch} after {}; reserved for {node}",
+                show(started.elapsed())
+            ));
+            // The reservation lasts two intervals: the successor takes it
+            // within that, or anyone may.
+            let reserved = Duration::from_millis(after.expires_in_ms.unwrap_or(0).max(0) as u64);
+            let taken = wait(backend, table, name, reserved + SLACK, |row| {
+                row.epoch != epoch
+            })?;
+            report_successor(name, taken.as_ref(), started);
+        }
+        _ => report_successor(name, Some(&after), started),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Who leads now, as the row says.
+fn report_successor(name: &str, row: Option<&LeaseRow>, started: Instant) {
+    let after = show(started.elapsed());
+    match row {
+        Some(LeaseRow {
+            holder: Some(holder),
+            epoch,
+            ..
+        }) => line(&format!(
+            "lease {name:?} is held by {holder} at epoch {epoch}, {after} after the request"
+        )),
+        Some(row) => line(&format!(
+            "lease {name:?} is free at epoch {}, {after} after the request",
+            row.epoch
+        )),
+        None => line(&format!(
+            "nobody took lease {name:?} within its reservation; anyone may now"
+        )),
+    }
+}
+
+/// The lease's row, if it exists.
+fn read(backend: &Backend, table: &TableName, name: &str) -> Result<Option<LeaseRow>, CliError> {
+    Ok(backend
+        .status(table)?
+        .into_iter()
+        .find(|row| row.name == name))
+}
+
+/// Reads the row until `done` holds or `limit` passes.
+fn wait(
+    backend: &Backend,
+    table: &TableName,
+    name: &str,
+    limit: Duration,
+    done: impl Fn(&LeaseRow) -> bool,
+) -> Result<Option<LeaseRow>, CliError> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(row) = read(backend, table, name)? {
+            if done(&row) {
+                return Ok(Some(row));
+            }
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        std::thread::sleep(POLL);
+    }
+}
