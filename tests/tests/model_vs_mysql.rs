@@ -25,8 +25,8 @@ use model_vs::batch::{
     batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp, BatchSql, BATCH_MUTANTS,
 };
 use model_vs::{
-    check_concurrent_acquires, check_real_expiry, ops, Bound, Comparison, EpochPick, Op, Outcome,
-    RealDb, Sql, LEASES, SQL_MUTANTS,
+    check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
+    EpochPick, Op, Outcome, RealDb, Sql, LEASES, SQL_MUTANTS,
 };
 use mysql_async::consts::ColumnType;
 use mysql_async::prelude::Queryable;
@@ -952,4 +952,16 @@ fn a_blocked_acquire_gives_up_at_its_lock_wait_timeout_and_changes_nothing() {
     );
     assert_eq!(f.writes(&mut observer), [vec![Cell::Int(1)]]);
     f.drop_tables(&mut observer);
+}
+
+/// A planned handover's statements agree with the model step by step
+/// (`check_hand_over_script`).
+#[test]
+fn a_planned_handover_agrees_with_the_model_on_mysql() {
+    let mut db = Mysql::connect();
+    let s = statements(&table("handover"));
+    let app = table("handover_app");
+    let mut c = Comparison::new(&mut db, Sql::new(&s), &app);
+    check_hand_over_script(&mut c);
+    c.drop_tables();
 }

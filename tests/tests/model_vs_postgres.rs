@@ -18,8 +18,8 @@ use model_vs::batch::{
     batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp, BatchSql, BATCH_MUTANTS,
 };
 use model_vs::{
-    check_concurrent_acquires, check_real_expiry, ops, Bound, Comparison, EpochPick, Op, Outcome,
-    RealDb, Sql, LEASES, SQL_MUTANTS,
+    check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
+    EpochPick, Op, Outcome, RealDb, Sql, LEASES, SQL_MUTANTS,
 };
 use picolease_core::sql::{Cell, Dialect, Statements};
 use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
@@ -419,5 +419,17 @@ fn a_batch_of_a_thousand_leases_renews_in_one_statement_on_postgres() {
         &table("awkward_app"),
     );
     check_awkward_names(&mut c);
+    c.drop_tables();
+}
+
+/// A planned handover's statements agree with the model step by step
+/// (`check_hand_over_script`).
+#[test]
+fn a_planned_handover_agrees_with_the_model_on_postgres() {
+    let mut db = Postgres::connect();
+    let s = statements(&table("handover"));
+    let app = table("handover_app");
+    let mut c = Comparison::new(&mut db, Sql::new(&s), &app);
+    check_hand_over_script(&mut c);
     c.drop_tables();
 }

@@ -17,8 +17,8 @@ use model_vs::batch::{
     batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp, BatchSql, BATCH_MUTANTS,
 };
 use model_vs::{
-    check_concurrent_acquires, check_real_expiry, ops, Bound, Comparison, EpochPick, Op, Outcome,
-    RealDb, Sql, LEASES, SQL_MUTANTS,
+    check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
+    EpochPick, Op, Outcome, RealDb, Sql, LEASES, SQL_MUTANTS,
 };
 use picolease_core::sql::{Cell, Dialect, Statements};
 use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
@@ -404,5 +404,17 @@ fn a_batch_of_a_thousand_leases_renews_in_one_statement_on_sqlite() {
     c.drop_tables();
     let mut c = Comparison::new(&mut db, Sql::new(&statements("mvs_awk")), "mvs_awk_app");
     check_awkward_names(&mut c);
+    c.drop_tables();
+}
+
+/// A planned handover's statements agree with the model step by step
+/// (`check_hand_over_script`).
+#[test]
+fn a_planned_handover_agrees_with_the_model_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut db = Sqlite::open(&dir.path().join("handover.db"));
+    let s = statements("mvs_handover");
+    let mut c = Comparison::new(&mut db, Sql::new(&s), "mvs_handover_app");
+    check_hand_over_script(&mut c);
     c.drop_tables();
 }

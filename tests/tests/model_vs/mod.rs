@@ -26,8 +26,13 @@ use picolease_core::sql::{
 use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, RowError};
 use proptest::prelude::*;
 
-/// The contenders of the random sequences.
-pub const HOLDERS: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// The contenders of the random sequences: two processes of node `web`
+/// (the CLI's `node#incarnation` form, both matching a reservation for
+/// `web`) and one library holder id (its own node).
+pub const HOLDERS: [&str; 3] = ["web#00000a", "web#00000b", "node-c"];
+/// How long a handover of the random sequences reserves the row: a whole
+/// number of steps, shorter than the ttl.
+pub const RESERVATION_MS: i64 = 3 * STEP_MS;
 /// The leases of the random sequences (two, so a statement touching the
 /// wrong row shows).
 pub const LEASES: [&str; 2] = ["jobs", "reports"];
@@ -169,6 +174,20 @@ pub enum Op {
     ForceRelease {
         lease: usize,
     },
+    /// A planned handover by `who` to the node of `to`.
+    HandOver {
+        who: usize,
+        lease: usize,
+        epoch: EpochPick,
+        to: usize,
+    },
+    /// An operator's request that a term be handed over to the node of
+    /// `to` (`None`: anyone); read back by the next renewals.
+    RequestHandOver {
+        lease: usize,
+        epoch: EpochPick,
+        to: Option<usize>,
+    },
     /// A write through the fence into the application's own table.
     Fence {
         who: usize,
@@ -200,6 +219,10 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => (who.clone(), lease.clone(), epoch_pick())
             .prop_map(|(who, lease, epoch)| Op::Release { who, lease, epoch }),
         1 => lease.clone().prop_map(|lease| Op::ForceRelease { lease }),
+        2 => (who.clone(), lease.clone(), epoch_pick(), who.clone())
+            .prop_map(|(who, lease, epoch, to)| Op::HandOver { who, lease, epoch, to }),
+        1 => (lease.clone(), epoch_pick(), prop::option::of(who.clone()))
+            .prop_map(|(lease, epoch, to)| Op::RequestHandOver { lease, epoch, to }),
         2 => (who, lease, epoch_pick()).prop_map(|(who, lease, epoch)| Op::Fence { who, lease, epoch }),
         // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
         4 => (0u8..=12).prop_map(|steps| Op::Advance { steps }),
@@ -244,12 +267,26 @@ impl Prepared {
         ttl_ms: i64,
         epoch: Option<Epoch>,
     ) -> Vec<Vec<Cell>> {
-        let values = self.values(holder, lease, ttl_ms, epoch);
+        self.run_to(real, holder, lease, ttl_ms, epoch, "")
+    }
+
+    /// [`Prepared::run`] with a handover's successor (`Param::Successor`;
+    /// the reservation is [`RESERVATION_MS`]).
+    pub fn run_to<R: RealDb + ?Sized>(
+        &self,
+        real: &mut R,
+        holder: &str,
+        lease: &str,
+        ttl_ms: i64,
+        epoch: Option<Epoch>,
+        successor: &str,
+    ) -> Vec<Vec<Cell>> {
+        let values = self.values_to(holder, lease, ttl_ms, epoch, successor);
         let read = self.read.as_ref().map(|(order, read)| {
             (
                 *order,
                 read.sql(),
-                read.values(holder, lease, ttl_ms, epoch),
+                read.values_to(holder, lease, ttl_ms, epoch, successor),
             )
         });
         run_with(real, &self.sql, &values, read)
@@ -268,11 +305,24 @@ impl Prepared {
         ttl_ms: i64,
         epoch: Option<Epoch>,
     ) -> Vec<Bound> {
+        self.values_to(holder, lease, ttl_ms, epoch, "")
+    }
+
+    /// [`Prepared::values`] with a handover's successor.
+    pub fn values_to(
+        &self,
+        holder: &str,
+        lease: &str,
+        ttl_ms: i64,
+        epoch: Option<Epoch>,
+        successor: &str,
+    ) -> Vec<Bound> {
         let b = Bindings {
             lease,
             holder,
             ttl_millis: ttl_ms,
-            ..Default::default()
+            successor,
+            reservation_millis: RESERVATION_MS,
         };
         self.statement
             .bind(&b, epoch)
@@ -366,6 +416,8 @@ pub struct Sql {
     pub acquire: Prepared,
     pub renew: Prepared,
     pub release: Prepared,
+    pub hand_over: Prepared,
+    pub request_hand_over: Prepared,
     pub force_release: Prepared,
     pub status: Prepared,
     /// The fence, numbered to follow the application's own `id` parameter.
@@ -379,6 +431,8 @@ impl Sql {
             acquire: Prepared::new(statements.acquire()),
             renew: Prepared::new(statements.renew()),
             release: Prepared::new(statements.release()),
+            hand_over: Prepared::new(statements.hand_over()),
+            request_hand_over: Prepared::new(statements.request_hand_over()),
             force_release: Prepared::new(statements.force_release()),
             status: Prepared::new(statements.status()),
             fence: Prepared::new(&statements.fence_from(2)),
@@ -493,6 +547,7 @@ pub enum Outcome {
     Reply(Result<Reply, RowError>),
     ForceReleased(Result<Option<Epoch>, RowError>),
     Fenced(bool),
+    Requested,
     Advanced,
 }
 
@@ -646,6 +701,52 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                     Outcome::ForceReleased(s.decode_force_release(&model)),
                     Outcome::ForceReleased(s.decode_force_release(&real)),
                 )
+            }
+            Op::HandOver {
+                who,
+                lease,
+                epoch,
+                to,
+            } => {
+                let epoch = self.epoch(LEASES[lease], epoch);
+                let (holder, lease) = (HOLDERS[who], LEASES[lease]);
+                let me = HolderId::new(holder).unwrap();
+                let successor = HolderId::new(HOLDERS[to]).unwrap().reservation();
+                let operation = Operation::HandOver { epoch };
+                let model =
+                    self.model
+                        .hand_over(lease, holder, epoch, &successor, RESERVATION_MS, now);
+                let real = self.sql.hand_over.run_to(
+                    self.real,
+                    holder,
+                    lease,
+                    ttl_ms,
+                    Some(epoch),
+                    &successor,
+                );
+                (
+                    Outcome::Reply(s.decode_reply(operation, &me, &model)),
+                    Outcome::Reply(s.decode_reply(operation, &me, &real)),
+                )
+            }
+            Op::RequestHandOver { lease, epoch, to } => {
+                let epoch = self.epoch(LEASES[lease], epoch);
+                let lease = LEASES[lease];
+                let node = to.map_or(String::new(), |to| {
+                    HolderId::new(HOLDERS[to]).unwrap().node().to_string()
+                });
+                self.model.request_hand_over(lease, &node, epoch, now);
+                let request = picolease_core::sql::hand_over_request_name(lease);
+                let rows = self.sql.request_hand_over.run_to(
+                    self.real,
+                    "",
+                    &request,
+                    ttl_ms,
+                    Some(epoch),
+                    &node,
+                );
+                assert!(rows.is_empty(), "the request returns no rows: {rows:?}");
+                (Outcome::Requested, Outcome::Requested)
             }
             Op::Fence { who, lease, epoch } => {
                 let epoch = self.epoch(LEASES[lease], epoch);
@@ -958,4 +1059,158 @@ pub fn check_real_expiry<R: RealDb>(c: &mut Comparison<'_, R>, lease: usize, ttl
     );
     assert_eq!(real, Outcome::Fenced(true), "the new holder's fence holds");
     true
+}
+
+/// A planned handover, step by step, with the outcome every step must
+/// have on the model and on the real database (DESIGN §3 "Planned
+/// handover"): a reservation keeps others out, lets any process of the
+/// named node in at the next epoch, fences the old holder out, and lapses
+/// to anyone; an operator's request reaches the holder's next renewal,
+/// only for the term it names.
+pub fn check_hand_over_script<R: RealDb>(c: &mut Comparison<'_, R>) {
+    let lease = 0;
+    let acquired = |e| {
+        Outcome::Reply(Ok(Reply::Acquired {
+            epoch: Epoch::new(e),
+        }))
+    };
+    let accepted = Outcome::Reply(Ok(Reply::Accepted));
+    let current = EpochPick::Current;
+    let reserved_web = Outcome::Reply(Ok(Reply::Held {
+        holder: Some(HolderId::reserved_for("web").unwrap()),
+        epoch: Epoch::new(1),
+        expires_in: std::time::Duration::from_millis(RESERVATION_MS as u64),
+    }));
+    let asked = |node: Option<&str>| {
+        Outcome::Reply(Ok(Reply::HandOverAsked {
+            to: node.map(|n| HolderId::reserved_for(n).unwrap()),
+        }))
+    };
+    let script = [
+        (Op::Acquire { who: 2, lease }, acquired(1)),
+        (
+            Op::HandOver {
+                who: 2,
+                lease,
+                epoch: current,
+                to: 0,
+            },
+            accepted.clone(),
+        ),
+        // Reserved for `web`: the old holder waits like anyone else…
+        (Op::Acquire { who: 2, lease }, reserved_web),
+        // …and either process of `web` takes it at once, at the next epoch.
+        (Op::Acquire { who: 1, lease }, acquired(2)),
+        (
+            Op::Fence {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            Outcome::Fenced(true),
+        ),
+        (
+            Op::Fence {
+                who: 2,
+                lease,
+                epoch: EpochPick::Raw(1),
+            },
+            Outcome::Fenced(false),
+        ),
+        (
+            Op::RequestHandOver {
+                lease,
+                epoch: current,
+                to: Some(2),
+            },
+            Outcome::Requested,
+        ),
+        (
+            Op::Renew {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            asked(Some("node-c")),
+        ),
+        (
+            Op::RequestHandOver {
+                lease,
+                epoch: current,
+                to: None,
+            },
+            Outcome::Requested,
+        ),
+        (
+            Op::Renew {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            asked(None),
+        ),
+        // A request for another term is no request.
+        (
+            Op::RequestHandOver {
+                lease,
+                epoch: EpochPick::Offset(-1),
+                to: None,
+            },
+            Outcome::Requested,
+        ),
+        (
+            Op::Renew {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            accepted.clone(),
+        ),
+        (
+            Op::HandOver {
+                who: 1,
+                lease,
+                epoch: current,
+                to: 2,
+            },
+            accepted,
+        ),
+        (
+            Op::Fence {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            Outcome::Fenced(false),
+        ),
+        (
+            Op::Acquire { who: 0, lease },
+            Outcome::Reply(Ok(Reply::Held {
+                holder: Some(HolderId::reserved_for("node-c").unwrap()),
+                epoch: Epoch::new(2),
+                expires_in: std::time::Duration::from_millis(RESERVATION_MS as u64),
+            })),
+        ),
+        // The reservation lapses: anyone may take the row.
+        (Op::Advance { steps: 3 }, Outcome::Advanced),
+        (Op::Acquire { who: 0, lease }, acquired(3)),
+    ];
+    for (op, expected) in script {
+        let (model, real) = c.step(op, TTL_MS);
+        assert!(
+            agree(&expected, &model),
+            "{op:?}: model {model:?}, expected {expected:?}"
+        );
+        assert!(
+            agree(&model, &real),
+            "{}",
+            c.disagreement("outcomes differ")
+        );
+        let (model, real) = c.status();
+        let same = match (&model, &real) {
+            (Ok(m), Ok(r)) => status_agree(m, r),
+            (m, r) => m == r,
+        };
+        assert!(same, "status after {op:?}: model {model:?}, real {real:?}");
+    }
 }
