@@ -112,6 +112,9 @@ pub struct LeaseState {
     release_by: Option<Instant>,
     /// A planned handover decided and not yet answered.
     hand_over: Option<HandOver>,
+    /// After a handover, until when release notices are ignored
+    /// (`stepped_aside`).
+    aside_until: Option<Instant>,
     /// This holder's reservation (`<node>#`, [`HolderId::reservation`]):
     /// a row reserved for it is as good as its own.
     reservation: String,
@@ -156,6 +159,7 @@ impl LeaseState {
             notice_pending: false,
             release_by: None,
             hand_over: None,
+            aside_until: None,
             reservation,
             db_clock: None,
             contending: true,
@@ -380,6 +384,8 @@ impl LeaseState {
                     }
                 }
                 self.next_attempt = (req.sent_at + self.poll_delay()).max(now);
+                self.aside_until = Some(self.next_attempt);
+                self.notice_pending = false;
             }
             // A release ends the shutdown whatever its outcome (accepted,
             // rejected, failed): `after_failure` handles all three. Anything
@@ -533,7 +539,7 @@ impl LeaseState {
         }
         // Every input checks the deadline first, this one included.
         self.check_deadline(now);
-        if self.standing != Standing::Follower {
+        if self.standing != Standing::Follower || self.stepped_aside(now) {
             return;
         }
         if self.in_flight.is_some() {
@@ -542,6 +548,14 @@ impl LeaseState {
             self.next_attempt = now;
         }
         self.advance(now);
+    }
+
+    /// True while a node that just handed its lease over lets the others
+    /// take it: from the handover until its next poll, a release notice
+    /// (its own release's, above all, which SQLite's file watch and
+    /// PostgreSQL's LISTEN report too) does not make it try at once.
+    fn stepped_aside(&self, now: Instant) -> bool {
+        self.hand_over.is_some() || self.aside_until.is_some_and(|until| now < until)
     }
 
     /// A reading of the database clock, `db_millis`, taken by a statement
@@ -647,6 +661,8 @@ impl LeaseState {
         if handing_over && self.hand_over.take().is_some() {
             self.release_by = None;
             self.next_attempt = (req.sent_at + self.config.interval).max(now);
+            self.aside_until = Some(self.next_attempt);
+            self.notice_pending = false;
             return;
         }
         match self.phase {
@@ -916,6 +932,8 @@ pub(crate) struct Snapshot {
     pub(crate) published: Leadership,
     /// A planned handover under way: its epoch and reservation.
     pub(crate) hand_over: Option<(Epoch, Option<HolderId>)>,
+    /// After a handover: until when release notices are ignored.
+    pub(crate) aside_until: Option<Instant>,
 }
 
 #[cfg(feature = "sim")]
@@ -941,6 +959,7 @@ impl LeaseState {
             finished: self.phase == Phase::Finished,
             published: self.published.clone(),
             hand_over: self.hand_over.as_ref().map(|h| (h.epoch, h.to.clone())),
+            aside_until: self.aside_until,
         }
     }
 }

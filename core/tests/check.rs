@@ -75,6 +75,34 @@ fn two_nodes_hold_every_property_across_a_failover_that_loses_writes() {
     across_a_failover(None);
 }
 
+/// Planned handovers (DESIGN §3 "Planned handover";
+/// `Bounds::with_handover`): 2 nodes, a leader that may hand its lease
+/// over to the other (a fault step), among every other fault. No two
+/// leaders, no epoch given twice, gating, fencing, and the lease led
+/// again within the liveness bound after each. `depth`: `None` for the
+/// whole space (see the ignored test).
+fn with_handovers(depth: Option<usize>) {
+    let mut bounds = Bounds::with_handover(2);
+    if let Some(depth) = depth {
+        bounds.depth = depth;
+    }
+    exhaustive_at(&bounds, depth.is_none());
+}
+
+/// Every path of up to 28 steps with planned handovers (CI).
+#[test]
+fn two_nodes_hold_every_property_with_planned_handovers_up_to_28_steps() {
+    with_handovers(Some(28));
+}
+
+/// The whole space with planned handovers (minutes: run on demand with
+/// `cargo test -p picolease-core --features sim --release --test check -- --ignored handovers`).
+#[test]
+#[ignore = "minutes long: run with --release -- --ignored"]
+fn two_nodes_hold_every_property_with_planned_handovers() {
+    with_handovers(None);
+}
+
 /// The same for 3 nodes up to 60 steps (minutes: run on demand, see the
 /// module doc).
 #[test]

@@ -106,6 +106,35 @@ fn without_a_successor_a_handover_is_a_release_and_the_node_stays() {
     assert_eq!(drain(&mut s), vec![]);
     assert!(!s.is_finished());
     assert_eq!(s.poll_timeout(), Some(ms(3_500)));
+    // Its own release's notice (and any other) does not bring it back
+    // before its poll: whoever was told takes the lease first.
+    s.handle_release_notice(ms(1_004));
+    s.handle_row_observed(
+        ms(1_005),
+        &LeaseRow {
+            name: "l".into(),
+            holder: None,
+            epoch: ONE,
+            expires_in_ms: Some(0),
+        },
+    );
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.poll_timeout(), Some(ms(3_500)));
+    // After it, notices count again.
+    s.handle_timeout(ms(3_500));
+    assert_eq!(drain(&mut s), vec![execute(3, Operation::Acquire)]);
+    s.handle_reply(
+        ms(3_502),
+        RequestId(3),
+        Reply::Held {
+            holder: Some(HolderId::new("other").unwrap()),
+            epoch: Epoch::new(2),
+            expires_in: Duration::from_secs(9),
+        },
+    );
+    drain(&mut s);
+    s.handle_release_notice(ms(3_600));
+    assert_eq!(drain(&mut s), vec![execute(4, Operation::Acquire)]);
 }
 
 #[test]

@@ -61,6 +61,10 @@ pub struct Bounds {
     /// the writes since its last copy are lost, and the new server runs
     /// under a new incarnation (DESIGN §3 "Failover"). Lone lease only.
     pub failover: bool,
+    /// Whether a leader may hand its lease over to the next node (the step
+    /// `nN:handover`, a fault; DESIGN §3 "Planned handover"). Lone lease
+    /// only.
+    pub handover: bool,
     /// A planted bug (feature `mutants`).
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -104,6 +108,9 @@ pub enum BoundsError {
     /// A database failover asked of a set check.
     #[error("failover: the checker fails the database over under a lone lease only (leases 0)")]
     FailoverOfSet,
+    /// A planned handover asked of a set check.
+    #[error("handover: the checker hands over a lone lease only (leases 0)")]
+    HandOverOfSet,
     /// Depth 0 or above [`MAX_DEPTH`].
     #[error("depth {0}: must be 1 to {MAX_DEPTH}")]
     Depth(usize),
@@ -180,6 +187,7 @@ impl Bounds {
             stop_lead_ticks: 0,
             twins: true,
             failover: false,
+            handover: false,
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
             #[cfg(feature = "mutants")]
@@ -222,6 +230,17 @@ impl Bounds {
                 b.ttl_ticks + 2 * b.interval_ticks + 2 * b.delivery_ticks + b.drift_ticks,
             ),
             ..b
+        }
+    }
+
+    /// The defaults with planned handovers ([`Bounds::handover`]): a leader
+    /// may hand its lease over to the next node, a fault step. The
+    /// liveness bound holds as it is: a reservation (two intervals) plus
+    /// an interval is within ttl + 2·interval.
+    pub fn with_handover(nodes: usize) -> Self {
+        Bounds {
+            handover: true,
+            ..Bounds::default_for(nodes)
         }
     }
 
@@ -281,6 +300,9 @@ impl Bounds {
         }
         if self.failover && leases > 0 {
             return Err(BoundsError::FailoverOfSet);
+        }
+        if self.handover && leases > 0 {
+            return Err(BoundsError::HandOverOfSet);
         }
         if depth == 0 || depth > MAX_DEPTH {
             return Err(BoundsError::Depth(depth));

@@ -351,6 +351,11 @@ impl Ctx<'_> {
             ]),
             None => out.push(-9),
         }
+        // Only a time still ahead changes what the machine does.
+        match s.aside_until {
+            Some(until) if until > n.now() => out.push(self.local(n, until)),
+            _ => out.push(-9),
+        }
         out.push(self.local(n, s.next_attempt));
         out.push(i64::from(s.notice_pending));
         match s.shutting_down {

@@ -106,6 +106,18 @@ pub(super) trait Contender: Clone + Sized {
         i: usize,
         log: &mut Log,
     ) -> Option<Violation>;
+    /// Node `i`'s machine hands its lease over to the next node
+    /// (`handle_hand_over`; `Bounds::handover`, a lone lease only: a set
+    /// ignores it).
+    fn hand_over_input(
+        world: &mut World<Self>,
+        setup: &Setup,
+        i: usize,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        let _ = (world, setup, i, log);
+        None
+    }
     /// A message reaches node `i`.
     fn delivery_input(
         world: &mut World<Self>,

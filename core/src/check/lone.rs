@@ -136,6 +136,15 @@ impl Contender for Node {
         world.input(i, log, LeaseState::handle_shutdown)
     }
 
+    fn hand_over_input(world: &mut World, _: &Setup, i: usize, log: &mut Log) -> Option<Violation> {
+        let next = (i + 1) % world.nodes.len();
+        let to = HolderId::reserved_for(world.nodes[next].holder.node()).ok();
+        log.note(|| format!("n{i} hands over to {to:?}"));
+        world.input(i, log, |lease, now| {
+            lease.handle_hand_over(now, to);
+        })
+    }
+
     fn delivery_input(
         world: &mut World,
         _: &Setup,

@@ -83,6 +83,9 @@ impl<N: Contender> World<N> {
                 if !n.shutting_down() {
                     out.push(Step::Shutdown(i));
                 }
+                if setup.bounds.handover && n.leading(0) {
+                    out.push(Step::HandOver(i));
+                }
             }
             if n.live() {
                 out.push(Step::Crash(i));
@@ -222,6 +225,7 @@ impl<N: Contender> World<N> {
             }
             Step::Restart(i) => return self.restart(setup, i, log),
             Step::Shutdown(i) => N::shutdown_input(self, setup, i, log),
+            Step::HandOver(i) => N::hand_over_input(self, setup, i, log),
         };
         found.or_else(|| self.check_state(setup))
     }

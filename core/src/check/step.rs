@@ -19,6 +19,7 @@
 //! | `late:db:n0`, `late:n0` | that head message is delayed past the delivery bound, without limit | yes |
 //! | `stray:n0` | the head statement from node 0 strays on the server: its cancel will lose the race, and it runs whenever `db:stray` says, out of order | yes |
 //! | `n0:pause`, `n0:crash`, `n0:restart`, `n0:shutdown` | the process freezes / dies / starts again with a new holder id / shuts down cleanly | yes |
+//! | `n0:handover` | node 0, leading, hands the lease over to the next node (`Bounds::handover`) | yes |
 
 use std::fmt;
 use std::str::FromStr;
@@ -66,6 +67,9 @@ pub enum Step {
     Restart(usize),
     /// Fault: a clean shutdown begins.
     Shutdown(usize),
+    /// Fault: the leader hands the lease over to the next node by index
+    /// (`Bounds::handover`, a lone lease only).
+    HandOver(usize),
 }
 
 impl Step {
@@ -104,7 +108,8 @@ impl Step {
             | Step::Pause(n)
             | Step::Crash(n)
             | Step::Restart(n)
-            | Step::Shutdown(n) => Some(n),
+            | Step::Shutdown(n)
+            | Step::HandOver(n) => Some(n),
         }
     }
 }
@@ -131,13 +136,14 @@ impl fmt::Display for Step {
             Step::Crash(n) => write!(f, "n{n}:crash"),
             Step::Restart(n) => write!(f, "n{n}:restart"),
             Step::Shutdown(n) => write!(f, "n{n}:shutdown"),
+            Step::HandOver(n) => write!(f, "n{n}:handover"),
         }
     }
 }
 
 /// A step's text that is not one of the forms above.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, db:replicate, db:failover, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart or nN:shutdown")]
+#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, db:replicate, db:failover, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart, nN:shutdown or nN:handover")]
 pub struct UnknownStep(pub String);
 
 fn node(text: &str) -> Option<usize> {
@@ -177,6 +183,7 @@ impl FromStr for Step {
                     "crash" => Step::Crash(n),
                     "restart" => Step::Restart(n),
                     "shutdown" => Step::Shutdown(n),
+                    "handover" => Step::HandOver(n),
                     _ => return Err(unknown()),
                 }
             }
