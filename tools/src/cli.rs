@@ -68,7 +68,10 @@ pub enum Command {
     ///
     /// --json events, one object per line, each with "event", "name",
     /// "node" and "unix_ms": "leader" (+ "holder", "epoch"); "follower" (+
-    /// "holder", "epoch", "reason": lost|expired|released|error|clock);
+    /// "holder", "epoch", "reason": lost|expired|released|error|clock|handover);
+    /// "handover" (+ "from": this process's holder id, "to": the node the
+    /// lease is now reserved for, "epoch": the term handed over; after
+    /// `picolease handover --to`);
     /// "observed" (+ "holder": another holder or null, "epoch"); "child" (+
     /// "pid": CMD's pid and process group, "epoch"); "child_exit" (+ "pid",
     /// "epoch", and "code" or "signal", e.g. "SIGKILL").
@@ -142,7 +145,8 @@ pub enum Command {
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         ttl: Duration,
         /// Faults, comma-separated, each KIND[:NODE]@TIME[+DURATION]: crash,
-        /// restart, shutdown, pause, partition (the target is the leader at
+        /// restart, shutdown, pause, partition, failover, handover (the
+        /// leader hands over to the next node; the target is the leader at
         /// the time unless :NODE is given), e.g. crash@20s,pause:1@30s+15s.
         /// Empty: a default schedule; `none`: no faults.
         #[arg(long, default_value = "")]
@@ -183,6 +187,11 @@ pub enum Command {
         /// incarnation (DESIGN §3 "Failover"). Lone lease only; no twins.
         #[arg(long, conflicts_with = "leases")]
         failover: bool,
+        /// A leader may hand its lease over to the next node (the step
+        /// nN:handover, a fault; DESIGN §3 "Planned handover"). Lone
+        /// lease only.
+        #[arg(long, conflicts_with_all = ["leases", "failover"])]
+        handover: bool,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
         /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"
         /// with `--leases`.

@@ -22,6 +22,8 @@ pub struct World {
     pub leases: usize,
     /// The database may fail over once (`--failover`).
     pub failover: bool,
+    /// A leader may hand its lease over (`--handover`).
+    pub handover: bool,
 }
 
 /// The bounds from the command line: the defaults for `nodes` (and, with
@@ -38,10 +40,21 @@ pub fn bounds(
         World {
             leases: 0,
             failover: true,
+            ..
         } => Bounds::with_failover(nodes),
+        World {
+            leases: 0,
+            handover: true,
+            ..
+        } => Bounds::with_handover(nodes),
         World { leases: 0, .. } => Bounds::default_for(nodes),
-        World { leases, failover } => Bounds {
+        World {
+            leases,
             failover,
+            handover,
+        } => Bounds {
+            failover,
+            handover,
             ..Bounds::for_set(nodes, leases)
         },
     };
@@ -162,6 +175,9 @@ fn print_report(report: &Report, bounds: &Bounds) {
             "the database may fail over to a standby that lost the writes since its last copy"
                 .to_string(),
         );
+    }
+    if bounds.handover {
+        worlds.push("a leader may hand its lease over to the next node".to_string());
     }
     if bounds.notify {
         worlds.push("release notices".to_string());

@@ -46,6 +46,13 @@ pub fn run(
             "lease {name:?} is not held (free, lapsed or reserved): nothing to hand over"
         )));
     };
+    if let (Some(node), Ok(id)) = (to, HolderId::new(&holder)) {
+        if id.node() == node {
+            return Err(CliError::usage(format!(
+                "--to {node:?} is the node that holds lease {name:?} ({holder}): hand it to another node"
+            )));
+        }
+    }
     backend.request_hand_over(table, &lease, epoch, to.unwrap_or(""))?;
     let started = Instant::now();
     // The holder acts at its next renewal, before its row expires.
@@ -72,6 +79,15 @@ pub fn run(
                 row.epoch != epoch
             })?;
             report_successor(name, taken.as_ref(), started);
+        }
+        // Released (no --to): whoever was told takes it within a poll.
+        _ if after.holder.is_none() => {
+            line(&format!(
+                "{holder} released lease {name:?} at epoch {epoch} after {}",
+                show(started.elapsed())
+            ));
+            let taken = wait(backend, table, name, SLACK * 2, |row| row.epoch != epoch)?;
+            report_successor(name, taken.as_ref().or(Some(&after)), started);
         }
         _ => report_successor(name, Some(&after), started),
     }

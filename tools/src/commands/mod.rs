@@ -53,9 +53,14 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             depth,
             faults,
             failover,
+            handover,
             json,
         } => {
-            let world = check::World { leases, failover };
+            let world = check::World {
+                leases,
+                failover,
+                handover,
+            };
             return check::run(nodes, world, depth, faults, json);
         }
         Command::Guard {

@@ -31,6 +31,8 @@ pub fn replay(trace: &str, nodes: Option<usize>, leases: usize) -> Result<ExitCo
     let world = super::check::World {
         leases,
         failover: trace.contains("db:failover") || trace.contains("db:replicate"),
+        // A trace of `check --handover` names its handovers.
+        handover: trace.contains(":handover"),
     };
     let bounds = super::check::bounds(nodes, world, None, None)?;
     let replayed = picolease_core::check::replay(trace, &bounds).map_err(CliError::usage)?;
