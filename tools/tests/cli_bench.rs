@@ -10,7 +10,7 @@ use std::process::Output;
 
 use support::picolease;
 
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 14] = [
     "rtt_p50_ms",
     "renew_p50_ms",
     "renew_p99_ms",
@@ -18,6 +18,9 @@ const KEYS: [&str; 11] = [
     "clean_handover_p50_ms",
     "clean_handover_max_ms",
     "clean_handover_floor_p50_ms",
+    "planned_handover_p50_ms",
+    "planned_handover_max_ms",
+    "planned_to_clean_handover_p50_ratio",
     "crash_lag_p50_ms",
     "crash_lag_max_ms",
     "recommended_ttl_ms",
@@ -26,7 +29,7 @@ const KEYS: [&str; 11] = [
 
 const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
 
-/// Runs `bench --json` and checks the object: exactly the eleven keys, all
+/// Runs `bench --json` and checks the object: exactly the fourteen keys, all
 /// numbers, non-negative, p50 ≤ p99/max, and a recommendation the run
 /// command accepts (interval below ttl / 2).
 fn bench_json(db: &str) -> serde_json::Map<String, serde_json::Value> {
@@ -56,11 +59,23 @@ fn bench_json(db: &str) -> serde_json::Map<String, serde_json::Value> {
         "{stdout}"
     );
     assert!(
+        get("planned_handover_p50_ms") <= get("planned_handover_max_ms"),
+        "{stdout}"
+    );
+    assert!(
         get("crash_lag_p50_ms") <= get("crash_lag_max_ms"),
         "{stdout}"
     );
     assert!(
-        get("renew_p50_ms") > 0.0 && get("clean_handover_p50_ms") > 0.0,
+        get("renew_p50_ms") > 0.0
+            && get("clean_handover_p50_ms") > 0.0
+            && get("planned_handover_p50_ms") > 0.0,
+        "{stdout}"
+    );
+    // The ratio is the two p50s' (each rounded to the microsecond).
+    let ratio = get("planned_handover_p50_ms") / get("clean_handover_p50_ms");
+    assert!(
+        (get("planned_to_clean_handover_p50_ratio") - ratio).abs() <= 0.01 * ratio.max(1.0),
         "{stdout}"
     );
     assert!(get("recommended_interval_ms") >= 100.0, "{stdout}");
@@ -119,6 +134,8 @@ fn the_plain_output_is_a_table_with_the_recommendation_and_the_command() {
         "round trip",
         "renew through the driver",
         "clean handover",
+        "planned handover",
+        "planned handover / clean handover, p50: x",
         "crash takeover",
         "recommended: --ttl ",
         "picolease bench --db URL",
@@ -128,6 +145,7 @@ fn the_plain_output_is_a_table_with_the_recommendation_and_the_command() {
     // Progress goes to stderr, one line per stage when not on a terminal.
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("bench: clean handover"), "{stderr}");
+    assert!(stderr.contains("bench: planned handover"), "{stderr}");
 }
 
 fn assert_one_line_error(out: &Output, code: i32, names: &[&str]) {

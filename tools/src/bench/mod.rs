@@ -12,10 +12,12 @@
 //! | round trip | `SELECT 1` | — |
 //! | renew | the driver's renewals (issue to reply handled) | the same UPDATE on a plain connection, at the same pace |
 //! | clean handover | `shutdown` of the leader to the successor's leadership | release commit (+ NOTIFY) and acquire commit on plain connections |
+//! | planned handover | the leader's `hand_over(successor's node)` to the successor's leadership | — (compared with the clean handover's p50) |
 //! | crash lag | the row's expiry (read right after the crash) to the successor's leadership | — |
 
 #[cfg(feature = "mysql")]
 mod mysql;
+mod planned;
 mod postgres;
 mod report;
 mod sqlite;
@@ -147,6 +149,8 @@ fn measure(
     }
     leader.shutdown()?;
 
+    let planned_handover = planned_rounds(backend, table, rounds, &mut progress)?;
+
     let mut crash_lag = Vec::with_capacity(rounds);
     let lease = LeaseName::new("crash").map_err(CliError::usage)?;
     let (mut leader, mut leader_changes) = start(backend, table, "crash", "c0")?;
@@ -174,9 +178,78 @@ fn measure(
         renew_floor: bare,
         handover,
         handover_floor,
+        planned_handover,
         crash_lag,
         ttl: TTL,
     })
+}
+
+/// One side of the planned handover rounds.
+struct Side {
+    lease: Box<dyn planned::Handing>,
+    changes: Subscription,
+    node: &'static str,
+    holder: HolderId,
+}
+
+/// A planned handover round after round: `a` leads and `b` follows `a`;
+/// `a` hands over to `b`'s node; the time from the call to `b`'s
+/// leadership. The next round hands back, `a` (a follower since) having
+/// seen `b` lead.
+fn planned_rounds(
+    backend: &Backend,
+    table: &TableName,
+    rounds: usize,
+    progress: &mut report::Progress,
+) -> Result<Vec<Duration>, CliError> {
+    let started = |node: &'static str| {
+        let config = config("planned", node)?;
+        let holder = config.holder.clone();
+        let (lease, changes) = planned::start(backend, table, config)?;
+        Ok::<_, CliError>(Side {
+            lease,
+            changes,
+            node,
+            holder,
+        })
+    };
+    let mut samples = Vec::with_capacity(rounds);
+    progress.step("planned handover", 0, rounds);
+    let mut leader = started("pa")?;
+    until_leader(&mut leader.changes)?;
+    let mut follower = started("pb")?;
+    let mut measured = || {
+        for round in 1..=rounds {
+            progress.step("planned handover", round - 1, rounds);
+            let holder = &leader.holder;
+            until(&mut follower.changes, |l| {
+                !l.is_leader() && l.holder.as_ref() == Some(holder)
+            })?;
+            // Hand over at a different point of the successor's poll
+            // cycle each round, as the clean handover stops.
+            std::thread::sleep(Duration::from_millis((round as u64 * 37) % 100));
+            let asked = Instant::now();
+            leader.lease.hand_over(follower.node)?;
+            let led = until_leader(&mut follower.changes)?;
+            samples.push(led.saturating_duration_since(asked));
+            std::mem::swap(&mut leader, &mut follower);
+        }
+        Ok::<_, CliError>(())
+    };
+    let outcome = measured();
+    let stopped = leader.lease.shutdown();
+    let other = follower.lease.shutdown();
+    outcome?;
+    stopped?;
+    other?;
+    Ok(samples)
+}
+
+/// The contenders' configuration: `node`'s incarnation on `lease`.
+fn config(lease: &str, node: &str) -> Result<Config, CliError> {
+    let lease = LeaseName::new(lease).map_err(CliError::usage)?;
+    let holder = HolderId::incarnation(node, picolease::random_u64()).map_err(CliError::usage)?;
+    Ok(Config::with_ttl(lease, holder, TTL))
 }
 
 fn start(
@@ -185,9 +258,7 @@ fn start(
     lease: &str,
     node: &str,
 ) -> Result<(Box<dyn Contender>, Subscription), CliError> {
-    let lease = LeaseName::new(lease).map_err(CliError::usage)?;
-    let holder = HolderId::incarnation(node, picolease::random_u64()).map_err(CliError::usage)?;
-    backend.start(table, Config::with_ttl(lease, holder, TTL), None)
+    backend.start(table, config(lease, node)?, None)
 }
 
 /// How long a bench step may wait for a transition before giving up.

@@ -22,6 +22,8 @@ pub struct Figures {
     pub handover: Vec<Duration>,
     /// Release and acquire commits on plain connections.
     pub handover_floor: Vec<Duration>,
+    /// The leader's `hand_over` to the successor's leadership.
+    pub planned_handover: Vec<Duration>,
     /// The row's expiry to the successor's leadership, after a crash.
     pub crash_lag: Vec<Duration>,
     /// The ttl the contenders ran with.
@@ -66,6 +68,21 @@ pub fn recommend(figures: &Figures) -> (u64, u64) {
     (interval * 4, interval)
 }
 
+/// What a planned handover's p50 may cost against a clean one's, measured
+/// on the same database in the same run (issue 22).
+const PLANNED_TARGET: f64 = 1.5;
+
+/// The planned handover's p50 over the clean handover's (0 without a clean
+/// one).
+fn planned_ratio(figures: &Figures) -> f64 {
+    let clean = p50(&figures.handover);
+    if clean > 0.0 {
+        p50(&figures.planned_handover) / clean
+    } else {
+        0.0
+    }
+}
+
 /// Prints the figures as a table or as one JSON object.
 pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
     let (ttl, interval) = recommend(figures);
@@ -79,6 +96,9 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
             "clean_handover_p50_ms": round(p50(&figures.handover)),
             "clean_handover_max_ms": round(max(&figures.handover)),
             "clean_handover_floor_p50_ms": round(p50(&figures.handover_floor)),
+            "planned_handover_p50_ms": round(p50(&figures.planned_handover)),
+            "planned_handover_max_ms": round(max(&figures.planned_handover)),
+            "planned_to_clean_handover_p50_ratio": round(planned_ratio(figures)),
             "crash_lag_p50_ms": round(p50(&figures.crash_lag)),
             "crash_lag_max_ms": round(max(&figures.crash_lag)),
             "recommended_ttl_ms": ttl,
@@ -115,6 +135,11 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
             Some(&figures.handover_floor),
         ),
         (
+            row("planned handover (hand_over)", &figures.planned_handover),
+            &figures.planned_handover,
+            None,
+        ),
+        (
             row("crash takeover, lag past expiry", &figures.crash_lag),
             &figures.crash_lag,
             None,
@@ -134,6 +159,10 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
             quantile_ms(samples, 0.99)
         );
     }
+    println!(
+        "planned handover / clean handover, p50: x{:.2} (target: within x{PLANNED_TARGET})",
+        planned_ratio(figures)
+    );
     println!(
         "floors: renew = the same UPDATE on a plain connection at the same pace; clean handover = release commit{} then acquire commit on plain connections",
         match backend {
