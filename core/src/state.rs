@@ -371,6 +371,7 @@ impl LeaseState {
                 if self.hand_over.is_some() =>
             {
                 self.release_by = None;
+                let released = matches!(req.operation, Operation::Release { .. });
                 // Handed over: published once more, now naming the
                 // reservation (what `run` prints as its `handover` event).
                 if let (Some(handed), Reply::Accepted) = (self.hand_over.take(), &reply) {
@@ -384,7 +385,10 @@ impl LeaseState {
                     }
                 }
                 self.next_attempt = (req.sent_at + self.poll_delay()).max(now);
-                self.aside_until = Some(self.next_attempt);
+                // After a plain release the others get the first try; a
+                // reservation keeps this node out by itself, and must not
+                // make it miss a handover back to it.
+                self.aside_until = released.then_some(self.next_attempt);
                 self.notice_pending = false;
             }
             // A release ends the shutdown whatever its outcome (accepted,
@@ -551,8 +555,9 @@ impl LeaseState {
     }
 
     /// True while a node that just handed its lease over lets the others
-    /// take it: from the handover until its next poll, a release notice
-    /// (its own release's, above all, which SQLite's file watch and
+    /// take it: while its statement is pending, and after a plain release
+    /// (a handover with no successor) until its next poll, a release
+    /// notice (its own release's, above all, which SQLite's file watch and
     /// PostgreSQL's LISTEN report too) does not make it try at once.
     fn stepped_aside(&self, now: Instant) -> bool {
         self.hand_over.is_some() || self.aside_until.is_some_and(|until| now < until)
@@ -661,7 +666,6 @@ impl LeaseState {
         if handing_over && self.hand_over.take().is_some() {
             self.release_by = None;
             self.next_attempt = (req.sent_at + self.config.interval).max(now);
-            self.aside_until = Some(self.next_attempt);
             self.notice_pending = false;
             return;
         }

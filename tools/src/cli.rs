@@ -211,8 +211,11 @@ pub enum Command {
         #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = clap::value_parser!(u16).range(1..=1000))]
         rounds: u16,
         /// One JSON object on stdout, in milliseconds: {"rtt_p50_ms",
-        /// "renew_p50_ms", "renew_p99_ms", "clean_handover_p50_ms",
-        /// "clean_handover_max_ms", "crash_lag_p50_ms", "crash_lag_max_ms",
+        /// "renew_p50_ms", "renew_p99_ms", "renew_floor_p50_ms",
+        /// "clean_handover_p50_ms", "clean_handover_max_ms",
+        /// "clean_handover_floor_p50_ms", "planned_handover_p50_ms",
+        /// "planned_handover_max_ms", "planned_to_clean_handover_p50_ratio"
+        /// (a ratio), "crash_lag_p50_ms", "crash_lag_max_ms",
         /// "recommended_ttl_ms", "recommended_interval_ms"}.
         #[arg(long)]
         json: bool,
