@@ -25,6 +25,20 @@ pub struct Bouncer {
 
 impl Bouncer {
     pub fn start() -> Bouncer {
+        // A port found free may be taken before PgBouncer binds it (by
+        // another test's bouncer, which then answers for both, or by a
+        // client socket): a bouncer that exits is started again on
+        // another port, and one is trusted only once it listens and is
+        // still running a moment later.
+        for _ in 0..5 {
+            if let Some(bouncer) = Bouncer::try_start() {
+                return bouncer;
+            }
+        }
+        panic!("pgbouncer did not start on a free port in 5 attempts");
+    }
+
+    fn try_start() -> Option<Bouncer> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -58,19 +72,30 @@ impl Bouncer {
             .stderr(Stdio::null())
             .spawn()
             .expect("pgbouncer must be installed (apt-get install -y pgbouncer)");
+        let mut bouncer = Bouncer {
+            child,
+            port,
+            _dir: dir,
+        };
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if bouncer.exited() {
+                return None;
+            }
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "pgbouncer did not listen on {port} within 10 s"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Bouncer {
-            child,
-            port,
-            _dir: dir,
-        }
+        // Something listens: ours, unless ours failed to bind and exits.
+        std::thread::sleep(Duration::from_millis(200));
+        (!bouncer.exited()).then_some(bouncer)
+    }
+
+    /// True once this bouncer's process has exited.
+    fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 
     /// The test database through the pooler, with `extra` URL parameters.
