@@ -187,10 +187,26 @@ impl<'a> Fleet<'a> {
         node.reader.take().unwrap().join().unwrap();
     }
 
+    /// Stops every node: the followers first, then the last leader, so
+    /// that its release at shutdown finds nobody left to take the lease
+    /// (a follower still running would lead once more, a move the tests
+    /// do not count as a handover).
     fn stop_all(&mut self) {
-        let running: Vec<usize> = (0..self.nodes.len())
+        let leader = self
+            .events()
+            .iter()
+            .rev()
+            .find(|e| e.kind() == "leader")
+            .map(|e| e.node);
+        let (last, followers): (Vec<usize>, Vec<usize>) = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].is_some())
-            .collect();
+            .partition(|&i| Some(i) == leader);
+        self.stop_together(followers);
+        self.stop_together(last);
+    }
+
+    /// SIGTERM to every node of `running` at once, then waits for each.
+    fn stop_together(&mut self, running: Vec<usize>) {
         for &i in &running {
             signal(self.node(i), Signal::SIGTERM);
         }
