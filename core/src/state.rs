@@ -184,12 +184,6 @@ impl LeaseState {
         &self.config
     }
 
-    /// The reservation this holder's acquire binds ([`HolderId::reservation`]):
-    /// a row handed over to its node is taken at once.
-    pub fn reservation(&self) -> &str {
-        &self.reservation
-    }
-
     /// The reservation an [`Operation::HandOver`] in flight (or about to
     /// be sent) writes into the row: what the driver binds as its
     /// successor.

@@ -48,6 +48,16 @@ pub struct LeaseRow {
     pub expires_in_ms: Option<i64>,
 }
 
+impl LeaseRow {
+    /// The node the row is reserved for by a planned handover (its holder
+    /// is `<node>#`, DESIGN §3 "Planned handover"), if it is reserved.
+    pub fn reserved_for(&self) -> Option<&str> {
+        self.holder
+            .as_deref()?
+            .strip_suffix(crate::names::RESERVATION_MARK)
+    }
+}
+
 pub(super) fn expect_columns(
     statement: &'static str,
     row: &[Cell],

@@ -37,9 +37,9 @@ pub fn hand_over_request_name(lease: &str) -> String {
 /// left; `None` when the lease is free, lapsed, in a grace period after a
 /// failover or already reserved for a successor: nothing to hand over.
 pub fn term_to_hand_over(row: &super::LeaseRow) -> Option<crate::Epoch> {
-    let holder = row.holder.as_deref()?;
+    row.holder.as_ref()?;
     let live = row.expires_in_ms.is_some_and(|left| left > 0);
-    (live && !holder.ends_with(crate::names::RESERVATION_MARK)).then_some(row.epoch)
+    (live && row.reserved_for().is_none()).then_some(row.epoch)
 }
 
 impl Builder<'_> {

@@ -127,18 +127,11 @@ fn print_table(backend: &Backend, table: &TableName, rows: &[LeaseRow]) {
             ),
             (false, _) | (_, None) => "free".to_string(),
             // Reserved for a node by a planned handover (DESIGN §3).
-            (true, Some(ms))
-                if ms > 0 && row.holder.as_deref().is_some_and(|h| h.ends_with('#')) =>
-            {
-                format!(
-                    "reserved for {}, {} left",
-                    row.holder
-                        .as_deref()
-                        .unwrap_or_default()
-                        .trim_end_matches('#'),
-                    show(std::time::Duration::from_millis(ms as u64))
-                )
-            }
+            (true, Some(ms)) if ms > 0 && row.reserved_for().is_some() => format!(
+                "reserved for {}, {} left",
+                row.reserved_for().unwrap_or_default(),
+                show(std::time::Duration::from_millis(ms as u64))
+            ),
             (true, Some(ms)) if ms > 0 => {
                 format!(
                     "held, {} left",

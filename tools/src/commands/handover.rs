@@ -66,7 +66,7 @@ pub fn run(
             show(started.elapsed())
         )));
     };
-    match after.holder.as_deref().and_then(|h| h.strip_suffix('#')) {
+    match after.reserved_for() {
         Some(node) if after.epoch == epoch => {
             line(&format!(
                 "{holder} handed lease {name:?} over at epoch {epoch} after {}; reserved for {node}",
