@@ -81,6 +81,27 @@ impl Place {
         support::picolease(&all)
     }
 
+    /// The names of the handover request rows left in the table: none
+    /// once every `handover` has returned (each withdraws its request).
+    fn requests(&self) -> Vec<String> {
+        let query = format!(
+            "SELECT name FROM {} WHERE name LIKE 'picolease.handover:%'",
+            self.table
+        );
+        match &self.sqlite {
+            Some(file) => {
+                let conn = rusqlite::Connection::open(file).unwrap();
+                let mut stmt = conn.prepare(&query).unwrap();
+                let names = stmt.query_map([], |r| r.get(0)).unwrap();
+                names.map(Result::unwrap).collect()
+            }
+            #[cfg(feature = "postgres")]
+            None => support::pg::sql(POSTGRES, &query),
+            #[cfg(not(feature = "postgres"))]
+            None => unreachable!("a PostgreSQL place without the feature"),
+        }
+    }
+
     /// `handover --name LEASE --to NODE`: its output, after checking it
     /// exited 0.
     fn handover(&self, to: &str) -> String {
@@ -411,6 +432,7 @@ fn rolling_replacement(place: &Place, database: &str) {
         handed.len(),
         began.elapsed()
     );
+    assert_eq!(place.requests(), Vec::<String>::new(), "requests withdrawn");
     for h in &handed {
         assert!(
             (0..2_000).contains(&h.leaderless_ms),
@@ -538,4 +560,35 @@ fn handover_refuses_a_missing_lease_an_empty_node_and_a_free_lease() {
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(stderr.contains("not held"), "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
+}
+
+/// A holder that does not act on the request (here a row held by hand, as
+/// an older picolease's would be): `handover` gives up once the row's time
+/// and a second have passed, exits 1 saying so, and withdraws its request,
+/// which would otherwise end the term at a renewal nobody watches for.
+#[test]
+fn a_request_the_holder_does_not_act_on_is_withdrawn() {
+    let place = Place::sqlite("ignored");
+    let out = place.picolease(&["run", "--name", "x", "--ttl", TTL, "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", texts(&out));
+    let file = place.sqlite.as_ref().unwrap();
+    let held = rusqlite::Connection::open(file)
+        .unwrap()
+        .execute(
+            &format!(
+                "UPDATE {} SET holder = 'ghost#1', epoch = epoch + 1, \
+                 expires_at = expires_at + 2000 WHERE name = 'x'",
+                place.table
+            ),
+            [],
+        )
+        .unwrap();
+    assert_eq!(held, 1);
+
+    let out = place.picolease(&["handover", "--name", "x", "--to", "web-9"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("did not act"), "{stderr}");
+    assert!(stderr.contains("withdrawn"), "{stderr}");
+    assert_eq!(place.requests(), Vec::<String>::new(), "request withdrawn");
 }

@@ -244,6 +244,19 @@ impl ModelDb {
         );
     }
 
+    /// The withdrawal of a handover request: delete the request row of
+    /// `lease` if it names term `epoch`.
+    pub fn withdraw_hand_over(&mut self, lease: &str, epoch: Epoch) {
+        let name = format!("{HANDOVER_PREFIX}{lease}");
+        if self
+            .rows
+            .get(&name)
+            .is_some_and(|row| row.epoch == epoch.to_i64())
+        {
+            self.rows.remove(&name);
+        }
+    }
+
     /// The release update: free the row if it is ours at `epoch`, keeping
     /// the epoch.
     pub fn release(

@@ -753,6 +753,7 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         release: b.release(),
         hand_over: b.hand_over(),
         request_hand_over: b.request_hand_over(),
+        withdraw_hand_over: b.withdraw_hand_over(),
         force_release: b.force_release(),
         status: b.status(),
         lease_row: b.lease_row(),

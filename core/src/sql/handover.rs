@@ -167,4 +167,17 @@ impl Builder<'_> {
             .to_owned();
         self.render(&query)
     }
+
+    /// An operator withdraws a request: `DELETE` the request row bound as
+    /// [`Param::Lease`](super::Param::Lease) if it still names the term
+    /// bound as [`Param::Epoch`](super::Param::Epoch) (a newer request,
+    /// for a later term, stays).
+    pub(super) fn withdraw_hand_over(&self) -> Statement {
+        let query = Query::delete()
+            .from_table(self.table_ref())
+            .and_where(self.col(NAME).eq(LEASE))
+            .and_where(self.col(EPOCH_COL).eq(EPOCH))
+            .to_owned();
+        self.render(&query)
+    }
 }

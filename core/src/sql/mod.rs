@@ -265,6 +265,7 @@ pub struct Statements {
     release: Statement,
     hand_over: Statement,
     request_hand_over: Statement,
+    withdraw_hand_over: Statement,
     force_release: Statement,
     status: Statement,
     lease_row: Statement,
@@ -376,6 +377,16 @@ impl Statements {
     /// [`Param::Epoch`] to the term to end. Returns no rows.
     pub fn request_hand_over(&self) -> &Statement {
         &self.request_hand_over
+    }
+
+    /// An operator's request withdrawn (`picolease handover`, once the
+    /// term it named has ended, or when the holder did not act on it in
+    /// time, so it cannot fire later): deletes the request row if it still
+    /// names the term. Bind [`Param::Lease`] as for
+    /// [`Statements::request_hand_over`] and [`Param::Epoch`] to the term.
+    /// Returns no rows.
+    pub fn withdraw_hand_over(&self) -> &Statement {
+        &self.withdraw_hand_over
     }
 
     /// Administrative: frees the row whoever holds it and bumps the epoch,

@@ -81,6 +81,43 @@ pub async fn request_hand_over(
     to: &str,
 ) -> Result<(), MysqlError> {
     let statements = Statements::new(Dialect::Mysql, table);
+    let statement = statements.request_hand_over();
+    on_request(connector, table, statement, "hand over", lease, epoch, to).await
+}
+
+/// Withdraws the request to hand term `epoch` of `lease` over, as
+/// [`crate::postgres::withdraw_hand_over`] does.
+pub async fn withdraw_hand_over(
+    connector: &MysqlConnector,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+) -> Result<(), MysqlError> {
+    let statements = Statements::new(Dialect::Mysql, table);
+    let statement = statements.withdraw_hand_over();
+    on_request(
+        connector,
+        table,
+        statement,
+        "withdraw hand over",
+        lease,
+        epoch,
+        "",
+    )
+    .await
+}
+
+/// Runs `statement` (`what`, for errors) on the request row of `lease`
+/// for term `epoch`, naming node `to`, on a connection of its own.
+async fn on_request(
+    connector: &MysqlConnector,
+    table: &TableName,
+    statement: &Statement,
+    what: &'static str,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), MysqlError> {
     let request = picolease_core::sql::hand_over_request_name(lease.as_str());
     let bindings = Bindings {
         lease: &request,
@@ -88,17 +125,11 @@ pub async fn request_hand_over(
         ..Bindings::default()
     };
     let mut conn = connector.connect_client().await?;
-    let outcome = run_statement(
-        &mut conn,
-        statements.request_hand_over(),
-        &bindings,
-        Some(epoch),
-    )
-    .await;
+    let outcome = run_statement(&mut conn, statement, &bindings, Some(epoch)).await;
     let _ = conn.disconnect().await;
     outcome
         .map(drop)
-        .map_err(|e| MysqlError::from_statement("hand over", &table.to_string(), &e))
+        .map_err(|e| MysqlError::from_statement(what, &table.to_string(), &e))
 }
 
 /// Runs one protocol statement on `conn` as the driver runs it: with its

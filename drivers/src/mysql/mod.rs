@@ -84,7 +84,9 @@ mod options;
 mod transaction;
 mod wake;
 
-pub use admin::{force_release, init, request_hand_over, run_statement, status};
+pub use admin::{
+    force_release, init, request_hand_over, run_statement, status, withdraw_hand_over,
+};
 pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;

@@ -85,18 +85,56 @@ pub async fn request_hand_over(
     to: &str,
 ) -> Result<(), PgError> {
     let statements = Statements::new(Dialect::Postgres, table);
+    let statement = statements.request_hand_over();
+    on_request(client, table, statement, "hand over", lease, epoch, to).await
+}
+
+/// Withdraws the request to hand term `epoch` of `lease` over, if the
+/// request row still names that term (`picolease handover` once the term
+/// has ended, or when the holder did not act in time: a request left in
+/// place would fire at the holder's next renewal, whenever that is).
+pub async fn withdraw_hand_over(
+    client: &Client,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+) -> Result<(), PgError> {
+    let statements = Statements::new(Dialect::Postgres, table);
+    let statement = statements.withdraw_hand_over();
+    on_request(
+        client,
+        table,
+        statement,
+        "withdraw hand over",
+        lease,
+        epoch,
+        "",
+    )
+    .await
+}
+
+/// Runs `statement` (`what`, for errors) on the request row of `lease`
+/// for term `epoch`, naming node `to`.
+async fn on_request(
+    client: &Client,
+    table: &TableName,
+    statement: &Statement,
+    what: &'static str,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), PgError> {
     let request = picolease_core::sql::hand_over_request_name(lease.as_str());
     let bindings = Bindings {
         lease: &request,
         successor: to,
         ..Bindings::default()
     };
-    let statement = statements.request_hand_over();
     let values: Vec<_> = statement.bind(&bindings, Some(epoch)).collect();
     client
         .query_typed(statement.sql(), &typed(statement, &values))
         .await
-        .map_err(|e| PgError::from_statement("hand over", &table.to_string(), &e))?;
+        .map_err(|e| PgError::from_statement(what, &table.to_string(), &e))?;
     Ok(())
 }
 

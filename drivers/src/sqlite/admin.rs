@@ -3,7 +3,7 @@
 //! table's own connection, beside the contender's statements in
 //! `table.rs`.
 
-use picolease_core::sql::{Bindings, LeaseRow};
+use picolease_core::sql::{Bindings, LeaseRow, Statement};
 use picolease_core::{Epoch, LeaseName};
 
 use super::error::Error;
@@ -61,13 +61,31 @@ impl LeaseTable {
         epoch: Epoch,
         to: &str,
     ) -> Result<(), Error> {
+        self.on_request(self.statements.request_hand_over(), lease, epoch, to)
+    }
+
+    /// Withdraws the request to hand term `epoch` of `lease` over, if the
+    /// request row still names that term (as
+    /// `picolease::postgres::withdraw_hand_over` does).
+    pub fn withdraw_hand_over(&self, lease: &LeaseName, epoch: Epoch) -> Result<(), Error> {
+        self.on_request(self.statements.withdraw_hand_over(), lease, epoch, "")
+    }
+
+    /// Runs `statement` on the request row of `lease` for term `epoch`,
+    /// naming node `to`.
+    fn on_request(
+        &self,
+        statement: &Statement,
+        lease: &LeaseName,
+        epoch: Epoch,
+        to: &str,
+    ) -> Result<(), Error> {
         let request = picolease_core::sql::hand_over_request_name(lease.as_str());
         let bindings = Bindings {
             lease: &request,
             successor: to,
             ..Bindings::default()
         };
-        let statement = self.statements.request_hand_over();
         run(
             &self.conn,
             statement.sql(),

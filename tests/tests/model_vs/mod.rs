@@ -188,6 +188,11 @@ pub enum Op {
         epoch: EpochPick,
         to: Option<usize>,
     },
+    /// The operator withdraws the request naming term `epoch`.
+    WithdrawHandOver {
+        lease: usize,
+        epoch: EpochPick,
+    },
     /// A write through the fence into the application's own table.
     Fence {
         who: usize,
@@ -223,6 +228,8 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(who, lease, epoch, to)| Op::HandOver { who, lease, epoch, to }),
         1 => (lease.clone(), epoch_pick(), prop::option::of(who.clone()))
             .prop_map(|(lease, epoch, to)| Op::RequestHandOver { lease, epoch, to }),
+        1 => (lease.clone(), epoch_pick())
+            .prop_map(|(lease, epoch)| Op::WithdrawHandOver { lease, epoch }),
         2 => (who, lease, epoch_pick()).prop_map(|(who, lease, epoch)| Op::Fence { who, lease, epoch }),
         // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
         4 => (0u8..=12).prop_map(|steps| Op::Advance { steps }),
@@ -418,6 +425,7 @@ pub struct Sql {
     pub release: Prepared,
     pub hand_over: Prepared,
     pub request_hand_over: Prepared,
+    pub withdraw_hand_over: Prepared,
     pub force_release: Prepared,
     pub status: Prepared,
     /// The fence, numbered to follow the application's own `id` parameter.
@@ -433,6 +441,7 @@ impl Sql {
             release: Prepared::new(statements.release()),
             hand_over: Prepared::new(statements.hand_over()),
             request_hand_over: Prepared::new(statements.request_hand_over()),
+            withdraw_hand_over: Prepared::new(statements.withdraw_hand_over()),
             force_release: Prepared::new(statements.force_release()),
             status: Prepared::new(statements.status()),
             fence: Prepared::new(&statements.fence_from(2)),
@@ -548,6 +557,7 @@ pub enum Outcome {
     ForceReleased(Result<Option<Epoch>, RowError>),
     Fenced(bool),
     Requested,
+    Withdrawn,
     Advanced,
 }
 
@@ -747,6 +757,22 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 );
                 assert!(rows.is_empty(), "the request returns no rows: {rows:?}");
                 (Outcome::Requested, Outcome::Requested)
+            }
+            Op::WithdrawHandOver { lease, epoch } => {
+                let epoch = self.epoch(LEASES[lease], epoch);
+                let lease = LEASES[lease];
+                self.model.withdraw_hand_over(lease, epoch);
+                let request = picolease_core::sql::hand_over_request_name(lease);
+                let rows = self.sql.withdraw_hand_over.run_to(
+                    self.real,
+                    "",
+                    &request,
+                    ttl_ms,
+                    Some(epoch),
+                    "",
+                );
+                assert!(rows.is_empty(), "the withdrawal returns no rows: {rows:?}");
+                (Outcome::Withdrawn, Outcome::Withdrawn)
             }
             Op::Fence { who, lease, epoch } => {
                 let epoch = self.epoch(LEASES[lease], epoch);
@@ -1148,6 +1174,38 @@ pub fn check_hand_over_script<R: RealDb>(c: &mut Comparison<'_, R>) {
                 epoch: current,
             },
             asked(None),
+        ),
+        // Withdrawing another term's request leaves this one; withdrawing
+        // this one ends it.
+        (
+            Op::WithdrawHandOver {
+                lease,
+                epoch: EpochPick::Offset(-1),
+            },
+            Outcome::Withdrawn,
+        ),
+        (
+            Op::Renew {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            asked(None),
+        ),
+        (
+            Op::WithdrawHandOver {
+                lease,
+                epoch: current,
+            },
+            Outcome::Withdrawn,
+        ),
+        (
+            Op::Renew {
+                who: 1,
+                lease,
+                epoch: current,
+            },
+            accepted.clone(),
         ),
         // A request for another term is no request.
         (

@@ -183,6 +183,23 @@ impl Backend {
         }
     }
 
+    /// `handover`: withdraws the request for term `epoch` of `lease`, if
+    /// it is still there (a later request stays).
+    pub fn withdraw_hand_over(
+        &self,
+        table: &TableName,
+        lease: &LeaseName,
+        epoch: Epoch,
+    ) -> Result<(), CliError> {
+        match self {
+            Backend::Sqlite(location) => sqlite::withdraw_hand_over(location, table, lease, epoch),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => postgres::withdraw_hand_over(target, table, lease, epoch),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::withdraw_hand_over(target, table, lease, epoch),
+        }
+    }
+
     /// `release --force`: the new epoch, or `None` when there is no such
     /// lease. A malformed row is reported and left unchanged.
     pub fn force_release(

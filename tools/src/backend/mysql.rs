@@ -98,6 +98,18 @@ pub fn request_hand_over(
     })
 }
 
+/// `handover`: withdraws the request row if it still names `epoch`.
+pub fn withdraw_hand_over(
+    target: &Target,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+) -> Result<(), CliError> {
+    admin(target, async |c| {
+        mysql::withdraw_hand_over(c, table, lease, epoch).await
+    })
+}
+
 /// `release --force`: the epoch it was held at, or `None`.
 pub fn force_release(
     target: &Target,

@@ -112,6 +112,18 @@ pub fn request_hand_over(
     })
 }
 
+/// `handover`: withdraws the request row if it still names `epoch`.
+pub fn withdraw_hand_over(
+    target: &Target,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+) -> Result<(), CliError> {
+    with_client(target, async |client| {
+        postgres::withdraw_hand_over(client, table, lease, epoch).await
+    })
+}
+
 /// `release --force`: the new epoch, or `None` when there is no such lease
 /// (the statement leaves a malformed row as it is; the driver reports it).
 pub fn force_release(

@@ -70,6 +70,17 @@ pub fn request_hand_over(
     Ok(leases.request_hand_over(lease, epoch, to)?)
 }
 
+/// Withdraws the request naming term `epoch` of `lease`.
+pub fn withdraw_hand_over(
+    location: &Location,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+) -> Result<(), CliError> {
+    let leases = LeaseTable::open(&database(location, table).auto_create(false))?;
+    Ok(leases.withdraw_hand_over(lease, epoch)?)
+}
+
 /// Starts the blocking driver, with CMD as its gated work.
 pub fn start(
     location: &Location,

@@ -4,7 +4,9 @@
 //!
 //! The request is a row of its own (`picolease.handover:N`) naming the
 //! term by its epoch; the holder reads it with its next renewal, stops its
-//! work and reserves the lease for the node. Nothing here decides who
+//! work and reserves the lease for the node. The request is withdrawn
+//! (deleted if it still names that term) once the holder has acted or
+//! has not in time, so no request is left behind to fire later. Nothing here decides who
 //! leads: the holder and the successor's acquire do, in the database.
 
 use std::process::ExitCode;
@@ -57,12 +59,20 @@ pub fn run(
     let started = Instant::now();
     // The holder acts at its next renewal, before its row expires.
     let left = Duration::from_millis(row.expires_in_ms.unwrap_or(0).max(0) as u64);
-    let ended = wait(backend, table, name, left + SLACK, |row| {
-        row.epoch != epoch || row.holder.as_deref() != Some(&holder)
-    })?;
+    let acted = |row: &LeaseRow| row.epoch != epoch || row.holder.as_deref() != Some(&holder);
+    let ended = wait(backend, table, name, left + SLACK, acted)?;
+    // Whatever happened, the request is withdrawn: once the term has
+    // ended it matches nothing, and a request the holder did not act on
+    // must not fire later, at a renewal nobody is watching for.
+    backend.withdraw_hand_over(table, &lease, epoch)?;
+    let ended = match ended {
+        Some(row) => Some(row),
+        // It may have acted between the last read and the withdrawal.
+        None => read(backend, table, name)?.filter(|row| acted(row)),
+    };
     let Some(after) = ended else {
         return Err(CliError::runtime(format!(
-            "{holder} still holds lease {name:?} at epoch {epoch} after {}: it did not act on the request (an older picolease ignores it)",
+            "{holder} still holds lease {name:?} at epoch {epoch} after {}: it did not act on the request (an older picolease ignores it); the request is withdrawn",
             show(started.elapsed())
         )));
     };
