@@ -7,10 +7,11 @@
 //! | --- | --- | --- | --- |
 //! | `picolease_leader` | gauge | | 1 while this contender leads, else 0 |
 //! | `picolease_epoch` | gauge | | the epoch last held or observed |
-//! | `picolease_transitions_total` | counter | `to` = `leader`\|`follower`, `reason` | terms begun (`reason="acquired"`) and ended (`lost`, `expired`, `released`, `error`) |
-//! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release` | from issuing a statement to its outcome (timeouts excluded) |
+//! | `picolease_transitions_total` | counter | `to` = `leader`\|`follower`, `reason` | terms begun (`reason="acquired"`) and ended (`lost`, `expired`, `released`, `error`, `clock`, `handover`) |
+//! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`hand_over` | from issuing a statement to its outcome (timeouts excluded) |
 //! | `picolease_statement_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal`\|`timeout` | failed statements |
 //! | `picolease_lease_remaining_seconds` | gauge | | the leader's time to its deadline, as of the driver's last step; 0 on a follower |
+//! | `picolease_handovers_total` | counter | `result` = `reserved`\|`refused`\|`failed` | planned hand-over statements (DESIGN §3 "Planned handover"): the row reserved for the successor; refused (the term had ended); failed or timed out |
 //! | `picolease_server_changes_total` | counter | `table` (no `lease`: one per connection, a lone lease's or a set's) | PostgreSQL: a reconnection reached another server incarnation than the last connection (a restart or a failover; DESIGN §3 "Failover"), counted by `postgres::server_change` |
 //!
 //! Every series is registered at zero when the lease starts (when its
@@ -129,9 +130,10 @@ pub(crate) struct Metrics {
     durations: [metrics::Histogram; 4],
     failures: [[metrics::Counter; 3]; 4],
     /// Planned handovers (DESIGN §3): `reserved` (the row went to the
-    /// successor) and `failed` (the statement failed or timed out; the row
-    /// lapses by its ttl).
-    handovers: [metrics::Counter; 2],
+    /// successor), `refused` (the database answered that the term was no
+    /// longer ours: it had ended meanwhile) and `failed` (the statement
+    /// failed or timed out; the row lapses by its ttl).
+    handovers: [metrics::Counter; 3],
 }
 
 #[cfg(feature = "metrics")]
@@ -168,7 +170,7 @@ impl Metrics {
                     )
                 })
             }),
-            handovers: ["reserved", "failed"].map(|result| {
+            handovers: ["reserved", "refused", "failed"].map(|result| {
                 counter!(
                     "picolease_handovers_total",
                     "lease" => lease.clone(), "result" => result
@@ -233,9 +235,14 @@ impl Metrics {
         if let Some(i) = outcome.failure_index() {
             self.failures[statement.index()][i].increment(1);
             if statement == StatementKind::HandOver {
-                self.handovers[1].increment(1);
+                self.handovers[2].increment(1);
             }
         }
+    }
+
+    /// A hand-over statement the database refused: the term had ended.
+    pub(crate) fn hand_over_refused(&self) {
+        self.handovers[1].increment(1);
     }
 }
 /// The metrics of lease sets (feature `metrics`), beside the single-lease

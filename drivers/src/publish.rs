@@ -305,6 +305,15 @@ impl Publisher {
             .map(|deadline| deadline.saturating_sub(self.now()))
     }
 
+    /// A hand-over statement was refused (the term had ended): counted as
+    /// `picolease_handovers_total{result="refused"}`.
+    pub(crate) fn record_hand_over_refused(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = self.metrics() {
+            metrics.hand_over_refused();
+        }
+    }
+
     /// A renew was accepted after `latency` (from the driver issuing the
     /// statement to the core having handled its reply).
     pub(crate) fn record_renewal(&self, latency: Duration) {

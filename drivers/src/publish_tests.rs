@@ -168,6 +168,54 @@ fn metrics_are_registered_at_zero_and_follow_the_output_side() {
     assert_eq!(value(to_leader), Some(2.0));
 }
 
+/// `picolease_handovers_total{result}`: at zero before any handover; the
+/// second publication of a handover (naming the reservation) counts
+/// `reserved`, a refused hand-over statement `refused`, a failed one
+/// `failed`; the demotion itself is a `handover` transition.
+#[cfg(feature = "metrics")]
+#[test]
+fn handovers_are_counted_by_result() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
+    metrics::with_local_recorder(&recorder, || publisher.attach(&attached_config()));
+    let value = |series: &str| -> Option<f64> {
+        handle
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    };
+    let result = |r: &str| format!(r#"picolease_handovers_total{{lease="m",result="{r}"}}"#);
+    let demoted = r#"picolease_transitions_total{lease="m",to="follower",reason="handover"}"#;
+    for r in ["reserved", "refused", "failed"] {
+        assert_eq!(value(&result(r)), Some(0.0), "{r}");
+    }
+
+    publisher.publish(leading(3));
+    let handed = |holder: Option<&str>| Leadership {
+        role: Role::Follower,
+        epoch: Some(Epoch::new(3)),
+        holder: holder.map(|node| HolderId::reserved_for(node).unwrap()),
+        reason: Some(picolease_core::Demotion::HandedOver),
+    };
+    publisher.publish(handed(None));
+    assert_eq!(value(demoted), Some(1.0));
+    assert_eq!(value(&result("reserved")), Some(0.0), "not yet reserved");
+    publisher.publish(handed(Some("web-4")));
+    assert_eq!(value(&result("reserved")), Some(1.0));
+    assert_eq!(value(demoted), Some(1.0), "one transition");
+
+    let hand_over = Operation::HandOver {
+        epoch: Epoch::new(3),
+    };
+    publisher.record_statement(hand_over, Duration::from_millis(3), Outcome::Answered);
+    publisher.record_hand_over_refused();
+    publisher.record_statement(hand_over, Duration::from_millis(250), Outcome::Timeout);
+    assert_eq!(value(&result("refused")), Some(1.0));
+    assert_eq!(value(&result("failed")), Some(1.0));
+    assert_eq!(value(&result("reserved")), Some(1.0));
+}
+
 #[test]
 fn the_snapshot_shows_role_holder_progress_and_success() {
     let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));

@@ -283,11 +283,14 @@ impl<G: TermGate> SetRunner<G> {
                 member
                     .publisher
                     .record_statement(operation, elapsed, outcome);
-                if matches!(
-                    (operation, answer),
-                    (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted)))
-                ) {
-                    member.publisher.record_renewal(elapsed);
+                match (operation, answer) {
+                    (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted))) => {
+                        member.publisher.record_renewal(elapsed);
+                    }
+                    (Operation::HandOver { .. }, Some(Answer::Row(Reply::Rejected))) => {
+                        member.publisher.record_hand_over_refused();
+                    }
+                    _ => {}
                 }
             }
             Ran::Batch(kind) => {
