@@ -6,6 +6,7 @@ pub mod child;
 mod events;
 mod handover;
 pub mod run;
+mod run_loop;
 pub mod run_set;
 mod simulate;
 mod sql;

@@ -14,10 +14,10 @@ use picolease::{
     random_u64, unique_holder_id, Config, HolderId, LeaseName, RecvError, Subscription, TableName,
     Transition,
 };
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
 use super::child::{ChildEvent, Gated};
 use super::events::{Printed, Printer};
+use super::run_loop::{install_signals_with, print_during, wedge_for_tests, IsDriverEnd};
 use crate::backend::{Backend, Contender};
 use crate::cli::RunArgs;
 use crate::duration::show;
@@ -148,22 +148,6 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     session(&printer, driver, events)
 }
 
-/// Test seam (hidden): `PICOLEASE_TEST_WEDGE_AFTER_MS=N` calls `wedge`
-/// (which blocks the driver's loop) N ms after the start, so a test sees
-/// /healthz fail. Shared by the single-lease and the set `run`.
-pub(super) fn wedge_for_tests(wedge: impl FnOnce() + Send + 'static) {
-    let Some(after) = std::env::var("PICOLEASE_TEST_WEDGE_AFTER_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-    else {
-        return;
-    };
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(after));
-        wedge();
-    });
-}
-
 /// The grace between SIGTERM and SIGKILL when a term ends. It is the core's
 /// stop lead (`Config::stop_lead`): one rule for the library and the CLI,
 /// checked against the same bound, `ttl·(1 − ρ) − interval − request
@@ -255,43 +239,6 @@ fn handle(printer: &Printer, event: Event) -> Option<Stop> {
     None
 }
 
-/// Runs `shutdown` while another thread hands every event it publishes to
-/// `print` as it arrives, up to the driver's end (`DriverEnded`), when
-/// `printing`. A shutdown returns only after the driver has finished,
-/// which on PostgreSQL is a linger after the release
-/// (`picolease::postgres::DEFAULT_LINGER`): printing the release's
-/// `follower` only then would put it after the successor's `leader` line.
-pub(super) fn print_during<E: Send + IsDriverEnd, T>(
-    printing: bool,
-    events: mpsc::Receiver<E>,
-    print: impl FnMut(E) + Send,
-    shutdown: impl FnOnce() -> T,
-) -> T {
-    if !printing {
-        return shutdown();
-    }
-    let mut print = print;
-    std::thread::scope(|scope| {
-        let printer = scope.spawn(move || {
-            while let Ok(event) = events.recv() {
-                if event.is_driver_end() {
-                    break;
-                }
-                print(event);
-            }
-        });
-        let outcome = shutdown();
-        let _ = printer.join();
-        outcome
-    })
-}
-
-/// The loop's "the driver has published everything" event.
-pub(super) trait IsDriverEnd {
-    /// True for the event that follows the driver's last transition.
-    fn is_driver_end(&self) -> bool;
-}
-
 impl IsDriverEnd for Event {
     fn is_driver_end(&self) -> bool {
         matches!(self, Event::DriverEnded)
@@ -313,27 +260,6 @@ fn forward_transitions(transitions: Subscription, events: mpsc::Sender<Event>) {
         }
         let _ = events.send(Event::DriverEnded);
     });
-}
-
-/// SIGTERM, SIGINT and SIGHUP (a closed terminal) stop `run` cleanly: CMD
-/// first, then the release.
-pub(crate) fn install_signals_with<E: Send + 'static>(
-    events: mpsc::Sender<E>,
-    signal: fn() -> E,
-) -> Result<(), CliError> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
-        .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
-    std::thread::Builder::new()
-        .name("picolease-signals".into())
-        .spawn(move || {
-            for _ in signals.forever() {
-                if events.send(signal()).is_err() {
-                    return;
-                }
-            }
-        })
-        .map_err(|e| CliError::runtime(format!("cannot start the signal thread: {e}")))?;
-    Ok(())
 }
 
 #[cfg(test)]

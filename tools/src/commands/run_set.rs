@@ -17,6 +17,7 @@ use picolease::{HolderId, LeaseName, RecvError, SetConfig, TableName, Transition
 
 use super::child::{ChildEvent, Gated};
 use super::events::{Printed, Printer};
+use super::run_loop::{install_signals_with, print_during, wedge_for_tests, IsDriverEnd};
 use crate::backend::{Backend, SetContender};
 use crate::cli::RunArgs;
 use crate::failure::CliError;
@@ -60,7 +61,7 @@ pub fn run(
         listener,
     } = prepared;
     let (tx, events) = mpsc::channel();
-    super::run::install_signals_with(tx.clone(), || Event::Signal)?;
+    install_signals_with(tx.clone(), || Event::Signal)?;
     // Each term's end waits for its `follower` line, so a lease is
     // released only after the line is out. With CMD the supervisor waits;
     // without, on PostgreSQL and MySQL a task per held lease waits, and on
@@ -82,7 +83,7 @@ pub fn run(
     let count = names.len();
     let (set, transitions, view) = backend.start_set(table, template, names, gated)?;
     let wedge = view.clone();
-    super::run::wedge_for_tests(move || wedge.wedge_loop_for_tests());
+    wedge_for_tests(move || wedge.wedge_loop_for_tests());
     if let Some(listener) = listener {
         tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
         listener.serve_set(crate::http::SetSource {
@@ -124,7 +125,7 @@ pub fn run(
     session(&printers, set, events)
 }
 
-impl super::run::IsDriverEnd for Event {
+impl IsDriverEnd for Event {
     fn is_driver_end(&self) -> bool {
         matches!(self, Event::DriverEnded)
     }
@@ -170,7 +171,7 @@ fn session(
     };
     // Printed as published, not after the shutdown's linger.
     let printing = !matches!(stop, Stop::DriverFinished);
-    let outcome = super::run::print_during(
+    let outcome = print_during(
         printing,
         events,
         |event| {
