@@ -89,3 +89,22 @@ impl PgLeaseSet {
         }
     }
 }
+
+/// A fenced transaction of a term's work.
+impl LeaderContext {
+    /// Opens a fenced transaction of this term on `client`, bounded by the
+    /// leader's deadline as it stands now ([`LeaderContext::time_left`](LeaderContext::time_left));
+    /// see [`Fence::transaction`] for what it guarantees and the bound it
+    /// puts on a takeover's delay. Refused ([`PgError::Fenced`]) once the
+    /// term has ended.
+    pub async fn fenced_transaction<'c>(
+        &self,
+        client: &'c mut tokio_postgres::Client,
+    ) -> Result<FencedTransaction<'c>, PgError> {
+        if self.is_cancelled() || self.deadline().is_none() {
+            return Err(self.fence().over("the term has ended"));
+        }
+        let deadline = tokio::time::Instant::now() + self.time_left();
+        self.fence().transaction(client, deadline).await
+    }
+}

@@ -2,8 +2,8 @@
 //! or not at all, bounded by the leader's deadline on the server and on
 //! the client: how one is opened ([`Fence::transaction`]), and the type
 //! ([`FencedTransaction`]). Gated work opens one through
-//! `LeaderContext::fenced_transaction` (`gate.rs`), a handle through
-//! `PgLease::fenced_transaction` (`handle.rs`).
+//! `LeaderContext::fenced_transaction`, a handle through
+//! `PgLease::fenced_transaction` (both in `handle.rs`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
