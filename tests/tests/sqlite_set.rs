@@ -197,3 +197,77 @@ fn a_sqlite_set_waits_on_one_lease_as_a_lone_lease_does() {
     assert!(back.epoch > led.epoch, "{back:?} after {led:?}");
     set.shutdown().expect("shutdown");
 }
+
+/// `when_term_ends`: a set with no work holds no thread while its terms
+/// last; when a term ends (here by shutdown) the closure runs with that
+/// term, on a thread started then, and the lease stays held (the row
+/// names this node at the term's epoch) until it returns: the release
+/// comes after it. `picolease run` with several names and no CMD prints a
+/// term's `follower` line there.
+#[test]
+fn a_term_end_closure_runs_before_the_release_with_no_thread_during_the_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("set.db");
+    let table = picolease::sqlite::LeaseTable::open(&Database::file(&path)).unwrap();
+    let table = Arc::new(Mutex::new(table));
+    // What the closure saw: (lease, epoch, the row's holder and epoch at
+    // its start, and again 150 ms later, just before it returned).
+    type Seen = Vec<(String, u64, Option<(String, u64)>, Option<(String, u64)>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let set = {
+        let (seen, table) = (Arc::clone(&seen), Arc::clone(&table));
+        SqliteLeaseSet::builder(template("ender"), leases(2), Database::file(&path))
+            .when_term_ends(move |term| {
+                let row = || {
+                    let row = table.lock().unwrap().lease_row(term.lease()).unwrap();
+                    row.and_then(|r| Some((r.holder?, r.epoch.get())))
+                };
+                let first = row();
+                std::thread::sleep(Duration::from_millis(150));
+                let last = row();
+                let lease = term.lease().to_string();
+                seen.lock()
+                    .unwrap()
+                    .push((lease, term.epoch().get(), first, last));
+            })
+            .start()
+            .expect("start")
+    };
+    wait_until("both leases held", Duration::from_secs(5), || {
+        set.snapshot().held.len() == 2
+    });
+    let term_end_threads = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+            .filter(|name| name.starts_with("picolease-term"))
+            .count()
+    };
+    assert_eq!(term_end_threads(), 0, "no thread while the terms last");
+    let epochs: BTreeMap<String, u64> = set
+        .snapshot()
+        .held
+        .iter()
+        .map(|(lease, epoch)| (lease.to_string(), epoch.get()))
+        .collect();
+    set.shutdown().expect("shutdown");
+
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(seen.len(), 2, "one call per ended term: {seen:?}");
+    for (lease, epoch, first, last) in &seen {
+        assert_eq!(
+            epochs.get(lease),
+            Some(epoch),
+            "{lease}: the term that ended"
+        );
+        let held = Some(("ender".to_string(), *epoch));
+        assert_eq!(first, &held, "{lease}: held when the closure starts");
+        assert_eq!(last, &held, "{lease}: still held as it returns");
+    }
+    // After shutdown both rows are free.
+    for lease in leases(2) {
+        let row = table.lock().unwrap().lease_row(&lease).unwrap().unwrap();
+        assert_eq!(row.holder, None, "{lease} released after the closure");
+    }
+}

@@ -111,6 +111,10 @@ impl Deadline {
 /// A gated closure.
 pub(crate) type Work = Arc<dyn Fn(LeaderContext) + Send + Sync + 'static>;
 
+/// A closure run when a term ends, before its release
+/// (`when_term_ends`).
+pub(crate) type TermEnd = Arc<dyn Fn(Term) + Send + Sync + 'static>;
+
 /// The registered closures and the threads of the current (or last) term
 /// of one lease: a lone lease's, or one member's of a set.
 pub(crate) struct Gate {
@@ -121,6 +125,9 @@ pub(crate) struct Gate {
     lease: LeaseName,
     holder: HolderId,
     works: Vec<Work>,
+    /// Run when a term ends, each on a thread of its own started then; the
+    /// release waits for them as for the work.
+    term_ends: Vec<TermEnd>,
     /// Threads of the current term.
     running: Vec<JoinHandle<()>>,
     /// Threads of an ended term, signalled but not yet joined.
@@ -142,6 +149,7 @@ impl Gate {
             lease,
             holder,
             works: Vec::new(),
+            term_ends: Vec::new(),
             running: Vec::new(),
             stopped: Vec::new(),
             current: None,
@@ -152,11 +160,17 @@ impl Gate {
     pub(crate) fn add(&mut self, work: Work) {
         if let Some(context) = &self.current {
             let index = self.works.len();
-            if let Some(handle) = spawn(index, &work, context.clone()) {
+            if let Some(handle) = start_work(index, &work, context) {
                 self.running.push(handle);
             }
         }
         self.works.push(work);
+    }
+
+    /// Registers a closure to run when each term ends, from the next end
+    /// on.
+    pub(crate) fn add_term_end(&mut self, end: TermEnd) {
+        self.term_ends.push(end);
     }
 
     /// Starts every closure for the term `epoch` (after joining the last
@@ -173,17 +187,24 @@ impl Gate {
             deadline: Deadline(Arc::clone(&self.publisher)),
         };
         for (index, work) in self.works.iter().enumerate() {
-            if let Some(handle) = spawn(index, work, context.clone()) {
+            if let Some(handle) = start_work(index, work, &context) {
                 self.running.push(handle);
             }
         }
         self.current = Some(context);
     }
 
-    /// Signals the running work to stop (does not wait).
+    /// Signals the running work to stop and starts the term-end closures
+    /// (does not wait for either).
     pub(crate) fn stop(&mut self) {
         if let Some(context) = self.current.take() {
             context.cancellation.cancel();
+            for (index, end) in self.term_ends.iter().enumerate() {
+                let (end, term) = (Arc::clone(end), context.term.clone());
+                if let Some(handle) = spawn("term-end", index, &context.term, move || end(term)) {
+                    self.stopped.push(handle);
+                }
+            }
         }
         self.stopped.append(&mut self.running);
     }
@@ -209,19 +230,27 @@ impl Gate {
     }
 }
 
-/// Starts closure `index` on its own thread; a thread that cannot be
-/// started is logged (the term goes on without it).
-fn spawn(index: usize, work: &Work, context: LeaderContext) -> Option<JoinHandle<()>> {
-    let epoch = context.epoch();
-    let name = format!("picolease-work-{}-{index}", context.lease());
-    let work = Arc::clone(work);
-    match std::thread::Builder::new()
-        .name(name)
-        .spawn(move || work(context))
-    {
+/// Starts work closure `index` in the term of `context`.
+fn start_work(index: usize, work: &Work, context: &LeaderContext) -> Option<JoinHandle<()>> {
+    let (work, given) = (Arc::clone(work), context.clone());
+    spawn("work", index, &context.term, move || work(given))
+}
+
+/// Runs `run` (closure `index` of kind `what`, in `term`) on its own
+/// thread; a thread that cannot be started is logged (the term goes on,
+/// or ends, without it).
+fn spawn(
+    what: &str,
+    index: usize,
+    term: &Term,
+    run: impl FnOnce() + Send + 'static,
+) -> Option<JoinHandle<()>> {
+    let name = format!("picolease-{what}-{}-{index}", term.lease());
+    match std::thread::Builder::new().name(name).spawn(run) {
         Ok(handle) => Some(handle),
         Err(e) => {
-            tracing::error!(epoch = epoch.get(), "cannot start gated work {index}: {e}");
+            let epoch = term.epoch().get();
+            tracing::error!(epoch, "cannot start the {what} closure {index}: {e}");
             None
         }
     }

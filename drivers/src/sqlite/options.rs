@@ -1,17 +1,20 @@
 //! The options a lone lease and a lease set take alike on SQLite: one
-//! struct, and one macro that gives both builders the same four methods
-//! (`while_leader`, `clock`, `notifications`, `change_check`) with the
-//! same meaning, as `postgres/options.rs` does for PostgreSQL.
+//! struct, and one macro that gives both builders the same five methods
+//! (`while_leader`, `when_term_ends`, `clock`, `notifications`,
+//! `change_check`) with the same meaning, as `postgres/options.rs` does
+//! for PostgreSQL (which has no `when_term_ends`: there a task that
+//! awaits the term's end holds no thread).
 
 use std::sync::Arc;
 
 use super::changes::Notices;
-use super::gate::Work;
+use super::gate::{TermEnd, Work};
 use crate::clock::SharedClock;
 
 /// The gated work, the clock and the release notices of a builder.
 pub(crate) struct SqliteOptions {
     pub(crate) works: Vec<Work>,
+    pub(crate) term_ends: Vec<TermEnd>,
     pub(crate) clock: SharedClock,
     pub(crate) notices: Notices,
 }
@@ -20,6 +23,7 @@ impl Default for SqliteOptions {
     fn default() -> Self {
         SqliteOptions {
             works: Vec::new(),
+            term_ends: Vec::new(),
             clock: crate::clock::system(),
             notices: Notices::Watch,
         }
@@ -27,11 +31,14 @@ impl Default for SqliteOptions {
 }
 
 impl SqliteOptions {
-    /// `works` added to a gate, for a lease's (or one lease of a set's)
-    /// terms.
+    /// `works` and `term_ends` added to a gate, for a lease's (or one
+    /// lease of a set's) terms.
     pub(crate) fn add_works_to(&self, gate: &mut super::gate::Gate) {
         for work in &self.works {
             gate.add(Arc::clone(work));
+        }
+        for end in &self.term_ends {
+            gate.add_term_end(Arc::clone(end));
         }
     }
 }
@@ -53,6 +60,20 @@ macro_rules! sqlite_option_methods {
             work: impl Fn(LeaderContext) + Send + Sync + 'static,
         ) -> Self {
             self.options.works.push(std::sync::Arc::new(work));
+            self
+        }
+
+        /// Registers a closure to run when each term ends (in a set: each
+        /// term of each of its leases), with the term that ended, on a
+        /// thread of its own started then; the lease is released only
+        /// after it returns. For what must come before the release without
+        /// a thread for the whole term, as [`while_leader`](Self::while_leader)
+        /// work has (a set may hold thousands of leases): `picolease run`
+        /// with several names and no CMD waits here for a term's
+        /// `follower` line to be printed. Keep it short: the release, and
+        /// so the successor, waits for it.
+        pub fn when_term_ends(mut self, end: impl Fn(crate::Term) + Send + Sync + 'static) -> Self {
+            self.options.term_ends.push(std::sync::Arc::new(end));
             self
         }
 

@@ -131,10 +131,16 @@ pub fn start_set(
 ) -> Result<super::StartedSet, CliError> {
     let mut builder = SqliteLeaseSet::builder(template, leases, database(location, table));
     let transitions = builder.subscribe();
-    // Without CMD no work runs: on this driver a term's work is a thread,
-    // and a set may hold thousands of leases.
-    if let Some(gated) = gated.filter(|g| g.runs_command()) {
-        builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
+    // Without CMD no work runs (on this driver a term's work is a thread,
+    // and a set may hold thousands of leases); a term's end waits, on a
+    // thread started then, for its `follower` line, so the release comes
+    // after the line.
+    match gated {
+        Some(gated) if gated.runs_command() => {
+            builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
+        }
+        Some(gated) => builder = builder.when_term_ends(move |term| gated.wait_printed(&term)),
+        None => {}
     }
     let set = builder.start()?;
     let snapshots = set.snapshots();

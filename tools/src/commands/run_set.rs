@@ -65,9 +65,8 @@ pub fn run(
     // Each term's end waits for its `follower` line, so a lease is
     // released only after the line is out. With CMD the supervisor waits;
     // without, on PostgreSQL and MySQL a task per held lease waits, and on
-    // SQLite nothing does (its work would be a thread per held lease): the
-    // printer thread then only has to be faster than the release, the
-    // file watch and the successor's acquire.
+    // SQLite a thread started when the term ends (`when_term_ends`: its
+    // work would be a thread per held lease for the whole term).
     let printed = Arc::new(Printed::default());
     let child_tx = tx.clone();
     let gated = Some(Arc::new(Gated::new(
