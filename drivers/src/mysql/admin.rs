@@ -70,6 +70,31 @@ pub async fn force_release(
     Ok(released)
 }
 
+/// One lease's row on `conn`, if it exists, as [`status`] reads every
+/// row: for a tool that watches one lease (`picolease handover`) on one
+/// connection. A missing table is [`MysqlError::MissingTable`].
+pub async fn lease_row(
+    conn: &mut mysql_async::Conn,
+    table: &TableName,
+    lease: &LeaseName,
+) -> Result<Option<LeaseRow>, MysqlError> {
+    let statements = Statements::new(Dialect::Mysql, table);
+    let bindings = Bindings {
+        lease: lease.as_str(),
+        ..Bindings::default()
+    };
+    let rows = run_statement(conn, statements.lease_row(), &bindings, None)
+        .await
+        .map_err(|e| MysqlError::from_statement("status", &table.to_string(), &e))?;
+    let mut rows = statements
+        .decode_status(&rows)
+        .map_err(|source| MysqlError::Row {
+            table: table.to_string(),
+            source: source.for_lease(lease.as_str()),
+        })?;
+    Ok(rows.pop())
+}
+
 /// Asks the holder of term `epoch` of `lease` to hand it over to node `to`
 /// (`""`: to whoever comes next; DESIGN §3 "Planned handover"), as
 /// [`crate::postgres::request_hand_over`] does.

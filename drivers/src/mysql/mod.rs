@@ -85,7 +85,7 @@ mod transaction;
 mod wake;
 
 pub use admin::{
-    force_release, init, request_hand_over, run_statement, status, withdraw_hand_over,
+    force_release, init, lease_row, request_hand_over, run_statement, status, withdraw_hand_over,
 };
 pub use connect::MysqlConnector;
 pub use error::MysqlError;

@@ -37,6 +37,29 @@ pub async fn status(client: &Client, table: &TableName) -> Result<Vec<LeaseRow>,
         })
 }
 
+/// One lease's row, if it exists, as [`status`] reads every row: for a
+/// tool that watches one lease (`picolease handover`) on one connection.
+/// A missing table is [`PgError::MissingTable`].
+pub async fn lease_row(
+    client: &Client,
+    table: &TableName,
+    lease: &LeaseName,
+) -> Result<Option<LeaseRow>, PgError> {
+    let statements = Statements::new(Dialect::Postgres, table);
+    let bindings = Bindings {
+        lease: lease.as_str(),
+        ..Bindings::default()
+    };
+    let rows = query(client, table, "status", statements.lease_row(), &bindings).await?;
+    let mut rows = statements
+        .decode_status(&rows)
+        .map_err(|source| PgError::Row {
+            table: table.to_string(),
+            source: source.for_lease(lease.as_str()),
+        })?;
+    Ok(rows.pop())
+}
+
 /// Frees `lease` whoever holds it, bumping the epoch so the old holder's
 /// renewals and fenced writes are rejected (it demotes with reason `lost`),
 /// and notifies waiting contenders. The epoch bump waits for the holder's
@@ -61,12 +84,26 @@ pub async fn force_release(
         table: table.to_string(),
         source: source.for_lease(lease.as_str()),
     };
-    let rows = query(client, table, statements.force_release(), &bindings).await?;
+    let rows = query(
+        client,
+        table,
+        "force release",
+        statements.force_release(),
+        &bindings,
+    )
+    .await?;
     let released = statements.decode_force_release(&rows).map_err(row_error)?;
     if released.is_none() {
         // No such lease, or a malformed row the statement refused to
         // touch: reading it tells which.
-        let rows = query(client, table, statements.lease_row(), &bindings).await?;
+        let rows = query(
+            client,
+            table,
+            "force release",
+            statements.lease_row(),
+            &bindings,
+        )
+        .await?;
         statements.decode_status(&rows).map_err(row_error)?;
     }
     Ok(released)
@@ -144,11 +181,11 @@ async fn on_request(
 async fn query(
     client: &Client,
     table: &TableName,
+    during: &'static str,
     statement: &Statement,
     bindings: &Bindings<'_>,
 ) -> Result<Vec<Vec<Cell>>, PgError> {
-    let fail =
-        |e: tokio_postgres::Error| PgError::from_statement("force release", &table.to_string(), &e);
+    let fail = |e: tokio_postgres::Error| PgError::from_statement(during, &table.to_string(), &e);
     let values: Vec<_> = statement.bind(bindings, None).collect();
     let rows = client
         .query_typed(statement.sql(), &typed(statement, &values))

@@ -110,7 +110,7 @@ mod statement;
 mod task;
 mod transaction;
 
-pub use admin::{force_release, init, request_hand_over, status, withdraw_hand_over};
+pub use admin::{force_release, init, lease_row, request_hand_over, status, withdraw_hand_over};
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};
 pub use error::PgError;
 pub use fence::Fence;

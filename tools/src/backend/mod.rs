@@ -1,9 +1,10 @@
 //! The databases a `--db` URL names, behind one small interface.
 //!
-//! Each backend module (`sqlite`, and `postgres` with the feature of that
-//! name, on by default) offers the same four operations: `init`, `status`,
-//! `force_release` and `start` (a running [`Contender`] and its
-//! [`Subscription`]). The commands only ever call [`Backend`]'s methods,
+//! Each backend module (`sqlite`, and `postgres` and `mysql` with the
+//! features of those names, on by default) offers the same operations:
+//! `init`, `status`, `force_release`, `start` (a running [`Contender`] and
+//! its [`Subscription`]) and `start_set`, and for `handover` the request,
+//! its withdrawal and a [`RowWatch`]. The commands only ever call [`Backend`]'s methods,
 //! so they hold no per-database branch. A binary built without
 //! `postgres` refuses `postgres://` URLs with a clear configuration error.
 
@@ -32,6 +33,29 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::runtime(format!("cannot start the async runtime: {e}")))
+}
+
+/// One lease's row read again and again on one connection
+/// ([`Backend::watch_row`]).
+pub enum RowWatch {
+    Sqlite(Box<picolease::sqlite::LeaseTable>),
+    #[cfg(feature = "postgres")]
+    Postgres(postgres::RowWatch),
+    #[cfg(feature = "mysql")]
+    Mysql(mysql::RowWatch),
+}
+
+impl RowWatch {
+    /// The row of `lease`, if it exists.
+    pub fn read(&mut self, lease: &LeaseName) -> Result<Option<LeaseRow>, CliError> {
+        match self {
+            RowWatch::Sqlite(table) => Ok(table.lease_row(lease)?),
+            #[cfg(feature = "postgres")]
+            RowWatch::Postgres(watch) => watch.read(lease),
+            #[cfg(feature = "mysql")]
+            RowWatch::Mysql(watch) => watch.read(lease),
+        }
+    }
 }
 
 /// A running contender of either backend, as `run` sees it.
@@ -181,6 +205,21 @@ impl Backend {
             #[cfg(feature = "mysql")]
             Backend::Mysql(target) => mysql::request_hand_over(target, table, lease, epoch, to),
         }
+    }
+
+    /// `handover`: a watch of one lease's row on one connection.
+    pub fn watch_row(&self, table: &TableName) -> Result<RowWatch, CliError> {
+        Ok(match self {
+            Backend::Sqlite(location) => {
+                RowWatch::Sqlite(Box::new(sqlite::open_table(location, table)?))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => {
+                RowWatch::Postgres(postgres::RowWatch::open(target, table)?)
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => RowWatch::Mysql(mysql::RowWatch::open(target, table)?),
+        })
     }
 
     /// `handover`: withdraws the request for term `epoch` of `lease`, if

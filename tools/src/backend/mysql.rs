@@ -61,14 +61,17 @@ fn admin<T>(
     op: impl AsyncFnOnce(&MysqlConnector) -> Result<T, MysqlError>,
 ) -> Result<T, CliError> {
     let runtime = runtime()?;
-    runtime.block_on(async {
-        op(&target.connector).await.map_err(|e| match e {
-            MysqlError::Connect { reason } => {
-                CliError::runtime(format!("could not connect to MySQL at {target}: {reason}"))
-            }
-            other => other.into(),
-        })
-    })
+    runtime.block_on(async { op(&target.connector).await.map_err(|e| named(target, e)) })
+}
+
+/// A failure to connect names the server.
+fn named(target: &Target, error: MysqlError) -> CliError {
+    match error {
+        MysqlError::Connect { reason } => {
+            CliError::runtime(format!("could not connect to MySQL at {target}: {reason}"))
+        }
+        other => other.into(),
+    }
 }
 
 /// `init`: creates the table if missing.
@@ -83,6 +86,47 @@ pub fn status(target: &Target, table: &TableName) -> Result<Vec<LeaseRow>, CliEr
         Err(MysqlError::MissingTable { .. }) => Ok(Vec::new()),
         other => other,
     })
+}
+
+/// `handover`'s watch of one lease's row: one connection, the row read
+/// again and again by its key (not a new connection and the whole table
+/// per look).
+pub struct RowWatch {
+    runtime: tokio::runtime::Runtime,
+    /// Taken when the watch is dropped, to disconnect.
+    conn: Option<mysql_async::Conn>,
+    table: TableName,
+}
+
+impl RowWatch {
+    /// Connects once.
+    pub fn open(target: &Target, table: &TableName) -> Result<Self, CliError> {
+        // The connection lives on this runtime, which the watch keeps.
+        let runtime = runtime()?;
+        let conn = runtime
+            .block_on(target.connector.connect_client())
+            .map_err(|e| named(target, e))?;
+        Ok(RowWatch {
+            runtime,
+            conn: Some(conn),
+            table: table.clone(),
+        })
+    }
+
+    /// The row of `lease`, if it exists.
+    pub fn read(&mut self, lease: &LeaseName) -> Result<Option<LeaseRow>, CliError> {
+        let conn = self.conn.as_mut().expect("connected until dropped");
+        let read = mysql::lease_row(conn, &self.table, lease);
+        Ok(self.runtime.block_on(read)?)
+    }
+}
+
+impl Drop for RowWatch {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _ = self.runtime.block_on(conn.disconnect());
+        }
+    }
 }
 
 /// `handover`: writes the request row.

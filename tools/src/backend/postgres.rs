@@ -99,6 +99,35 @@ pub fn status(target: &Target, table: &TableName) -> Result<Vec<LeaseRow>, CliEr
     })
 }
 
+/// `handover`'s watch of one lease's row: one connection, the row read
+/// again and again by its key (not a new connection and the whole table
+/// per look).
+pub struct RowWatch {
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    table: TableName,
+}
+
+impl RowWatch {
+    /// Connects once.
+    pub fn open(target: &Target, table: &TableName) -> Result<Self, CliError> {
+        let connector = target.connector()?;
+        let runtime = runtime()?;
+        let client = runtime.block_on(connect(&connector, target))?;
+        Ok(RowWatch {
+            runtime,
+            client,
+            table: table.clone(),
+        })
+    }
+
+    /// The row of `lease`, if it exists.
+    pub fn read(&mut self, lease: &LeaseName) -> Result<Option<LeaseRow>, CliError> {
+        let read = postgres::lease_row(&self.client, &self.table, lease);
+        Ok(self.runtime.block_on(read)?)
+    }
+}
+
 /// `handover`: writes the request row.
 pub fn request_hand_over(
     target: &Target,

@@ -47,6 +47,11 @@ pub fn status(location: &Location, table: &TableName) -> Result<Vec<LeaseRow>, C
     }
 }
 
+/// The existing table, opened (for a watch of one row).
+pub fn open_table(location: &Location, table: &TableName) -> Result<LeaseTable, CliError> {
+    Ok(LeaseTable::open_existing(&database(location, table))?)
+}
+
 /// Frees `lease` and bumps its epoch; the statement leaves a malformed row
 /// as it is (and the driver reports it).
 pub fn force_release(

@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use picolease::sql::{term_to_hand_over, LeaseRow};
 use picolease::{HolderId, LeaseName, TableName};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RowWatch};
 use crate::duration::show;
 use crate::failure::CliError;
 use crate::output::line;
 
-/// How often the row is read while waiting.
+/// How often the row is read while waiting (one key lookup on one
+/// connection).
 const POLL: Duration = Duration::from_millis(20);
 
 /// Slack beyond the row's own time left (and the reservation's): the
@@ -38,11 +39,18 @@ pub fn run(
         HolderId::reserved_for(node).map_err(CliError::usage)?;
     }
     let place = backend.place();
-    let Some(row) = read(backend, table, name)? else {
+    // Read as `status` reads (a missing file or table is no lease), then
+    // watched on one connection.
+    let row = backend
+        .status(table)?
+        .into_iter()
+        .find(|row| row.name == name);
+    let Some(row) = row else {
         return Err(CliError::runtime(format!(
             "no lease named {name:?} in table {table} of {place}"
         )));
     };
+    let mut watch = backend.watch_row(table)?;
     let (Some(epoch), Some(holder)) = (term_to_hand_over(&row), row.holder.clone()) else {
         return Err(CliError::runtime(format!(
             "lease {name:?} is not held (free, lapsed or reserved): nothing to hand over"
@@ -60,15 +68,17 @@ pub fn run(
     // The holder acts at its next renewal, before its row expires.
     let left = Duration::from_millis(row.expires_in_ms.unwrap_or(0).max(0) as u64);
     let acted = |row: &LeaseRow| row.epoch != epoch || row.holder.as_deref() != Some(&holder);
-    let ended = wait(backend, table, name, left + SLACK, acted)?;
-    // Whatever happened, the request is withdrawn: once the term has
-    // ended it matches nothing, and a request the holder did not act on
-    // must not fire later, at a renewal nobody is watching for.
-    backend.withdraw_hand_over(table, &lease, epoch)?;
+    let waited = wait(&mut watch, &lease, left + SLACK, acted);
+    // Whatever happened (the watch failing too), the request is withdrawn:
+    // once the term has ended it matches nothing, and a request the holder
+    // did not act on must not fire later, at a renewal nobody watches for.
+    let withdrawn = backend.withdraw_hand_over(table, &lease, epoch);
+    let ended = waited?;
+    withdrawn?;
     let ended = match ended {
         Some(row) => Some(row),
         // It may have acted between the last read and the withdrawal.
-        None => read(backend, table, name)?.filter(|row| acted(row)),
+        None => watch.read(&lease)?.filter(|row| acted(row)),
     };
     let Some(after) = ended else {
         return Err(CliError::runtime(format!(
@@ -85,7 +95,7 @@ pub fn run(
             // The reservation lasts two intervals: the successor takes it
             // within that, or anyone may.
             let reserved = Duration::from_millis(after.expires_in_ms.unwrap_or(0).max(0) as u64);
-            let taken = wait(backend, table, name, reserved + SLACK, |row| {
+            let taken = wait(&mut watch, &lease, reserved + SLACK, |row| {
                 row.epoch != epoch
             })?;
             report_successor(name, taken.as_ref(), started);
@@ -96,7 +106,7 @@ pub fn run(
                 "{holder} released lease {name:?} at epoch {epoch} after {}",
                 show(started.elapsed())
             ));
-            let taken = wait(backend, table, name, SLACK * 2, |row| row.epoch != epoch)?;
+            let taken = wait(&mut watch, &lease, SLACK * 2, |row| row.epoch != epoch)?;
             report_successor(name, taken.as_ref().or(Some(&after)), started);
         }
         _ => report_successor(name, Some(&after), started),
@@ -125,25 +135,16 @@ fn report_successor(name: &str, row: Option<&LeaseRow>, started: Instant) {
     }
 }
 
-/// The lease's row, if it exists.
-fn read(backend: &Backend, table: &TableName, name: &str) -> Result<Option<LeaseRow>, CliError> {
-    Ok(backend
-        .status(table)?
-        .into_iter()
-        .find(|row| row.name == name))
-}
-
-/// Reads the row until `done` holds or `limit` passes.
+/// Reads the row of `lease` until `done` holds or `limit` passes.
 fn wait(
-    backend: &Backend,
-    table: &TableName,
-    name: &str,
+    watch: &mut RowWatch,
+    lease: &LeaseName,
     limit: Duration,
     done: impl Fn(&LeaseRow) -> bool,
 ) -> Result<Option<LeaseRow>, CliError> {
     let until = Instant::now() + limit;
     loop {
-        if let Some(row) = read(backend, table, name)? {
+        if let Some(row) = watch.read(lease)? {
             if done(&row) {
                 return Ok(Some(row));
             }
