@@ -1,7 +1,8 @@
 //! Planned handover (DESIGN §3 "Planned handover") between `picolease run
-//! --json -- CMD` processes, on a SQLite file and on the PostgreSQL server
-//! at 127.0.0.1:5432 (a table per test; FAILS, not skips, when it is
-//! unreachable), with real signals.
+//! --json -- CMD` processes, on a SQLite file, on the PostgreSQL server
+//! at 127.0.0.1:5432 and on the MariaDB server at 127.0.0.1:3306 (a table
+//! per test; FAILS, not skips, when a server is unreachable), with real
+//! signals.
 //!
 //! - A rolling replacement (start a new node, hand the lease to it if the
 //!   node it replaces leads, SIGTERM the old one; twice over, old → new →
@@ -32,6 +33,8 @@ use support::{len, now_ms, signal, wait_event, Event, Log, Node, PATIENCE};
 
 #[cfg(feature = "postgres")]
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+#[cfg(feature = "mysql")]
+const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 const LEASE: &str = "job";
 const TTL: &str = "2s";
 /// ttl / 4, `run`'s default.
@@ -46,6 +49,8 @@ struct Place {
     url: String,
     table: String,
     sqlite: Option<PathBuf>,
+    /// On the MariaDB server (else PostgreSQL's, when not SQLite).
+    mysql: bool,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -57,6 +62,7 @@ impl Place {
             url: format!("sqlite://{}", file.display()),
             table: format!("pl_cli_handover_{test}"),
             sqlite: Some(file),
+            mysql: false,
             _dir: Some(dir),
         }
     }
@@ -70,6 +76,21 @@ impl Place {
             url: POSTGRES.into(),
             table,
             sqlite: None,
+            mysql: false,
+            _dir: None,
+        }
+    }
+
+    #[cfg(feature = "mysql")]
+    fn mysql(test: &str) -> Self {
+        let table = format!("pl_cli_handover_{test}_{}", std::process::id());
+        // Panics (fails the test) when the server is unreachable.
+        support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+        Place {
+            url: MYSQL.into(),
+            table,
+            sqlite: None,
+            mysql: true,
             _dir: None,
         }
     }
@@ -88,6 +109,10 @@ impl Place {
             "SELECT name FROM {} WHERE name LIKE 'picolease.handover:%'",
             self.table
         );
+        #[cfg(feature = "mysql")]
+        if self.mysql {
+            return support::mysql::sql("test", &query);
+        }
         match &self.sqlite {
             Some(file) => {
                 let conn = rusqlite::Connection::open(file).unwrap();
@@ -118,6 +143,12 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
+        #[cfg(feature = "mysql")]
+        if self.mysql {
+            let drop = format!("DROP TABLE IF EXISTS {}", self.table);
+            let _ = std::panic::catch_unwind(|| support::mysql::sql("test", &drop));
+            return;
+        }
         #[cfg(feature = "postgres")]
         if self.sqlite.is_none() {
             let drop = format!("DROP TABLE IF EXISTS {}", self.table);
@@ -456,6 +487,12 @@ fn on_postgres_a_rolling_replacement_moves_the_lease_once_per_replaced_leader() 
     rolling_replacement(&Place::postgres("rolling"), "PostgreSQL");
 }
 
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_a_rolling_replacement_moves_the_lease_once_per_replaced_leader() {
+    rolling_replacement(&Place::mysql("rolling"), "MariaDB");
+}
+
 fn frozen_successor(place: &Place, database: &str) {
     let mut fleet = Fleet::new(place);
     for name in ["a", "b", "c"] {
@@ -536,6 +573,12 @@ fn a_successor_that_cannot_take_its_reservation_loses_it_to_another_within_the_b
 #[test]
 fn on_postgres_a_successor_that_cannot_take_its_reservation_loses_it_to_another_within_the_bound() {
     frozen_successor(&Place::postgres("frozen"), "PostgreSQL");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_a_successor_that_cannot_take_its_reservation_loses_it_to_another_within_the_bound() {
+    frozen_successor(&Place::mysql("frozen"), "MariaDB");
 }
 
 #[test]
