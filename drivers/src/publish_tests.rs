@@ -104,19 +104,27 @@ fn attached_config() -> Config {
     )
 }
 
+/// A publisher attached with a Prometheus recorder of its own, and a
+/// reader of one series' value as that recorder renders it.
 #[cfg(feature = "metrics")]
-#[test]
-fn metrics_are_registered_at_zero_and_follow_the_output_side() {
+fn recorded() -> (Arc<Publisher>, impl Fn(&str) -> Option<f64>) {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
     metrics::with_local_recorder(&recorder, || publisher.attach(&attached_config()));
-    let value = |series: &str| -> Option<f64> {
+    let value = move |series: &str| -> Option<f64> {
         handle
             .render()
             .lines()
             .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
     };
+    (publisher, value)
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn metrics_are_registered_at_zero_and_follow_the_output_side() {
+    let (publisher, value) = recorded();
     let renews = r#"picolease_statement_duration_seconds_count{lease="m",statement="renew"}"#;
     let to_leader = r#"picolease_transitions_total{lease="m",to="leader",reason="acquired"}"#;
     let lost = r#"picolease_transitions_total{lease="m",to="follower",reason="lost"}"#;
@@ -175,16 +183,7 @@ fn metrics_are_registered_at_zero_and_follow_the_output_side() {
 #[cfg(feature = "metrics")]
 #[test]
 fn handovers_are_counted_by_result() {
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let handle = recorder.handle();
-    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
-    metrics::with_local_recorder(&recorder, || publisher.attach(&attached_config()));
-    let value = |series: &str| -> Option<f64> {
-        handle
-            .render()
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-    };
+    let (publisher, value) = recorded();
     let result = |r: &str| format!(r#"picolease_handovers_total{{lease="m",result="{r}"}}"#);
     let demoted = r#"picolease_transitions_total{lease="m",to="follower",reason="handover"}"#;
     for r in ["reserved", "refused", "failed"] {
