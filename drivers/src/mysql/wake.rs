@@ -109,7 +109,11 @@ impl WakeLock {
             // At a term's start the followers its predecessor's release
             // woke pass the lock from one to the next for a few round
             // trips: look a few times, TAKE_PAUSE apart.
-            let tries = if operation == Operation::Acquire { TAKE_TRIES } else { 1 };
+            let tries = if operation == Operation::Acquire {
+                TAKE_TRIES
+            } else {
+                1
+            };
             for attempt in 1..=tries {
                 match conn
                     .exec_first::<Option<i64>, _, _>("SELECT GET_LOCK(?, 0)", (&self.name,))
