@@ -167,7 +167,7 @@ impl Publisher {
 
     /// A lone lease's metrics, once attached.
     #[cfg(feature = "metrics")]
-    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+    pub(crate) fn metrics(&self) -> Option<&crate::metrics::Metrics> {
         self.attached.get().and_then(|a| a.metrics.as_ref())
     }
 
@@ -303,15 +303,6 @@ impl Publisher {
     pub(crate) fn time_left(&self) -> Option<Duration> {
         self.deadline()
             .map(|deadline| deadline.saturating_sub(self.now()))
-    }
-
-    /// A hand-over statement was refused (the term had ended): counted as
-    /// `picolease_handovers_total{result="refused"}`.
-    pub(crate) fn record_hand_over_refused(&self) {
-        #[cfg(feature = "metrics")]
-        if let Some(metrics) = self.metrics() {
-            metrics.hand_over_refused();
-        }
     }
 
     /// A renew was accepted after `latency` (from the driver issuing the

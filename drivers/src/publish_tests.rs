@@ -208,7 +208,7 @@ fn handovers_are_counted_by_result() {
         epoch: Epoch::new(3),
     };
     publisher.record_statement(hand_over, Duration::from_millis(3), Outcome::Answered);
-    publisher.record_hand_over_refused();
+    publisher.metrics().expect("attached").hand_over_refused();
     publisher.record_statement(hand_over, Duration::from_millis(250), Outcome::Timeout);
     assert_eq!(value(&result("refused")), Some(1.0));
     assert_eq!(value(&result("failed")), Some(1.0));

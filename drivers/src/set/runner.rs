@@ -287,8 +287,13 @@ impl<G: TermGate> SetRunner<G> {
                     (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted))) => {
                         member.publisher.record_renewal(elapsed);
                     }
+                    // `picolease_handovers_total{result="refused"}`: the
+                    // term had ended before the hand-over ran.
+                    #[cfg(feature = "metrics")]
                     (Operation::HandOver { .. }, Some(Answer::Row(Reply::Rejected))) => {
-                        member.publisher.record_hand_over_refused();
+                        if let Some(metrics) = member.publisher.metrics() {
+                            metrics.hand_over_refused();
+                        }
                     }
                     _ => {}
                 }
