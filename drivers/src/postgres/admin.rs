@@ -45,12 +45,22 @@ pub async fn lease_row(
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<LeaseRow>, PgError> {
+    read_row(client, table, lease, "status").await
+}
+
+/// [`lease_row`], with `during` naming the command in a failure.
+async fn read_row(
+    client: &Client,
+    table: &TableName,
+    lease: &LeaseName,
+    during: &'static str,
+) -> Result<Option<LeaseRow>, PgError> {
     let statements = Statements::new(Dialect::Postgres, table);
     let bindings = Bindings {
         lease: lease.as_str(),
         ..Bindings::default()
     };
-    let rows = query(client, table, "status", statements.lease_row(), &bindings).await?;
+    let rows = query(client, table, during, statements.lease_row(), &bindings).await?;
     let mut rows = statements
         .decode_status(&rows)
         .map_err(|source| PgError::Row {
@@ -84,27 +94,13 @@ pub async fn force_release(
         table: table.to_string(),
         source: source.for_lease(lease.as_str()),
     };
-    let rows = query(
-        client,
-        table,
-        "force release",
-        statements.force_release(),
-        &bindings,
-    )
-    .await?;
+    let during = "force release";
+    let rows = query(client, table, during, statements.force_release(), &bindings).await?;
     let released = statements.decode_force_release(&rows).map_err(row_error)?;
     if released.is_none() {
         // No such lease, or a malformed row the statement refused to
         // touch: reading it tells which.
-        let rows = query(
-            client,
-            table,
-            "force release",
-            statements.lease_row(),
-            &bindings,
-        )
-        .await?;
-        statements.decode_status(&rows).map_err(row_error)?;
+        read_row(client, table, lease, during).await?;
     }
     Ok(released)
 }
