@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::names::{HolderId, LeaseName};
+use crate::rank::{Candidate, Rank};
 
 /// The database clock counts milliseconds: an expiry written as `now + ttl`
 /// may land up to this much before the instant the request was sent. The
@@ -48,6 +49,12 @@ pub struct Config {
     /// never reach `deadline − g`. Zero (the default) stops the work at the
     /// deadline.
     pub stop_lead: Duration,
+    /// This contender's rank among candidates (DESIGN §3 "Preferred
+    /// holders"): a priority and a version tag. A follower with a rank
+    /// above the lowest announces itself, and a leader hands its lease to
+    /// a live candidate that outranks it ([`crate::rank::yields_to`]).
+    /// The default, the lowest rank, announces nothing and costs nothing.
+    pub rank: Rank,
 }
 
 impl Config {
@@ -92,7 +99,23 @@ impl Config {
 
     /// Checks that the timings can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.timings().validate()
+        self.timings().validate()?;
+        if !self.rank.is_lowest() && self.candidate().announcement().is_none() {
+            return Err(ConfigError::BadName {
+                kind: "holder id",
+                value: self.holder.as_str().chars().take(80).collect(),
+                problem: "with the version tag is too long to announce as a candidate (the rank key, id and tag must fit 255 bytes)",
+            });
+        }
+        Ok(())
+    }
+
+    /// This contender as a candidate: its holder id and rank.
+    pub fn candidate(&self) -> Candidate {
+        Candidate {
+            holder: self.holder.clone(),
+            rank: self.rank.clone(),
+        }
     }
 
     /// The stop lead must be strictly below this: the local validity
@@ -234,6 +257,7 @@ impl SetConfig {
             jitter: self.jitter,
             seed: self.seed,
             stop_lead: self.stop_lead,
+            rank: Rank::default(),
         }
     }
 

@@ -38,6 +38,7 @@ mod error;
 pub mod fuzzing;
 mod names;
 mod protocol;
+pub mod rank;
 pub mod set;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -51,6 +52,7 @@ pub use names::{
     Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN,
 };
 pub use protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, RequestId, Role};
+pub use rank::{Candidate, Rank};
 pub use set::{Batch, BatchKind, BatchReply, LeaseSet, SetCommand, MAX_BATCH};
 pub use state::LeaseState;
 #[cfg(feature = "mutants")]

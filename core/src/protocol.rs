@@ -35,13 +35,18 @@ pub enum Operation {
         /// The epoch being handed over.
         epoch: Epoch,
     },
+    /// A follower announces itself as a candidate (DESIGN §3 "Preferred
+    /// holders"): its announcement ([`crate::LeaseState::announcement`])
+    /// goes into the lease's preferred-candidate row if it ranks at least
+    /// as high as the one there. Always answered [`Reply::Accepted`].
+    Announce,
 }
 
 impl Operation {
     /// The epoch the statement is conditioned on, if any.
     pub fn epoch(self) -> Option<Epoch> {
         match self {
-            Operation::Acquire => None,
+            Operation::Acquire | Operation::Announce => None,
             Operation::Renew { epoch }
             | Operation::Release { epoch }
             | Operation::HandOver { epoch } => Some(epoch),
@@ -84,6 +89,13 @@ pub enum Reply {
     HandOverAsked {
         /// The reservation to hand the row to.
         to: Option<HolderId>,
+    },
+    /// Renew: accepted, and the lease's preferred-candidate row names a
+    /// live candidate (DESIGN §3 "Preferred holders"); the machine hands
+    /// over to it if it outranks this node ([`crate::rank::yields_to`]).
+    CandidateSeen {
+        /// The best live candidate announced.
+        candidate: crate::rank::Candidate,
     },
     /// Renew or release: the row did not match (someone took it, or it was
     /// force-released).

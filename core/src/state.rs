@@ -118,6 +118,12 @@ pub struct LeaseState {
     /// This holder's reservation (`<node>#`, [`HolderId::reservation`]):
     /// a row reserved for it is as good as its own.
     reservation: String,
+    /// This contender's announcement as a candidate (DESIGN §3
+    /// "Preferred holders"), `None` with the lowest rank (which outranks
+    /// nobody and so announces nothing).
+    announcement: Option<String>,
+    /// When a follower with an announcement next sends it.
+    next_announce: Instant,
     /// The last reading of the database clock: (sent, replied, database
     /// milliseconds). Only drivers whose database clock is the host's wall
     /// clock (SQLite) feed it; the model checker never does.
@@ -148,6 +154,11 @@ impl LeaseState {
     pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let reservation = config.holder.reservation();
+        let announcement = if config.rank.is_lowest() {
+            None
+        } else {
+            config.candidate().announcement()
+        };
         Ok(LeaseState {
             validity: config.local_validity(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
@@ -161,6 +172,8 @@ impl LeaseState {
             hand_over: None,
             aside_until: None,
             reservation,
+            announcement,
+            next_announce: now,
             db_clock: None,
             contending: true,
             phase: Phase::Electing,
@@ -189,6 +202,13 @@ impl LeaseState {
     /// successor.
     pub fn successor(&self) -> Option<&HolderId> {
         self.hand_over.as_ref()?.to.as_ref()
+    }
+
+    /// This contender's announcement as a candidate
+    /// ([`crate::Candidate::announcement`]), what the driver binds to an
+    /// [`Operation::Announce`]; `None` with the lowest rank.
+    pub fn announcement(&self) -> Option<&str> {
+        self.announcement.as_deref()
     }
 
     /// The leadership state as last published.
@@ -259,7 +279,10 @@ impl LeaseState {
             None if self.idle() => None,
             // While shutting down something is always in flight (the
             // release, or the request it waits for) until `Finished`.
-            None => Some(self.next_attempt),
+            None => Some(match self.announce_due_at() {
+                Some(at) => self.next_attempt.min(at),
+                None => self.next_attempt,
+            }),
         };
         match (deadline, request) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -303,9 +326,16 @@ impl LeaseState {
         self.in_flight = None;
         // An operator's request rides on a renewal's answer: the renewal
         // counts as accepted, then the handover begins.
+        // So does a better candidate (DESIGN §3 "Preferred holders"): the
+        // node yields to it, to the candidate's node, by its own handover.
         let (reply, asked) = match reply {
             Reply::HandOverAsked { to } if matches!(req.operation, Operation::Renew { .. }) => {
                 (Reply::Accepted, Some(to))
+            }
+            Reply::CandidateSeen { candidate }
+                if matches!(req.operation, Operation::Renew { .. }) =>
+            {
+                (Reply::Accepted, self.yield_to(&candidate).map(Some))
             }
             reply => (reply, None),
         };
@@ -351,6 +381,9 @@ impl LeaseState {
                 // row may still be ours: acquire takes it back at once.
                 _ => self.next_attempt = now,
             },
+            // An announcement's answer changes nothing; a failed one is
+            // sent again when the next is due.
+            (Operation::Announce, _) => {}
             (Operation::Renew { .. }, Reply::Rejected) => {
                 self.demote(Demotion::Lost);
                 self.next_attempt = now;
@@ -780,8 +813,36 @@ impl LeaseState {
                 };
                 self.send(now, operation);
             }
+            Phase::Electing if self.announce_due_at().is_some_and(|at| now >= at) => {
+                self.next_announce = now + self.config.interval;
+                self.send(now, Operation::Announce);
+            }
             Phase::Electing => {}
         }
+    }
+
+    /// When a follower with an announcement sends it next (DESIGN §3
+    /// "Preferred holders"): once an interval, right after its acquire is
+    /// answered; `None` for a leader, a node without one, and a follower
+    /// that does not contend.
+    fn announce_due_at(&self) -> Option<Instant> {
+        let announces = self.announcement.is_some()
+            && self.contending
+            && self.standing == Standing::Follower
+            && self.hand_over.is_none();
+        announces.then_some(self.next_announce)
+    }
+
+    /// The reservation to hand the lease to when a leader sees `candidate`:
+    /// its node's, if it outranks this node ([`crate::rank::yields_to`]).
+    /// A candidate on this node is not yielded to: a reservation names a
+    /// node, which this holder would take back itself.
+    fn yield_to(&self, candidate: &crate::Candidate) -> Option<HolderId> {
+        let outranks = crate::rank::yields_to(&self.config.rank, &candidate.rank);
+        if !outranks || candidate.holder.reservation() == self.reservation {
+            return None;
+        }
+        HolderId::reserved_for(candidate.holder.node()).ok()
     }
 
     /// A running follower left out of its set's share: nothing to send.

@@ -3,7 +3,7 @@
 //! that names what is wrong with a row.
 
 use picolease_core::sql::{Cell, Dialect, Param, Statements};
-use picolease_core::{Epoch, HolderId, Operation, Reply, RowError, TableName};
+use picolease_core::{Candidate, Epoch, HolderId, Operation, Rank, Reply, RowError, TableName};
 
 fn placeholders(sql: &str, dialect: Dialect) -> usize {
     match dialect {
@@ -186,19 +186,19 @@ fn decoding_names_what_is_wrong_with_a_row() {
         wrong.unwrap_err().to_string(),
         "lease \"\": column epoch holds text, expected integer"
     );
-    let two = s.decode_reply(
+    let four = s.decode_reply(
         Operation::Renew {
             epoch: Epoch::new(1),
         },
         &me,
-        &[vec![Cell::Int(1), Cell::Int(2), Cell::Null]],
+        &[vec![Cell::Int(1), Cell::Null, Cell::Null, Cell::Null]],
     );
     assert_eq!(
-        two,
+        four,
         Err(RowError::ColumnCount {
             statement: "renew",
-            expected: 2,
-            found: 3
+            expected: 3,
+            found: 4
         })
     );
     let short = s.decode_status(&[vec![Cell::Text("l".into())]]);
@@ -224,29 +224,70 @@ fn decoding_names_what_is_wrong_with_a_row() {
     };
     assert_eq!(s.decode_reply(renew, &me, &[]), Ok(Reply::Rejected));
     assert_eq!(
-        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Null]]),
+        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Null, Cell::Null]]),
         Ok(Reply::Accepted)
     );
     // The renewal's second column: an operator's handover request.
     assert_eq!(
-        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Text(String::new())]]),
+        s.decode_reply(
+            renew,
+            &me,
+            &[vec![Cell::Int(1), Cell::Text(String::new()), Cell::Null]]
+        ),
         Ok(Reply::HandOverAsked { to: None })
     );
     assert_eq!(
         s.decode_reply(
             renew,
             &me,
-            &[vec![Cell::Int(1), Cell::Text("web-2".into())]]
+            &[vec![Cell::Int(1), Cell::Text("web-2".into()), Cell::Null]]
         ),
         Ok(Reply::HandOverAsked {
             to: Some(HolderId::reserved_for("web-2").unwrap())
         })
     );
     assert_eq!(
-        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Text("x\ny".into())]])
+        s.decode_reply(renew, &me, &[vec![Cell::Int(1), Cell::Text("x\ny".into()), Cell::Null]])
             .unwrap_err()
             .to_string(),
         "lease \"\": column handover request holds \"x\\ny\", expected a node name (1 to 254 bytes, no control characters)"
+    );
+    // The third column: the preferred candidate's announcement. Foreign
+    // text is no candidate; a request in the second column wins.
+    let candidate = Candidate {
+        holder: HolderId::new("web-3:1").unwrap(),
+        rank: Rank::new(2, Some("1.4.0")).unwrap(),
+    };
+    let text = candidate.announcement().unwrap();
+    assert_eq!(
+        s.decode_reply(
+            renew,
+            &me,
+            &[vec![Cell::Int(1), Cell::Null, Cell::Text(text.clone())]]
+        ),
+        Ok(Reply::CandidateSeen {
+            candidate: candidate.clone()
+        })
+    );
+    assert_eq!(
+        s.decode_reply(
+            renew,
+            &me,
+            &[vec![Cell::Int(1), Cell::Null, Cell::Text("hello".into())]]
+        ),
+        Ok(Reply::Accepted)
+    );
+    assert_eq!(
+        s.decode_reply(
+            renew,
+            &me,
+            &[vec![
+                Cell::Int(1),
+                Cell::Text(String::new()),
+                Cell::Text(text)
+            ]]
+        ),
+        Ok(Reply::HandOverAsked { to: None })
     );
     let status = s.decode_status(&[vec![
         Cell::Text("l".into()),

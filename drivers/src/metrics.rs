@@ -8,7 +8,7 @@
 //! | `picolease_leader` | gauge | | 1 while this contender leads, else 0 |
 //! | `picolease_epoch` | gauge | | the epoch last held or observed |
 //! | `picolease_transitions_total` | counter | `to` = `leader`\|`follower`, `reason` | terms begun (`reason="acquired"`) and ended (`lost`, `expired`, `released`, `error`, `clock`, `handover`) |
-//! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`hand_over` | from issuing a statement to its outcome (timeouts excluded) |
+//! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`hand_over`\|`announce` | from issuing a statement to its outcome (timeouts excluded) |
 //! | `picolease_statement_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal`\|`timeout` | failed statements |
 //! | `picolease_lease_remaining_seconds` | gauge | | the leader's time to its deadline, as of the driver's last step; 0 on a follower |
 //! | `picolease_handovers_total` | counter | `result` = `reserved`\|`refused`\|`failed` | planned hand-over statements (DESIGN §3 "Planned handover"): the row reserved for the successor; refused (the term had ended); failed or timed out |
@@ -35,15 +35,17 @@ pub(crate) enum StatementKind {
     Renew,
     Release,
     HandOver,
+    Announce,
 }
 
 impl StatementKind {
     #[cfg(feature = "metrics")]
-    pub(crate) const ALL: [StatementKind; 4] = [
+    pub(crate) const ALL: [StatementKind; 5] = [
         StatementKind::Acquire,
         StatementKind::Renew,
         StatementKind::Release,
         StatementKind::HandOver,
+        StatementKind::Announce,
     ];
 
     pub(crate) fn of(operation: Operation) -> Self {
@@ -52,6 +54,7 @@ impl StatementKind {
             Operation::Renew { .. } => StatementKind::Renew,
             Operation::Release { .. } => StatementKind::Release,
             Operation::HandOver { .. } => StatementKind::HandOver,
+            Operation::Announce => StatementKind::Announce,
         }
     }
 
@@ -62,6 +65,7 @@ impl StatementKind {
             StatementKind::Renew => "renew",
             StatementKind::Release => "release",
             StatementKind::HandOver => "hand_over",
+            StatementKind::Announce => "announce",
         }
     }
 
@@ -127,8 +131,8 @@ pub(crate) struct Metrics {
     remaining: metrics::Gauge,
     to_leader: metrics::Counter,
     to_follower: [metrics::Counter; 6],
-    durations: [metrics::Histogram; 4],
-    failures: [[metrics::Counter; 3]; 4],
+    durations: [metrics::Histogram; 5],
+    failures: [[metrics::Counter; 3]; 5],
     /// Planned handovers (DESIGN §3): `reserved` (the row went to the
     /// successor), `refused` (the database answered that the term was no
     /// longer ours: it had ended meanwhile) and `failed` (the statement

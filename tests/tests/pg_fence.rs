@@ -60,7 +60,7 @@ fn values(
                 Param::TtlMillis => Box::new(ttl_ms),
                 // The fence binds no batch parameter.
                 Param::Batch => Box::new("[]".to_string()),
-                Param::Successor => Box::new(String::new()),
+                Param::Successor | Param::Candidacy => Box::new(String::new()),
                 Param::StaleMillis | Param::ReservationMillis => Box::new(0i64),
             }
         })
@@ -774,7 +774,7 @@ fn sqlite_orders_a_fenced_transaction_before_a_takeover_and_refuses_a_late_write
                 Param::TtlMillis => rusqlite::types::Value::Integer(ttl),
                 // The fence binds no batch parameter.
                 Param::Batch => rusqlite::types::Value::Text("[]".into()),
-                Param::Successor => rusqlite::types::Value::Text(String::new()),
+                Param::Successor | Param::Candidacy => rusqlite::types::Value::Text(String::new()),
                 Param::StaleMillis | Param::ReservationMillis => rusqlite::types::Value::Integer(0),
             })
             .collect::<Vec<_>>()

@@ -104,6 +104,7 @@ fn param_name(param: Param) -> &'static str {
         Param::StaleMillis => "stale_ms",
         Param::Successor => "successor",
         Param::ReservationMillis => "reservation_ms",
+        Param::Candidacy => "candidacy",
     }
 }
 

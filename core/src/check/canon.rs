@@ -425,6 +425,7 @@ pub(super) fn operation(out: &mut Vec<i64>, op: Operation, epoch: impl Fn(Option
         Operation::Renew { epoch } => (1, Some(epoch)),
         Operation::Release { epoch } => (2, Some(epoch)),
         Operation::HandOver { epoch } => (3, Some(epoch)),
+        Operation::Announce => (4, None),
     };
     out.extend([kind, epoch(e)]);
 }
@@ -456,5 +457,10 @@ pub(super) fn reply(
         Reply::HandOverAsked { to } => {
             out.extend([6, to.as_ref().map_or(-1, |h| holder(h.as_str()))]);
         }
+        Reply::CandidateSeen { candidate } => out.extend([
+            7,
+            holder(candidate.holder.as_str()),
+            i64::from(candidate.rank.priority()),
+        ]),
     }
 }

@@ -225,6 +225,9 @@ impl World {
                 self.db
                     .hand_over(LEASE, holder, epoch, to, reservation, now_ms)
             }
+            // The checked contenders have the lowest rank: they announce
+            // nothing (candidates are covered by the simulator).
+            Operation::Announce => Vec::new(),
         };
         let reply = setup
             .statements

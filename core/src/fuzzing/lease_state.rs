@@ -503,6 +503,10 @@ impl Mirror {
                             assert!(self.handing_over, "hand-over sent without a handover");
                             assert_eq!(self.working, None, "hand-over sent with work running");
                         }
+                        Operation::Announce => {
+                            assert!(!self.shutdown, "announce sent after shutdown");
+                            assert_eq!(self.working, None, "announce sent while leading");
+                        }
                     }
                 }
                 Command::Cancel { request } => {

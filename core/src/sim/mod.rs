@@ -43,6 +43,7 @@ use crate::config::Config;
 use crate::error::ConfigError;
 use crate::names::{HolderId, LeaseName};
 use crate::protocol::{Command, Failure, Operation, Reply, RequestId};
+use crate::rank::Rank;
 use crate::sql::{Dialect, Statements};
 use crate::state::LeaseState;
 use crate::time::{nanos, Instant};
@@ -82,6 +83,10 @@ pub struct SimConfig {
     /// processes, or a process and its restart, the same name. When unset
     /// (the default) node `n` is `n{n}`, restarted `n{n}.{k}`.
     pub node_name: Option<String>,
+    /// Node `n`'s rank among candidates (DESIGN §3 "Preferred holders"),
+    /// `ranks[n]`; the lowest rank for nodes past the end (the default:
+    /// nobody announces).
+    pub ranks: Vec<Rank>,
 }
 
 impl SimConfig {
@@ -101,6 +106,7 @@ impl SimConfig {
             faults: Vec::new(),
             stop_lead: Duration::ZERO,
             node_name: None,
+            ranks: Vec::new(),
         }
     }
 
@@ -157,6 +163,8 @@ enum Event {
         operation: Operation,
         /// A hand-over's reservation (`LeaseState::successor`).
         successor: Option<HolderId>,
+        /// An announcement's text (`LeaseState::announcement`).
+        announcement: Option<String>,
     },
     AtNode {
         node: usize,
@@ -313,7 +321,8 @@ impl Simulation {
                 request,
                 operation,
                 successor,
-            } => self.at_db(node, holder, request, operation, successor),
+                announcement,
+            } => self.at_db(node, holder, request, operation, successor, announcement),
             Event::AtNode {
                 node,
                 incarnation,
@@ -387,7 +396,8 @@ impl Simulation {
         let inc = self.nodes[node].incarnation + 1;
         let holder = self.config.holder(node, inc)?;
         let seed = self.config.seed ^ ((node as u64) << 32) ^ u64::from(inc);
-        let config = self.config.lease_config(holder.clone(), seed);
+        let mut config = self.config.lease_config(holder.clone(), seed);
+        config.rank = self.config.ranks.get(node).cloned().unwrap_or_default();
         let n = &mut self.nodes[node];
         n.incarnation = inc;
         n.holder = holder.clone();
@@ -520,10 +530,9 @@ impl Simulation {
         let at = (self.now + self.delay()).max(self.nodes[node].fifo_to_db);
         self.nodes[node].fifo_to_db = at;
         let holder = self.nodes[node].holder.clone();
-        let successor = self.nodes[node]
-            .state
-            .as_ref()
-            .and_then(|state| state.successor().cloned());
+        let state = self.nodes[node].state.as_ref();
+        let successor = state.and_then(|state| state.successor().cloned());
+        let announcement = state.and_then(|state| state.announcement().map(str::to_string));
         self.schedule(
             at,
             Event::AtDb {
@@ -532,6 +541,7 @@ impl Simulation {
                 request,
                 operation,
                 successor,
+                announcement,
             },
         );
     }
@@ -543,6 +553,7 @@ impl Simulation {
         request: RequestId,
         operation: Operation,
         successor: Option<HolderId>,
+        announcement: Option<String>,
     ) {
         let n = &self.nodes[node];
         let same_process = n.holder == holder;
@@ -579,6 +590,12 @@ impl Simulation {
                 let to = successor.as_ref().map_or("", HolderId::as_str);
                 self.db
                     .hand_over(lease, holder.as_str(), epoch, to, reservation, now_ms)
+            }
+            Operation::Announce => {
+                let life = i64::try_from(self.config.reservation().as_millis()).unwrap_or(i64::MAX);
+                let text = announcement.as_deref().unwrap_or("");
+                self.db.announce(lease, text, life, now_ms);
+                Vec::new()
             }
         };
         let reply = self

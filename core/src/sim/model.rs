@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::names::Epoch;
-use crate::sql::{Cell, FAILOVER_EPOCH_JUMP, HANDOVER_PREFIX, MEMBER_PREFIX};
+use crate::sql::{Cell, FAILOVER_EPOCH_JUMP, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
 
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,7 +190,11 @@ impl ModelDb {
             Some(row) => {
                 row.expires_at = now_ms + ttl_ms;
                 let epoch = row.epoch;
-                vec![vec![Cell::Int(epoch), self.asked_hand_over(lease, epoch)]]
+                vec![vec![
+                    Cell::Int(epoch),
+                    self.asked_hand_over(lease, epoch),
+                    self.preferred_candidate(lease, now_ms),
+                ]]
             }
             None => Vec::new(),
         }
@@ -205,6 +209,41 @@ impl ModelDb {
             .map_or(Cell::Null, |request| {
                 Cell::Text(request.holder.clone().unwrap_or_default())
             })
+    }
+
+    /// The renewal's third column: the live announcement in the lease's
+    /// preferred-candidate row, or NULL.
+    fn preferred_candidate(&self, lease: &str, now_ms: i64) -> Cell {
+        self.rows
+            .get(&format!("{PREFERRED_PREFIX}{lease}"))
+            .filter(|row| row.expires_at > now_ms)
+            .and_then(|row| row.holder.clone())
+            .map_or(Cell::Null, Cell::Text)
+    }
+
+    /// A candidate's announcement (`Statements::announce`): the lease's
+    /// preferred-candidate row takes `announcement` for `life_ms` if it
+    /// lapsed, is empty, or holds text that sorts at or below it.
+    pub fn announce(&mut self, lease: &str, announcement: &str, life_ms: i64, now_ms: i64) {
+        let incarnation = self.incarnation;
+        let row = self
+            .rows
+            .entry(format!("{PREFERRED_PREFIX}{lease}"))
+            .or_insert(ModelRow {
+                holder: None,
+                epoch: 0,
+                expires_at: now_ms,
+                incarnation,
+            });
+        let replace = row.expires_at <= now_ms
+            || row
+                .holder
+                .as_deref()
+                .is_none_or(|held| announcement.as_bytes() >= held.as_bytes());
+        if replace {
+            row.holder = Some(announcement.to_string());
+            row.expires_at = now_ms + life_ms;
+        }
     }
 
     /// The hand-over update: if the row is ours at `epoch`, it names

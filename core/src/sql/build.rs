@@ -491,11 +491,20 @@ impl Builder<'_> {
                 db_now(self.dialect).add(Expr::val(TTL)),
             )
             .and_where(self.mine())
-            .returning(Query::returning().exprs([self.col(EPOCH_COL), self.asked_hand_over()]))
+            .returning(Query::returning().exprs([
+                self.col(EPOCH_COL),
+                self.asked_hand_over(),
+                self.preferred_candidate(),
+            ]))
             .to_owned();
-        // MySQL: the row read back after the write, with the request.
+        // MySQL: the row read back after the write, with the request and
+        // the preferred candidate.
         let read = Query::select()
-            .exprs([self.col(EPOCH_COL), self.asked_hand_over()])
+            .exprs([
+                self.col(EPOCH_COL),
+                self.asked_hand_over(),
+                self.preferred_candidate(),
+            ])
             .from(self.table_ref())
             .and_where(self.mine())
             .to_owned();
@@ -752,6 +761,7 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         renew: b.renew(),
         release: b.release(),
         hand_over: b.hand_over(),
+        announce: b.announce(),
         request_hand_over: b.request_hand_over(),
         withdraw_hand_over: b.withdraw_hand_over(),
         force_release: b.force_release(),

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId};
 use crate::protocol::{Operation, Reply};
+use crate::rank::Candidate;
 
 /// One column value as a driver read it. Drivers map their native types
 /// here; anything that is not NULL, an integer or text is `Other`, carrying
@@ -141,12 +142,13 @@ pub(super) fn reply(
         Operation::Renew { .. } => match rows {
             [] => Ok(Reply::Rejected),
             [row] => {
-                expect_columns("renew", row, 2)?;
+                expect_columns("renew", row, 3)?;
                 epoch("", &row[0])?;
                 // The operator's request, if any (DESIGN §3 "Planned
-                // handover"): a node's name, or '' for anyone.
+                // handover"): a node's name, or '' for anyone. It comes
+                // before any candidate.
                 match opt_text("", "handover request", &row[1])? {
-                    None => Ok(Reply::Accepted),
+                    None => Ok(preferred_candidate(&row[2])),
                     Some(node) if node.is_empty() => Ok(Reply::HandOverAsked { to: None }),
                     Some(node) => match HolderId::reserved_for(&node) {
                         Ok(to) => Ok(Reply::HandOverAsked { to: Some(to) }),
@@ -165,6 +167,8 @@ pub(super) fn reply(
                 found: rows.len(),
             }),
         },
+        // The announcement's answer does not matter: the leader reads it.
+        Operation::Announce => Ok(Reply::Accepted),
         Operation::Release { .. } | Operation::HandOver { .. } => {
             let statement = if matches!(operation, Operation::Release { .. }) {
                 "release"
@@ -185,6 +189,20 @@ pub(super) fn reply(
                 }),
             }
         }
+    }
+}
+
+/// The renewal's third column (DESIGN §3 "Preferred holders"): the live
+/// announcement of the lease's preferred candidate. Text no picolease
+/// wrote, or no text, is no candidate: a hand-edited row must not end a
+/// term.
+fn preferred_candidate(cell: &Cell) -> Reply {
+    match cell {
+        Cell::Text(text) => match Candidate::parse(text) {
+            Some(candidate) => Reply::CandidateSeen { candidate },
+            None => Reply::Accepted,
+        },
+        _ => Reply::Accepted,
     }
 }
 

@@ -72,7 +72,7 @@ impl Builder<'_> {
 
     /// The table as SQL in this dialect, schema-qualified when it has a
     /// schema. Identifiers are validated (letters, digits, underscores).
-    fn table_sql(&self) -> String {
+    pub(super) fn table_sql(&self) -> String {
         let q = |ident: &str| match self.dialect {
             Dialect::Mysql => format!("`{ident}`"),
             Dialect::Sqlite | Dialect::Postgres => format!("\"{ident}\""),
@@ -88,12 +88,7 @@ impl Builder<'_> {
     /// primary-key lookup of the request row, matched on the row's name
     /// and epoch.
     pub(super) fn asked_hand_over(&self) -> Expr {
-        let request_name = match self.dialect {
-            Dialect::Mysql => format!("CONCAT('{HANDOVER_PREFIX}', {})", self.quoted(NAME)),
-            Dialect::Sqlite | Dialect::Postgres => {
-                format!("'{HANDOVER_PREFIX}' || {}", self.quoted(NAME))
-            }
-        };
+        let request_name = self.prefixed(HANDOVER_PREFIX, &self.quoted(NAME));
         let (open, close) = match self.dialect {
             Dialect::Mysql => ("`", "`"),
             Dialect::Sqlite | Dialect::Postgres => ("\"", "\""),

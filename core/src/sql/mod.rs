@@ -12,12 +12,14 @@
 
 mod batch;
 mod build;
+mod candidates;
 mod decode;
 mod handover;
 mod mysql;
 
 pub use batch::{batch_names, batch_pairs};
 pub use build::FAILOVER_EPOCH_JUMP;
+pub use candidates::{preferred_candidate_name, PREFERRED_PREFIX};
 pub use decode::{Cell, LeaseRow};
 pub use handover::{hand_over_request_name, term_to_hand_over, HANDOVER_PREFIX};
 
@@ -81,8 +83,12 @@ pub enum Param {
     /// operator's request, the node asked for (`''`: anyone).
     Successor,
     /// How long a handover's reservation lasts, in milliseconds (`i64`,
-    /// `Config::reservation`).
+    /// `Config::reservation`); also how long a candidate's announcement
+    /// lives.
     ReservationMillis,
+    /// A candidate's announcement (text, `Candidate::announcement`,
+    /// DESIGN §3 "Preferred holders").
+    Candidacy,
 }
 
 /// A value bound to a placeholder: text or a 64-bit integer.
@@ -109,6 +115,9 @@ pub struct Bindings<'a> {
     pub successor: &'a str,
     /// How long a handover's reservation lasts, in milliseconds.
     pub reservation_millis: i64,
+    /// This contender's announcement as a candidate
+    /// (`LeaseState::announcement`; empty when it announces nothing).
+    pub candidacy: &'a str,
 }
 
 /// The values a lease-set node binds to a batch statement.
@@ -226,6 +235,7 @@ impl Statement {
             Param::TtlMillis => Value::Int(bindings.ttl_millis),
             Param::Successor => Value::Text(bindings.successor),
             Param::ReservationMillis => Value::Int(bindings.reservation_millis),
+            Param::Candidacy => Value::Text(bindings.candidacy),
             // No single-lease statement has these; bound harmlessly.
             Param::Batch => Value::Text("[]"),
             Param::StaleMillis => Value::Int(0),
@@ -247,7 +257,7 @@ impl Statement {
             Param::Batch => Value::Text(bindings.batch),
             Param::StaleMillis => Value::Int(bindings.stale_millis),
             // No batch statement has these; bound harmlessly.
-            Param::Successor => Value::Text(""),
+            Param::Successor | Param::Candidacy => Value::Text(""),
             Param::ReservationMillis => Value::Int(0),
         })
     }
@@ -264,6 +274,7 @@ pub struct Statements {
     renew: Statement,
     release: Statement,
     hand_over: Statement,
+    announce: Statement,
     request_hand_over: Statement,
     withdraw_hand_over: Statement,
     force_release: Statement,
@@ -368,6 +379,15 @@ impl Statements {
     /// no longer ours.
     pub fn hand_over(&self) -> &Statement {
         &self.hand_over
+    }
+
+    /// A candidate announces itself (DESIGN §3 "Preferred holders"): the
+    /// lease's preferred-candidate row ([`PREFERRED_PREFIX`]) takes the
+    /// announcement bound as [`Param::Candidacy`] for
+    /// [`Param::ReservationMillis`] if it lapsed or the announcement ranks
+    /// at or above its own. Returns no rows.
+    pub fn announce(&self) -> &Statement {
+        &self.announce
     }
 
     /// An operator's request to hand a term over (`picolease handover`,
@@ -504,6 +524,7 @@ impl Statements {
             Operation::Renew { .. } => &self.renew,
             Operation::Release { .. } => &self.release,
             Operation::HandOver { .. } => &self.hand_over,
+            Operation::Announce => &self.announce,
         }
     }
 

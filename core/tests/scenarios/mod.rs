@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use picolease_core::sim::{Fault, FaultKind, SimConfig, Target};
+use picolease_core::Rank;
 use proptest::prelude::*;
 
 /// Property-test cases per property: 10,000 unless `PROPTEST_CASES` says
@@ -66,6 +67,7 @@ pub fn faulty_cluster() -> impl Strategy<Value = SimConfig> {
                     faults,
                     stop_lead: Duration::ZERO,
                     node_name: None,
+                    ranks: ranks(seed, nodes),
                 }
             },
         )
@@ -96,6 +98,7 @@ pub fn calm_cluster(fault: Option<FaultKind>) -> impl Strategy<Value = SimConfig
                 loss_per_million: 0,
                 notify,
                 duration: at + ttl * 4,
+                ranks: Vec::new(),
                 faults: fault
                     .map(|kind| Fault {
                         at,
@@ -124,4 +127,17 @@ pub fn faulty_cluster_with_stop_lead() -> impl Strategy<Value = SimConfig> {
         config.stop_lead = stop_lead_for(&config, per_mille);
         config
     })
+}
+
+/// Candidates' ranks for a faulty cluster, from its seed: in half the runs
+/// nobody announces; in the others each node has priority 0 to 3, so that
+/// leaders yield to better candidates (DESIGN §3 "Preferred holders")
+/// among every other fault.
+pub fn ranks(seed: u64, nodes: usize) -> Vec<Rank> {
+    if seed & 1 == 0 {
+        return Vec::new();
+    }
+    (0..nodes)
+        .map(|n| Rank::new(((seed >> (1 + 2 * n)) & 3) as u32, None).expect("no tag"))
+        .collect()
 }

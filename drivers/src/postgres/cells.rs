@@ -51,7 +51,9 @@ pub(crate) fn rows_to_cells(rows: &[Row]) -> Result<Vec<Vec<Cell>>, tokio_postgr
 /// have other types fails at prepare time with a clear SQLSTATE).
 pub(crate) fn param_type(param: Param) -> Type {
     match param {
-        Param::Lease | Param::Holder | Param::Batch | Param::Successor => Type::TEXT,
+        Param::Lease | Param::Holder | Param::Batch | Param::Successor | Param::Candidacy => {
+            Type::TEXT
+        }
         Param::Epoch | Param::TtlMillis | Param::StaleMillis | Param::ReservationMillis => {
             Type::INT8
         }

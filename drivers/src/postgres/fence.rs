@@ -124,7 +124,7 @@ impl Fence {
                 Param::TtlMillis => &-1i64,
                 // Only the batch statements bind these; never the fence.
                 Param::Batch => &"[]",
-                Param::Successor => &"",
+                Param::Successor | Param::Candidacy => &"",
                 Param::StaleMillis | Param::ReservationMillis => &0i64,
             })
             .collect()
@@ -144,7 +144,7 @@ impl Fence {
                 // As in `params`: a ttl would match nothing.
                 Param::TtlMillis => Value::Int(-1),
                 Param::Batch => Value::Text("[]"),
-                Param::Successor => Value::Text(""),
+                Param::Successor | Param::Candidacy => Value::Text(""),
                 Param::StaleMillis | Param::ReservationMillis => Value::Int(0),
             })
             .collect()

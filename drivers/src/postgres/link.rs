@@ -47,6 +47,7 @@ pub(crate) struct Session {
     release: OnceCell<tokio_postgres::Statement>,
     /// Prepared on first use (a planned handover is rare).
     hand_over: OnceCell<tokio_postgres::Statement>,
+    announce: OnceCell<tokio_postgres::Statement>,
     /// A lease set's four batch statements.
     batches: OnceCell<HashMap<BatchKind, tokio_postgres::Statement>>,
 }
@@ -59,6 +60,7 @@ impl Session {
             renew: OnceCell::new(),
             release: OnceCell::new(),
             hand_over: OnceCell::new(),
+            announce: OnceCell::new(),
             batches: OnceCell::new(),
         }
     }
@@ -107,6 +109,7 @@ impl Session {
             Operation::Renew { .. } => &self.renew,
             Operation::Release { .. } => &self.release,
             Operation::HandOver { .. } => &self.hand_over,
+            Operation::Announce => &self.announce,
         };
         if self.acquire.get().is_none() {
             futures::try_join!(
@@ -167,6 +170,8 @@ pub(crate) struct Call {
     pub(crate) successor: Arc<str>,
     /// How long a hand-over reserves the row, in milliseconds.
     pub(crate) reservation_millis: i64,
+    /// This node's announcement as a candidate.
+    pub(crate) candidacy: Arc<str>,
     /// The request timeout runs out here: connecting or backing off past
     /// it is pointless.
     pub(crate) deadline: Instant,
@@ -216,6 +221,7 @@ impl Link {
             ttl_millis: call.ttl_millis,
             successor: &call.successor,
             reservation_millis: call.reservation_millis,
+            candidacy: &call.candidacy,
         };
         let values: Vec<_> = statement.bind(&bindings, call.operation.epoch()).collect();
         let prepared = session.prepared(call.operation, &self.statements);

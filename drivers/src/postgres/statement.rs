@@ -72,6 +72,7 @@ async fn execute(link: &Link, binding: Binding, statement: Statement) -> (Answer
                 ttl_millis: binding.ttl_millis,
                 successor: Arc::clone(&binding.successor),
                 reservation_millis: binding.reservation_millis,
+                candidacy: Arc::clone(&binding.candidacy),
                 deadline,
                 timeout: binding.timeout,
             };

@@ -105,6 +105,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
         timeout,
         successor: "".into(),
         reservation_millis: config.reservation_millis(),
+        candidacy: runner.engine.announcement().into(),
     };
     // At most one: the engine asks for a statement only once the last one
     // was answered (the answer was taken from here) or given up on (its

@@ -49,6 +49,9 @@ pub(crate) struct Binding {
     pub(crate) successor: Arc<str>,
     /// How long a hand-over reserves the row, in milliseconds.
     pub(crate) reservation_millis: i64,
+    /// This node's announcement as a candidate (DESIGN §3 "Preferred
+    /// holders"; empty when it announces nothing).
+    pub(crate) candidacy: Arc<str>,
 }
 
 impl Binding {
@@ -60,6 +63,7 @@ impl Binding {
             ttl_millis: self.ttl_millis,
             successor: &self.successor,
             reservation_millis: self.reservation_millis,
+            candidacy: &self.candidacy,
         }
     }
 }
@@ -143,6 +147,7 @@ pub(crate) fn operation_name(operation: picolease_core::Operation) -> &'static s
         Operation::Renew { .. } => "renew",
         Operation::Release { .. } => "release",
         Operation::HandOver { .. } => "hand over",
+        Operation::Announce => "announce",
     }
 }
 

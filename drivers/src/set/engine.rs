@@ -234,6 +234,15 @@ impl Engine {
         }
     }
 
+    /// A lone lease's announcement as a candidate (DESIGN §3 "Preferred
+    /// holders"; `""` when it announces nothing, and for a set).
+    pub(crate) fn announcement(&self) -> &str {
+        match self {
+            Engine::Lease(state) => state.announcement().unwrap_or(""),
+            Engine::Set(_) => "",
+        }
+    }
+
     /// A set's node gives `lease` up (a lone lease's handle has no such
     /// call, so it never comes for one).
     pub(crate) fn handle_give_up(&mut self, now: Instant, lease: &str) {

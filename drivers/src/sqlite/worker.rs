@@ -84,6 +84,7 @@ impl Connection {
                     ttl_millis,
                     successor,
                     reservation_millis,
+                    candidacy: runner.engine.announcement(),
                 };
                 let _armed = self.watchdog.arm_until(left.map(|left| started + left));
                 let (reply, error) = self.table.execute_within(*operation, &bindings, &me, left);

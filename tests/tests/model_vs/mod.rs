@@ -330,6 +330,7 @@ impl Prepared {
             ttl_millis: ttl_ms,
             successor,
             reservation_millis: RESERVATION_MS,
+            candidacy: "",
         };
         self.statement
             .bind(&b, epoch)

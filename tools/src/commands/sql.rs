@@ -91,9 +91,10 @@ fn param_name(param: Param) -> &'static str {
         Param::TtlMillis => "ttl_ms",
         Param::Batch => "batch",
         Param::StaleMillis => "stale_ms",
-        // Only the handover's statements, which are not printed.
+        // Only the handover's and the announcement's, which are not printed.
         Param::Successor => "successor",
         Param::ReservationMillis => "reservation_ms",
+        Param::Candidacy => "candidacy",
     }
 }
 
