@@ -56,8 +56,7 @@ impl Version {
             return None;
         }
         let mut numbers = [0u32; 4];
-        let mut count = 0;
-        for part in numbers_text.split('.') {
+        for (count, part) in numbers_text.split('.').enumerate() {
             if count == numbers.len()
                 || part.is_empty()
                 || !part.bytes().all(|b| b.is_ascii_digit())
@@ -65,7 +64,6 @@ impl Version {
                 return None;
             }
             numbers[count] = part.parse().ok()?;
-            count += 1;
         }
         Some(Version { numbers, release })
     }

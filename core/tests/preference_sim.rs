@@ -5,14 +5,20 @@
 //! schedules per property (`PROPTEST_CASES=N` scales them as in
 //! `properties.rs`).
 
-mod scenarios;
-
 use std::time::Duration;
 
 use picolease_core::sim::{Fault, Happening, SimConfig, Simulation, Trace};
 use picolease_core::Rank;
 use proptest::prelude::*;
-use scenarios::cases;
+
+/// Property-test cases: 10,000 unless `PROPTEST_CASES` says otherwise (as
+/// in `properties.rs`), a tenth of them per property here.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
 
 fn run(config: &SimConfig) -> Trace {
     Simulation::new(config.clone())
@@ -50,9 +56,9 @@ fn last_start(trace: &Trace, node: usize) -> u64 {
     trace
         .entries
         .iter()
-        .filter(|e| e.node == node && matches!(e.what, Happening::Started { .. }))
+        .rev()
+        .find(|e| e.node == node && matches!(e.what, Happening::Started { .. }))
         .map(|e| e.at)
-        .last()
         .expect("the node started")
 }
 

@@ -31,8 +31,8 @@
 #![forbid(unsafe_code)]
 
 pub use picolease_core::{
-    sql, Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, Role, RowError,
-    SetConfig, TableName, DEFAULT_TABLE,
+    sql, Candidate, Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, Rank,
+    Role, RowError, SetConfig, TableName, DEFAULT_TABLE,
 };
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]

@@ -46,8 +46,11 @@ pub enum Command {
         #[arg(long)]
         watch: bool,
         /// List the live members of lease sets (`run` with several
-        /// names) instead of the leases: holder and time left. With
-        /// --json, one array of {"holder", "expires_in_ms"}.
+        /// names) instead of the leases: holder and time left; then each
+        /// lease's preferred candidate (`run --priority/--version-tag`),
+        /// if one is live. With --json, one array of {"holder",
+        /// "expires_in_ms"} per member, then {"holder", "expires_in_ms",
+        /// "lease", "priority", "version_tag"} per candidate.
         #[arg(long, conflicts_with = "watch")]
         members: bool,
     },
@@ -89,7 +92,8 @@ pub enum Command {
     /// "Planned handover"): at its next renewal it stops its work (CMD)
     /// and reserves the row for --to, which takes it at once at the next
     /// epoch; nobody else may for two intervals, then anyone may. Without
-    /// --to the holder releases it. Waits for the holder (at most the
+    /// --to, to the lease's preferred candidate if one is live, else the
+    /// holder releases it. Waits for the holder (at most the
     /// row's time left and a second) and for the successor (at most the
     /// reservation and a second) and says what happened. Exit 0 when the
     /// term was handed over, 1 when the lease does not exist, is not held
@@ -100,7 +104,9 @@ pub enum Command {
         #[arg(long)]
         name: String,
         /// The node to hand it to: its --node name (or a library holder
-        /// id). Omitted: the holder releases it to whoever comes next.
+        /// id). Omitted: the lease's preferred candidate (`run
+        /// --priority/--version-tag`), if one is live and on another node;
+        /// else the holder releases it to whoever comes next.
         #[arg(long, value_name = "NODE")]
         to: Option<String>,
     },
@@ -266,6 +272,18 @@ pub struct RunArgs {
     /// half that bound, at most 5s.
     #[arg(long, value_parser = parse_duration)]
     pub grace: Option<Duration>,
+    /// This node's priority as a candidate (DESIGN §3 "Preferred
+    /// holders"): a leader hands the lease over, by its own handover, to a
+    /// live candidate of higher priority, or of equal priority and a newer
+    /// --version-tag. 0 (the default) with no --version-tag announces
+    /// nothing. One lease only (a set refuses it).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub priority: u32,
+    /// This node's version (1.28.0, v2.1, 1.29.0-rc.1; up to 64 bytes): at
+    /// equal priority a newer version is preferred, and a tag that is not
+    /// a version ranks below every version.
+    #[arg(long, value_name = "TAG")]
+    pub version_tag: Option<String>,
     /// One JSON object per line for each event (see above).
     #[arg(long)]
     pub json: bool,

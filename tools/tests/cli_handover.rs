@@ -13,6 +13,11 @@
 //!   leads within the reservation and an interval after it.
 //! - `handover` refuses a missing lease (1), an empty node name (2) and a
 //!   free lease (1).
+//! - Preference (DESIGN §3 "Preferred holders"): a node of higher
+//!   `--priority` takes the lease from a lower one by the holder's own
+//!   handover within two intervals of joining, never onto a node that
+//!   announces nothing; `status --members` lists the live candidate, and
+//!   `handover` without `--to` hands the lease to it.
 //!
 //! The leaderless time of each handover (from the old CMD's exit to the
 //! successor's CMD's start, by the `child_exit` and `child` events) is
@@ -186,12 +191,18 @@ impl<'a> Fleet<'a> {
     /// Starts `run --name LEASE --ttl TTL --json --node NAME -- CMD` and
     /// records its events; returns its index.
     fn start(&mut self, name: &str) -> usize {
+        self.start_with(name, &[])
+    }
+
+    /// [`Fleet::start`] with `extra` arguments to `run` (a rank).
+    fn start_with(&mut self, name: &str, extra: &[&str]) -> usize {
         let index = self.nodes.len();
         let mut child = Command::new(env!("CARGO_BIN_EXE_picolease"))
             .env_remove("PICOLEASE_DB")
             .args(["--db", &self.place.url, "--table", &self.place.table])
             .args(["run", "--name", LEASE, "--ttl", TTL, "--json"])
             .args(["--node", name])
+            .args(extra)
             .args(CMD)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -634,4 +645,134 @@ fn a_request_the_holder_does_not_act_on_is_withdrawn() {
     assert!(stderr.contains("did not act"), "{stderr}");
     assert!(stderr.contains("withdrawn"), "{stderr}");
     assert_eq!(place.requests(), Vec::<String>::new(), "request withdrawn");
+}
+
+/// The live candidates `status --members --json` lists: (holder, lease,
+/// priority), after checking each entry's keys.
+fn candidates(place: &Place) -> Vec<(String, String, u64)> {
+    let out = place.picolease(&["status", "--members", "--json"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let entries: Vec<Value> = serde_json::from_str(stdout.trim()).unwrap();
+    entries
+        .into_iter()
+        .filter(|e| e.get("lease").is_some())
+        .map(|e| {
+            let mut keys: Vec<&str> = e.as_object().unwrap().keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                [
+                    "expires_in_ms",
+                    "holder",
+                    "lease",
+                    "priority",
+                    "version_tag"
+                ],
+                "{e}"
+            );
+            (
+                e["holder"].as_str().unwrap().to_string(),
+                e["lease"].as_str().unwrap().to_string(),
+                e["priority"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn preferred_nodes(place: &Place, database: &str) {
+    let mut fleet = Fleet::new(place);
+    let a = fleet.start_with("a", &["--priority", "1", "--version-tag", "1.2.0"]);
+    let b = fleet.start("b");
+    // Whoever leads first, the lease ends on `a`, which outranks `b`
+    // (which announces nothing): at once, or by `b`'s handover.
+    let on_a = wait_event(&fleet.log, 0, |e| e.node == a && e.kind() == "leader");
+    fleet.wait(0, b, "observed");
+
+    // `c` outranks `a`: it joins and takes the lease by `a`'s handover.
+    let mark = len(&fleet.log);
+    let c = fleet.start_with("c", &["--priority", "2"]);
+    let joined = fleet.wait(mark, c, "observed");
+    let took = wait_event(&fleet.log, mark, |e| e.kind() == "leader");
+    assert_eq!(
+        took.node,
+        c,
+        "the better candidate leads: {:#?}",
+        fleet.events()
+    );
+    assert_eq!(took.epoch(), on_a.epoch() + 1);
+    let left = fleet.wait(mark, a, "follower");
+    assert_eq!(left.json["reason"], "handover", "{left:?}");
+    let event = fleet.wait(mark, a, "handover");
+    assert_eq!(event.json["to"], "c", "{event:?}");
+    let after_join = took.unix_ms() as i64 - joined.unix_ms() as i64;
+    eprintln!(
+        "{database}: c (priority 2) led {after_join} ms after it first saw the lease held by a (priority 1); interval {INTERVAL:?}"
+    );
+    // Two intervals: `a` renews within one of `c`'s announcement, `c`
+    // polls within one of the handover; the rest is slack for the
+    // machine.
+    assert!(
+        after_join <= 2 * INTERVAL.as_millis() as i64 + 1_500,
+        "{after_join} ms"
+    );
+
+    // `a` now announces itself: `status --members` lists it (once `c`'s
+    // own announcement, from before it led, has lapsed).
+    support::wait_for("a listed as the candidate", PATIENCE, || {
+        candidates(place)
+            .iter()
+            .any(|(holder, lease, p)| holder.starts_with("a#") && lease == LEASE && *p == 1)
+    });
+
+    // `handover` without --to picks the preferred candidate, `a`, not
+    // `b`; and `c`, which outranks it, takes the lease back.
+    let mark = len(&fleet.log);
+    let out = place.picolease(&["handover", "--name", LEASE]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("preferred candidate a#"), "{stdout}");
+    let next = wait_event(&fleet.log, mark, |e| e.kind() == "leader");
+    assert_eq!(next.node, a, "{:#?}", fleet.events());
+    let back = wait_event(&fleet.log, mark, |e| e.kind() == "leader" && e.node != a);
+    assert_eq!(back.node, c, "{:#?}", fleet.events());
+    assert_eq!(back.epoch(), next.epoch() + 1);
+
+    // Settled: nobody moves it again.
+    let settled = len(&fleet.log);
+    std::thread::sleep(4 * INTERVAL);
+    fleet.stop_all();
+    let events = fleet.events();
+    assert!(
+        !events[settled..]
+            .iter()
+            .any(|e| e.kind() == "leader" && e.node != c),
+        "{events:#?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.node == b && e.kind() == "leader" && e.epoch() > on_a.epoch()),
+        "b, which announces nothing, never led after a: {events:#?}"
+    );
+    support::check_terms(&events, &[]);
+    commands_one_at_a_time(&events, &fleet.names);
+    assert_eq!(place.requests(), Vec::<String>::new(), "requests withdrawn");
+}
+
+#[test]
+fn a_better_candidate_takes_the_lease_by_the_holders_handover() {
+    preferred_nodes(&Place::sqlite("preferred"), "SQLite");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn on_postgres_a_better_candidate_takes_the_lease_by_the_holders_handover() {
+    preferred_nodes(&Place::postgres("preferred"), "PostgreSQL");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_a_better_candidate_takes_the_lease_by_the_holders_handover() {
+    preferred_nodes(&Place::mysql("preferred"), "MariaDB");
 }

@@ -65,6 +65,7 @@ enum OpPick {
     Acquire,
     Renew(i64),
     Release(u64),
+    Announce,
 }
 
 impl OpPick {
@@ -77,6 +78,7 @@ impl OpPick {
             OpPick::Release(e) => Operation::Release {
                 epoch: Epoch::new(e),
             },
+            OpPick::Announce => Operation::Announce,
         }
     }
 }
@@ -91,6 +93,8 @@ enum CellPick {
     OtherHolder,
     Text(Text),
     Other(Text),
+    /// A candidate's announcement (DESIGN §3 "Preferred holders").
+    Candidate(u32),
 }
 
 /// This node's id in the row probes.
@@ -106,6 +110,13 @@ impl CellPick {
             CellPick::OtherHolder => Cell::Text("node-other".into()),
             CellPick::Text(t) => Cell::Text(t.0.clone()),
             CellPick::Other(t) => Cell::Other(t.0.clone()),
+            CellPick::Candidate(priority) => {
+                let candidate = crate::Candidate {
+                    holder: HolderId::new("node-other").expect("valid"),
+                    rank: crate::Rank::new(*priority, Some("1.2.3")).expect("valid"),
+                };
+                Cell::Text(candidate.announcement().expect("fits"))
+            }
         }
     }
 }
@@ -260,12 +271,44 @@ fn rows_probe(op: OpPick, picks: &[Vec<CellPick>]) {
         (Ok(Reply::Rejected), Operation::Renew { .. } | Operation::Release { .. }) => {
             assert!(rows.is_empty(), "rejected although a row matched")
         }
-        (Ok(Reply::Accepted), Operation::Renew { .. } | Operation::Release { .. }) => {
+        (Ok(Reply::Accepted), Operation::Release { .. }) => {
             let [row] = rows.as_slice() else {
                 panic!("accepted from {} rows", rows.len())
             };
             assert!(matches!(row.as_slice(), [Cell::Int(e)] if *e >= 0));
         }
+        // A renewal: its epoch, no request, and no candidate that parses.
+        (Ok(Reply::Accepted), Operation::Renew { .. }) => {
+            let [row] = rows.as_slice() else {
+                panic!("accepted from {} rows", rows.len())
+            };
+            assert!(matches!(row.as_slice(), [Cell::Int(e), Cell::Null, _] if *e >= 0));
+            if let Cell::Text(text) = &row[2] {
+                assert_eq!(crate::Candidate::parse(text), None);
+            }
+        }
+        // An operator's request comes before any candidate.
+        (Ok(Reply::HandOverAsked { to }), Operation::Renew { .. }) => {
+            let [row] = rows.as_slice() else {
+                panic!("asked from {} rows", rows.len())
+            };
+            let Cell::Text(node) = &row[1] else {
+                panic!("asked without a request: {row:?}")
+            };
+            match to {
+                None => assert!(node.is_empty()),
+                Some(to) => assert_eq!(to.reserved_node(), Some(node.as_str())),
+            }
+        }
+        (Ok(Reply::CandidateSeen { candidate }), Operation::Renew { .. }) => {
+            let [row] = rows.as_slice() else {
+                panic!("a candidate from {} rows", rows.len())
+            };
+            assert_eq!(row[1], Cell::Null, "a request comes first");
+            assert_eq!(row[2], Cell::Text(candidate.announcement().expect("fits")));
+        }
+        // The announcement's rows are never read.
+        (Ok(Reply::Accepted), Operation::Announce) => {}
         (Ok(other), _) => panic!("{operation:?} decoded as {other:?}"),
     }
 

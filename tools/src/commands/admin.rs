@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picolease::sql::{LeaseRow, HANDOVER_PREFIX, MEMBER_PREFIX};
+use picolease::sql::{LeaseRow, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
 use picolease::sqlite::Location;
+use picolease::Candidate;
 use picolease::{LeaseName, TableName};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -37,12 +38,27 @@ pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The lease rows, without the lease sets' membership rows and the
-/// operators' handover requests.
+/// The lease rows, without the lease sets' membership rows, the
+/// operators' handover requests and the preferred candidates.
 fn leases_only(rows: Vec<LeaseRow>) -> Vec<LeaseRow> {
     rows.into_iter()
         .filter(|row| {
-            !row.name.starts_with(MEMBER_PREFIX) && !row.name.starts_with(HANDOVER_PREFIX)
+            ![MEMBER_PREFIX, HANDOVER_PREFIX, PREFERRED_PREFIX]
+                .iter()
+                .any(|prefix| row.name.starts_with(prefix))
+        })
+        .collect()
+}
+
+/// The live preferred candidate of each lease that has one (DESIGN §3
+/// "Preferred holders"): lease, candidate, time left.
+pub(crate) fn candidates(rows: &[LeaseRow]) -> Vec<(String, Candidate, i64)> {
+    rows.iter()
+        .filter_map(|row| {
+            let lease = row.name.strip_prefix(PREFERRED_PREFIX)?;
+            let left = row.expires_in_ms.filter(|&left| left > 0)?;
+            let candidate = Candidate::parse(row.holder.as_deref()?)?;
+            Some((lease.to_string(), candidate, left))
         })
         .collect()
 }
@@ -50,8 +66,9 @@ fn leases_only(rows: Vec<LeaseRow>) -> Vec<LeaseRow> {
 /// `picolease status --members [--json]`: the live members of lease sets
 /// (membership rows held and unexpired), by holder id.
 pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
-    let members: Vec<(String, i64)> = backend
-        .status(table)?
+    let rows = backend.status(table)?;
+    let candidates = candidates(&rows);
+    let members: Vec<(String, i64)> = rows
         .into_iter()
         .filter_map(|row| {
             let holder = row.name.strip_prefix(MEMBER_PREFIX)?.to_string();
@@ -62,17 +79,29 @@ pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitC
         })
         .collect();
     if json {
-        let array: Vec<serde_json::Value> = members
+        let members = members
             .iter()
-            .map(|(holder, left)| serde_json::json!({ "holder": holder, "expires_in_ms": left }))
-            .collect();
+            .map(|(holder, left)| serde_json::json!({ "holder": holder, "expires_in_ms": left }));
+        let candidates = candidates.iter().map(|(lease, c, left)| {
+            serde_json::json!({
+                "holder": c.holder.as_str(),
+                "expires_in_ms": left,
+                "lease": lease,
+                "priority": c.rank.priority(),
+                "version_tag": c.rank.tag(),
+            })
+        });
+        let array: Vec<serde_json::Value> = members.chain(candidates).collect();
         line(&serde_json::Value::Array(array).to_string());
-    } else if members.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if members.is_empty() && candidates.is_empty() {
         line(&format!(
-            "no live members in table {table} of {}",
+            "no live members or candidates in table {table} of {}",
             backend.place()
         ));
-    } else {
+    }
+    if !members.is_empty() {
         let width = members
             .iter()
             .map(|(h, _)| h.len())
@@ -82,6 +111,26 @@ pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitC
         line(&format!("{:width$}  LEFT", "MEMBER"));
         for (holder, left) in &members {
             line(&format!("{holder:width$}  {left}ms"));
+        }
+    }
+    if !candidates.is_empty() {
+        let width = candidates
+            .iter()
+            .map(|(_, c, _)| c.holder.as_str().len())
+            .max()
+            .unwrap_or(9)
+            .max(9);
+        line(&format!(
+            "{:width$}  PRIORITY  VERSION  LEFT  LEASE",
+            "CANDIDATE"
+        ));
+        for (lease, c, left) in &candidates {
+            line(&format!(
+                "{:width$}  {:>8}  {:7}  {left}ms  {lease}",
+                c.holder.as_str(),
+                c.rank.priority(),
+                c.rank.tag().unwrap_or("-"),
+            ));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -41,10 +41,12 @@ pub fn run(
     let place = backend.place();
     // Read as `status` reads (a missing file or table is no lease), then
     // watched on one connection.
-    let row = backend
-        .status(table)?
+    let rows = backend.status(table)?;
+    let preferred = super::admin::candidates(&rows)
         .into_iter()
-        .find(|row| row.name == name);
+        .find(|(lease, _, _)| lease == name)
+        .map(|(_, candidate, _)| candidate);
+    let row = rows.into_iter().find(|row| row.name == name);
     let Some(row) = row else {
         return Err(CliError::runtime(format!(
             "no lease named {name:?} in table {table} of {place}"
@@ -56,6 +58,23 @@ pub fn run(
             "lease {name:?} is not held (free, lapsed or reserved): nothing to hand over"
         )));
     };
+    // No --to: the best live candidate, unless it runs on the holder's
+    // own node (DESIGN §3 "Preferred holders"); else a plain release.
+    let holder_node = HolderId::new(&holder).map(|id| id.node().to_string()).ok();
+    let preferred = preferred.filter(|c| Some(c.holder.node()) != holder_node.as_deref());
+    let chosen = match (to, &preferred) {
+        (None, Some(candidate)) => {
+            line(&format!(
+                "no --to: handing lease {name:?} to its preferred candidate {} (priority {}, version {})",
+                candidate.holder,
+                candidate.rank.priority(),
+                candidate.rank.tag().unwrap_or("-")
+            ));
+            Some(candidate.holder.node().to_string())
+        }
+        _ => None,
+    };
+    let to = to.or(chosen.as_deref());
     if let (Some(node), Ok(id)) = (to, HolderId::new(&holder)) {
         if id.node() == node {
             return Err(CliError::usage(format!(

@@ -11,8 +11,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use picolease::{
-    random_u64, unique_holder_id, Config, HolderId, LeaseName, RecvError, Subscription, TableName,
-    Transition,
+    random_u64, unique_holder_id, Config, HolderId, LeaseName, Rank, RecvError, Subscription,
+    TableName, Transition,
 };
 
 use super::child::{ChildEvent, Gated};
@@ -56,13 +56,21 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     if let Some(reserved) = names.iter().find(|n| {
         n.as_str().starts_with(picolease::sql::MEMBER_PREFIX)
             || n.as_str().starts_with(picolease::sql::HANDOVER_PREFIX)
+            || n.as_str().starts_with(picolease::sql::PREFERRED_PREFIX)
     }) {
         return Err(CliError::usage(format!(
-            "--name {:?}: names starting with {:?} (the lease sets' membership rows) or {:?} (handover requests) are reserved",
+            "--name {:?}: names starting with {:?} (the lease sets' membership rows), {:?} (handover requests) or {:?} (preferred candidates) are reserved",
             reserved.as_str(),
             picolease::sql::MEMBER_PREFIX,
-            picolease::sql::HANDOVER_PREFIX
+            picolease::sql::HANDOVER_PREFIX,
+            picolease::sql::PREFERRED_PREFIX
         )));
+    }
+    let rank = Rank::new(args.priority, args.version_tag.as_deref()).map_err(CliError::usage)?;
+    if names.len() > 1 && !rank.is_lowest() {
+        return Err(CliError::usage(
+            "--priority and --version-tag apply to one lease: a lease set does not yet prefer candidates",
+        ));
     }
     let lease = names[0].clone();
     // A `--node` is a stable name two processes may share: the stored id
@@ -82,6 +90,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         config = config.interval(interval);
     }
     config.seed = random_u64();
+    config.rank = rank;
     config.validate().map_err(CliError::usage)?;
     let grace = grace(&config, args.grace, !args.command.is_empty())?;
     if !args.command.is_empty() {
