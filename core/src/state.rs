@@ -124,6 +124,10 @@ pub struct LeaseState {
     announcement: Option<String>,
     /// When a follower with an announcement next sends it.
     next_announce: Instant,
+    /// The live candidate the leader's last renewal read, whatever its
+    /// rank: where [`LeaseState::handle_hand_over_to_preferred`] sends
+    /// the lease.
+    preferred: Option<crate::Candidate>,
     /// The last reading of the database clock: (sent, replied, database
     /// milliseconds). Only drivers whose database clock is the host's wall
     /// clock (SQLite) feed it; the model checker never does.
@@ -174,6 +178,7 @@ impl LeaseState {
             reservation,
             announcement,
             next_announce: now,
+            preferred: None,
             db_clock: None,
             contending: true,
             phase: Phase::Electing,
@@ -324,6 +329,10 @@ impl LeaseState {
             }
         };
         self.in_flight = None;
+        // Each renewal's answer says afresh whether a candidate is live.
+        if matches!(req.operation, Operation::Renew { .. }) {
+            self.preferred = None;
+        }
         // An operator's request rides on a renewal's answer: the renewal
         // counts as accepted, then the handover begins.
         // So does a better candidate (DESIGN §3 "Preferred holders"): the
@@ -335,7 +344,9 @@ impl LeaseState {
             Reply::CandidateSeen { candidate }
                 if matches!(req.operation, Operation::Renew { .. }) =>
             {
-                (Reply::Accepted, self.yield_to(&candidate).map(Some))
+                let to = self.yield_to(&candidate);
+                self.preferred = Some(candidate);
+                (Reply::Accepted, to.map(Some))
             }
             reply => (reply, None),
         };
@@ -460,6 +471,27 @@ impl LeaseState {
         self.hand_over = Some(HandOver { epoch, to });
         self.advance(now);
         true
+    }
+
+    /// Hand the lease over ([`LeaseState::handle_hand_over`]) to the
+    /// preferred candidate the last renewal read (DESIGN §3 "Preferred
+    /// holders"), whatever its rank, if it runs on another node; else
+    /// release it. What a deploy tool asks for as "hand over, then exit"
+    /// (`run`'s SIGUSR1): the lease goes to the node most likely to keep
+    /// it. Returns whether it led, and so hands over.
+    pub fn handle_hand_over_to_preferred(&mut self, now: Instant) -> bool {
+        let to = self
+            .preferred
+            .as_ref()
+            .filter(|candidate| candidate.holder.reservation() != self.reservation)
+            .and_then(|candidate| HolderId::reserved_for(candidate.holder.node()).ok());
+        self.handle_hand_over(now, to)
+    }
+
+    /// The live candidate the leader's last renewal read (DESIGN §3
+    /// "Preferred holders"), if any.
+    pub fn preferred(&self) -> Option<&crate::Candidate> {
+        self.preferred.as_ref()
     }
 
     /// A follower read the lease's row outside the protocol (the SQLite

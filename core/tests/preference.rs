@@ -269,3 +269,51 @@ fn announcements_order_as_ranks_byte_by_byte() {
         assert_eq!(parsed.holder.as_str(), "n");
     }
 }
+
+#[test]
+fn hand_over_to_preferred_goes_to_the_last_candidate_read_whatever_its_rank() {
+    // A lower-ranked candidate is not yielded to, but it is where "hand
+    // over, then exit" sends the lease.
+    let mut s = leading(rank(5, None));
+    assert_eq!(renewal_sees(&mut s, candidate("b", rank(1, None))), vec![]);
+    assert_eq!(s.preferred(), Some(&candidate("b", rank(1, None))));
+    assert!(s.handle_hand_over_to_preferred(ms(2_600)));
+    assert_eq!(drain(&mut s), yields());
+    assert_eq!(s.successor(), Some(&HolderId::reserved_for("b").unwrap()));
+}
+
+#[test]
+fn hand_over_to_preferred_without_a_live_candidate_releases() {
+    let mut s = leading(rank(5, None));
+    // The last renewal read no candidate: whatever an earlier one read is
+    // forgotten.
+    s.handle_reply(ms(2_503), RequestId(2), Reply::Accepted);
+    assert_eq!(s.preferred(), None);
+    assert!(s.handle_hand_over_to_preferred(ms(2_600)));
+    let mut released = yields();
+    released[2] = execute(3, Operation::Release { epoch: ONE });
+    assert_eq!(drain(&mut s), released);
+    assert_eq!(s.successor(), None);
+}
+
+#[test]
+fn hand_over_to_preferred_skips_a_candidate_on_its_own_node() {
+    let mut s = leading(rank(5, None));
+    let same_node = Candidate {
+        holder: HolderId::incarnation("me", 2).unwrap(),
+        rank: rank(1, None),
+    };
+    renewal_sees(&mut s, same_node);
+    assert!(s.handle_hand_over_to_preferred(ms(2_600)));
+    let commands = drain(&mut s);
+    assert_eq!(commands[2], execute(3, Operation::Release { epoch: ONE }));
+}
+
+#[test]
+fn a_follower_has_nothing_to_hand_over() {
+    let mut s = LeaseState::new(config("me", rank(1, None)), ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    assert!(!s.handle_hand_over_to_preferred(ms(1)));
+    assert_eq!(drain(&mut s), vec![]);
+}

@@ -58,7 +58,11 @@ pub enum Command {
     ///
     /// Stops cleanly (CMD first, then the release, exit 0) on SIGTERM,
     /// SIGINT or SIGHUP; with `-- CMD`, exits with CMD's status when CMD
-    /// exits by itself.
+    /// exits by itself. SIGUSR1 is "hand over, then exit" (DESIGN §3
+    /// "Preferred holders"): CMD first, then the lease goes to its
+    /// preferred candidate (the live `--priority`/`--version-tag`
+    /// candidate the last renewal read, on another node; else it is
+    /// released), exit 0; a lease set releases as on SIGTERM.
     ///
     /// CMD runs under a guard process (`picolease __guard`, this binary)
     /// that holds the term's deadline (CLOCK_BOOTTIME) and kills CMD's whole
@@ -284,6 +288,10 @@ pub struct RunArgs {
     /// a version ranks below every version.
     #[arg(long, value_name = "TAG")]
     pub version_tag: Option<String>,
+    /// SIGTERM, SIGINT and SIGHUP hand the lease over, then exit, as
+    /// SIGUSR1 always does (see above), instead of releasing it.
+    #[arg(long)]
+    pub handover_on_term: bool,
     /// One JSON object per line for each event (see above).
     #[arg(long)]
     pub json: bool,

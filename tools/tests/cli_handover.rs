@@ -18,6 +18,9 @@
 //!   handover within two intervals of joining, never onto a node that
 //!   announces nothing; `status --members` lists the live candidate, and
 //!   `handover` without `--to` hands the lease to it.
+//! - "Hand over, then exit": on SIGUSR1 `run` stops CMD, hands the lease
+//!   to the preferred candidate and exits 0; with `--handover-on-term`
+//!   SIGTERM does the same, and with no candidate live it releases.
 //!
 //! The leaderless time of each handover (from the old CMD's exit to the
 //! successor's CMD's start, by the `child_exit` and `child` events) is
@@ -239,12 +242,17 @@ impl<'a> Fleet<'a> {
 
     /// SIGTERM; it exits 0.
     fn stop(&mut self, index: usize) {
+        self.stop_by(index, Signal::SIGTERM);
+    }
+
+    /// `by`; it exits 0.
+    fn stop_by(&mut self, index: usize, by: Signal) {
         let mut node = self.nodes[index].take().expect("the node runs");
-        signal(&node, Signal::SIGTERM);
+        signal(&node, by);
         assert_eq!(
             node.child.wait().unwrap().code(),
             Some(0),
-            "{} exits 0 on SIGTERM",
+            "{} exits 0 on {by}",
             self.names[index]
         );
         node.reader.take().unwrap().join().unwrap();
@@ -775,4 +783,75 @@ fn on_postgres_a_better_candidate_takes_the_lease_by_the_holders_handover() {
 #[test]
 fn on_mysql_a_better_candidate_takes_the_lease_by_the_holders_handover() {
     preferred_nodes(&Place::mysql("preferred"), "MariaDB");
+}
+
+fn hand_over_then_exit(place: &Place, database: &str) {
+    let mut fleet = Fleet::new(place);
+    let a = fleet.start_with("a", &["--priority", "5"]);
+    let first = fleet.wait(0, a, "leader");
+    let b = fleet.start_with("b", &["--priority", "1", "--handover-on-term"]);
+    let c = fleet.start("c");
+    fleet.wait(0, b, "observed");
+    fleet.wait(0, c, "observed");
+    support::wait_for("b listed as the candidate", PATIENCE, || {
+        candidates(place)
+            .iter()
+            .any(|(holder, _, _)| holder.starts_with("b#"))
+    });
+    // `a`'s renewal reads `b` within an interval of its listing.
+    std::thread::sleep(INTERVAL + INTERVAL / 2);
+
+    // SIGUSR1: `a` stops CMD, hands the lease to `b` (which it outranks:
+    // no yield, an order) and exits 0.
+    let mark = len(&fleet.log);
+    fleet.stop_by(a, Signal::SIGUSR1);
+    let left = fleet.wait(mark, a, "follower");
+    assert_eq!(left.json["reason"], "handover", "{left:?}");
+    let event = fleet.wait(mark, a, "handover");
+    assert_eq!(event.json["to"], "b", "{event:?}");
+    let took = wait_event(&fleet.log, mark, |e| e.kind() == "leader");
+    assert_eq!(took.node, b, "{:#?}", fleet.events());
+    assert_eq!(took.epoch(), first.epoch() + 1);
+    let exit = fleet.wait(mark, a, "child_exit");
+    let started = fleet.wait(mark, b, "child");
+    let leaderless = started.unix_ms() as i64 - exit.unix_ms() as i64;
+
+    // `b` runs with --handover-on-term and no candidate is left (`c`
+    // announces nothing): SIGTERM hands over to nobody, a release, and
+    // `c` leads.
+    let mark = len(&fleet.log);
+    fleet.stop(b);
+    let left = fleet.wait(mark, b, "follower");
+    assert_eq!(left.json["reason"], "handover", "{left:?}");
+    let next = wait_event(&fleet.log, mark, |e| e.kind() == "leader");
+    assert_eq!(next.node, c, "{:#?}", fleet.events());
+    fleet.stop_all();
+    let events = fleet.events();
+    assert!(
+        !events.iter().any(|e| e.node == b && e.kind() == "handover"),
+        "a release names no successor: {events:#?}"
+    );
+    support::check_terms(&events, &[]);
+    commands_one_at_a_time(&events, &fleet.names);
+    eprintln!(
+        "{database}: SIGUSR1 handed {LEASE:?} from a to b: leaderless {leaderless} ms (a's CMD exit to b's CMD start)"
+    );
+    assert!((0..2_000).contains(&leaderless), "{leaderless} ms");
+}
+
+#[test]
+fn sigusr1_hands_the_lease_to_the_preferred_candidate_then_exits() {
+    hand_over_then_exit(&Place::sqlite("usr1"), "SQLite");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn on_postgres_sigusr1_hands_the_lease_to_the_preferred_candidate_then_exits() {
+    hand_over_then_exit(&Place::postgres("usr1"), "PostgreSQL");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_sigusr1_hands_the_lease_to_the_preferred_candidate_then_exits() {
+    hand_over_then_exit(&Place::mysql("usr1"), "MariaDB");
 }

@@ -101,7 +101,10 @@ impl WakeLock {
         let mine = self.held_by() == conn.id();
         let leading = match (operation, reply) {
             (Operation::Acquire, Reply::Acquired { .. }) => true,
-            (Operation::Renew { .. }, Reply::Accepted | Reply::HandOverAsked { .. }) => true,
+            (
+                Operation::Renew { .. },
+                Reply::Accepted | Reply::HandOverAsked { .. } | Reply::CandidateSeen { .. },
+            ) => true,
             (Operation::Renew { .. }, Reply::Failed(_)) => return,
             _ => false,
         };

@@ -42,6 +42,9 @@ pub(crate) enum Control<F> {
     GiveUp(LeaseName),
     /// A lone lease hands its term over to a reservation (or releases it).
     HandOver(Option<picolease_core::HolderId>),
+    /// A lone lease hands its term over to its preferred candidate (or
+    /// releases it).
+    HandOverToPreferred,
     /// Register work on every lease (started at once where held).
     AddWork(GatedTask<F>),
 }
@@ -219,6 +222,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
             Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
             Some(Control::HandOver(to)) => runner.engine.handle_hand_over(now, to),
+            Some(Control::HandOverToPreferred) => runner.engine.handle_hand_over_to_preferred(now),
             Some(Control::AddWork(task)) => {
                 for gate in runner.gates() {
                     gate.add(Arc::clone(&task));

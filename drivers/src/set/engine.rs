@@ -226,6 +226,15 @@ impl Engine {
         }
     }
 
+    /// A lone lease hands over to its preferred candidate (DESIGN §3
+    /// "Preferred holders"), else releases; a set's handle has no such
+    /// call yet.
+    pub(crate) fn handle_hand_over_to_preferred(&mut self, now: Instant) {
+        if let Engine::Lease(state) = self {
+            state.handle_hand_over_to_preferred(now);
+        }
+    }
+
     /// The reservation a lone lease's hand-over binds (`""` otherwise).
     pub(crate) fn successor(&self) -> &str {
         match self {

@@ -157,6 +157,17 @@ impl SqliteLease {
         Ok(())
     }
 
+    /// Hands the lease over, as [`SqliteLease::hand_over`] does, to the lease's
+    /// preferred candidate (DESIGN §3 "Preferred holders"): the live
+    /// candidate the last renewal read, whatever its rank, if it runs on
+    /// another node; else releases it. Followed by a shutdown, it is "hand
+    /// over, then exit" (what `picolease run` does on SIGUSR1): the lease
+    /// goes to the node most likely to keep it, and the shutdown finishes
+    /// once the statement is answered.
+    pub fn hand_over_to_preferred(&self) {
+        self.thread.send(Control::HandOverToPreferred);
+    }
+
     /// True once the thread has stopped (after shutdown, abort, or a fatal
     /// error; [`SqliteLease::shutdown`] then returns the error).
     pub fn is_finished(&self) -> bool {

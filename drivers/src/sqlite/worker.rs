@@ -36,6 +36,9 @@ pub(crate) enum Control {
     GiveUp(LeaseName),
     /// A lone lease hands its term over to a reservation (or releases it).
     HandOver(Option<picolease_core::HolderId>),
+    /// A lone lease hands its term over to its preferred candidate (or
+    /// releases it).
+    HandOverToPreferred,
     /// Register gated work on every lease (started at once where held).
     AddWork(Work),
     /// Run a closure on the connection, between two statements.
@@ -186,6 +189,7 @@ pub(crate) fn run(
             Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
             Some(Control::HandOver(to)) => runner.engine.handle_hand_over(now, to),
+            Some(Control::HandOverToPreferred) => runner.engine.handle_hand_over_to_preferred(now),
             Some(Control::Run(job)) => job(connection.table.connection()),
             Some(Control::AddWork(work)) => {
                 for gate in runner.gates() {

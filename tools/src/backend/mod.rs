@@ -65,6 +65,11 @@ pub trait Contender {
     /// published before this returns.
     fn shutdown(self: Box<Self>) -> Result<(), CliError>;
 
+    /// Hands the lease to its preferred candidate (DESIGN §3 "Preferred
+    /// holders"; else releases it), then shuts down as
+    /// [`Contender::shutdown`] does: `run`'s SIGUSR1.
+    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError>;
+
     /// Stops at once WITHOUT releasing, as a crash would: the row is left
     /// to lapse (for `bench`'s crash takeover).
     fn abort(self: Box<Self>);

@@ -205,6 +205,10 @@ impl AsyncLease for MysqlLease {
     fn abort(self) {
         MysqlLease::abort(self);
     }
+
+    fn hand_over_to_preferred(&self) {
+        MysqlLease::hand_over_to_preferred(self);
+    }
 }
 
 /// Starts a lease set (its own runtime thread), with CMD as each lease's

@@ -201,6 +201,10 @@ impl AsyncLease for PgLease {
     fn abort(self) {
         PgLease::abort(self);
     }
+
+    fn hand_over_to_preferred(&self) {
+        PgLease::hand_over_to_preferred(self);
+    }
 }
 
 /// Starts a lease set on the async driver (its own runtime thread), with

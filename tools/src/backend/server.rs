@@ -28,6 +28,9 @@ pub(crate) trait AsyncLease: Sized + 'static {
     fn shutdown(self) -> impl Future<Output = Result<(), Self::Error>>;
     /// Stops at once without releasing.
     fn abort(self);
+    /// Hands the lease to its preferred candidate, else releases it (then
+    /// `shutdown` finishes once that is answered).
+    fn hand_over_to_preferred(&self);
 }
 
 /// What `run` needs of a running async lease set.
@@ -111,10 +114,20 @@ fn joined(thread: Option<DriverThread>, database: &str) -> Result<(), CliError> 
 
 /// The driver of `run` (one name), on its own thread with its own runtime.
 pub(crate) struct ServerContender {
-    /// `true`: shut down (release); `false`: abort (no release).
-    stop: Option<oneshot::Sender<bool>>,
+    stop: Option<oneshot::Sender<Ending>>,
     thread: Option<DriverThread>,
     database: &'static str,
+}
+
+/// How `run` ends a lone lease.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Shut down: stop the work, release.
+    Release,
+    /// Hand over to the preferred candidate (else release), then shut down.
+    HandOver,
+    /// Stop at once without releasing.
+    Abort,
 }
 
 /// Runs the lease `start` makes on `runtime`, on a thread named for
@@ -124,7 +137,7 @@ pub(crate) fn spawn_lease<L: AsyncLease, E: Into<CliError> + Send + 'static>(
     database: &'static str,
     start: impl FnOnce() -> Result<L, E> + Send + 'static,
 ) -> Result<Box<dyn Contender>, CliError> {
-    let (stop_tx, stop) = oneshot::channel::<bool>();
+    let (stop_tx, stop) = oneshot::channel::<Ending>();
     let thread = std::thread::Builder::new()
         .name(format!("picolease-{}", database.to_lowercase()))
         .spawn(move || {
@@ -132,10 +145,14 @@ pub(crate) fn spawn_lease<L: AsyncLease, E: Into<CliError> + Send + 'static>(
                 let mut lease = start().map_err(Into::into)?;
                 let outcome = tokio::select! {
                     result = lease.stopped() => result,
-                    release = stop => match release {
-                        Ok(false) => {
+                    ending = stop => match ending {
+                        Ok(Ending::Abort) => {
                             lease.abort();
                             Ok(())
+                        }
+                        Ok(Ending::HandOver) => {
+                            lease.hand_over_to_preferred();
+                            lease.shutdown().await
                         }
                         _ => lease.shutdown().await,
                     },
@@ -151,17 +168,27 @@ pub(crate) fn spawn_lease<L: AsyncLease, E: Into<CliError> + Send + 'static>(
     }))
 }
 
-impl Contender for ServerContender {
-    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
+impl ServerContender {
+    fn end(mut self: Box<Self>, ending: Ending) -> Result<(), CliError> {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(true);
+            let _ = stop.send(ending);
         }
         joined(self.thread.take(), self.database)
+    }
+}
+
+impl Contender for ServerContender {
+    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
+        self.end(Ending::Release)
+    }
+
+    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
+        self.end(Ending::HandOver)
     }
 
     fn abort(mut self: Box<Self>) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(false);
+            let _ = stop.send(Ending::Abort);
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

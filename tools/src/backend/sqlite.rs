@@ -120,6 +120,11 @@ impl Contender for SqliteLease {
         SqliteLease::shutdown(*self).map_err(CliError::from)
     }
 
+    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
+        self.hand_over_to_preferred();
+        SqliteLease::shutdown(*self).map_err(CliError::from)
+    }
+
     fn abort(self: Box<Self>) {
         SqliteLease::abort(*self)
     }

@@ -33,12 +33,16 @@ enum Event {
     /// The driver stopped and published everything.
     DriverEnded,
     Signal,
+    /// SIGUSR1 (or, with --handover-on-term, any stopping signal): hand
+    /// over, then exit.
+    HandOverSignal,
     Child(ChildEvent),
 }
 
 /// Why the loop stopped.
 enum Stop {
     Signal,
+    HandOver,
     ChildExited(u8),
     ChildFailed(String),
     DriverFinished,
@@ -70,6 +74,11 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     if names.len() > 1 && !rank.is_lowest() {
         return Err(CliError::usage(
             "--priority and --version-tag apply to one lease: a lease set does not yet prefer candidates",
+        ));
+    }
+    if names.len() > 1 && args.handover_on_term {
+        return Err(CliError::usage(
+            "--handover-on-term applies to one lease: a lease set does not yet hand over",
         ));
     }
     let lease = names[0].clone();
@@ -125,7 +134,12 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
 
     // Signals first, so a SIGTERM during start-up is not lost.
     let (tx, events) = mpsc::channel();
-    install_signals_with(tx.clone(), || Event::Signal)?;
+    let stop_signal = if args.handover_on_term {
+        || Event::HandOverSignal
+    } else {
+        || Event::Signal
+    };
+    install_signals_with(tx.clone(), stop_signal, || Event::HandOverSignal)?;
     // Gated work even without CMD: a term's end waits for its `follower`
     // line, and the release for the work.
     let printed = Arc::new(Printed::default());
@@ -198,17 +212,24 @@ fn session(
         }
     };
     let printing = !matches!(stop, Stop::DriverFinished);
+    let hand_over = matches!(stop, Stop::HandOver);
     let outcome = print_during(
         printing,
         events,
         |event| {
             handle(printer, event);
         },
-        || driver.shutdown(),
+        || {
+            if hand_over {
+                driver.hand_over_then_shutdown()
+            } else {
+                driver.shutdown()
+            }
+        },
     );
     outcome?;
     match stop {
-        Stop::Signal => Ok(ExitCode::SUCCESS),
+        Stop::Signal | Stop::HandOver => Ok(ExitCode::SUCCESS),
         Stop::ChildExited(code) => Ok(ExitCode::from(code)),
         Stop::ChildFailed(message) => Err(CliError::runtime(message)),
         Stop::DriverFinished => Err(CliError::runtime(format!(
@@ -243,6 +264,7 @@ fn handle(printer: &Printer, event: Event) -> Option<Stop> {
         }
         Event::Child(ChildEvent::SpawnFailed(message)) => return Some(Stop::ChildFailed(message)),
         Event::Signal => return Some(Stop::Signal),
+        Event::HandOverSignal => return Some(Stop::HandOver),
         Event::DriverEnded => return Some(Stop::DriverFinished),
     }
     None

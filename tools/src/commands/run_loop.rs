@@ -6,7 +6,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 
 use crate::failure::CliError;
 
@@ -64,18 +64,25 @@ pub(super) trait IsDriverEnd {
 }
 
 /// SIGTERM, SIGINT and SIGHUP (a closed terminal) stop `run` cleanly: CMD
-/// first, then the release.
+/// first, then the release; they become `signal()`. SIGUSR1 ("hand over,
+/// then exit", DESIGN §3 "Preferred holders") becomes `hand_over()`.
 pub(super) fn install_signals_with<E: Send + 'static>(
     events: mpsc::Sender<E>,
     signal: fn() -> E,
+    hand_over: fn() -> E,
 ) -> Result<(), CliError> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .map_err(|e| CliError::runtime(format!("cannot install signal handlers: {e}")))?;
     std::thread::Builder::new()
         .name("picolease-signals".into())
         .spawn(move || {
-            for _ in signals.forever() {
-                if events.send(signal()).is_err() {
+            for received in signals.forever() {
+                let event = if received == SIGUSR1 {
+                    hand_over()
+                } else {
+                    signal()
+                };
+                if events.send(event).is_err() {
                     return;
                 }
             }

@@ -61,7 +61,8 @@ pub fn run(
         listener,
     } = prepared;
     let (tx, events) = mpsc::channel();
-    install_signals_with(tx.clone(), || Event::Signal)?;
+    // A set does not hand over yet: SIGUSR1 stops it as SIGTERM does.
+    install_signals_with(tx.clone(), || Event::Signal, || Event::Signal)?;
     // Each term's end waits for its `follower` line, so a lease is
     // released only after the line is out. With CMD the supervisor waits;
     // without, on PostgreSQL and MySQL a task per held lease waits, and on
