@@ -169,7 +169,7 @@ pub(crate) fn spawn_lease<L: AsyncLease, E: Into<CliError> + Send + 'static>(
 }
 
 impl ServerContender {
-    fn end(mut self: Box<Self>, ending: Ending) -> Result<(), CliError> {
+    fn end(mut self, ending: Ending) -> Result<(), CliError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(ending);
         }
@@ -179,11 +179,11 @@ impl ServerContender {
 
 impl Contender for ServerContender {
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
-        self.end(Ending::Release)
+        (*self).end(Ending::Release)
     }
 
     fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
-        self.end(Ending::HandOver)
+        (*self).end(Ending::HandOver)
     }
 
     fn abort(mut self: Box<Self>) {
