@@ -870,7 +870,8 @@ impl LeaseState {
     /// A candidate on this node is not yielded to: a reservation names a
     /// node, which this holder would take back itself.
     fn yield_to(&self, candidate: &crate::Candidate) -> Option<HolderId> {
-        let outranks = crate::rank::yields_to(&self.config.rank, &candidate.rank);
+        let outranks =
+            crate::rank::yields_to(&self.config.rank, &candidate.rank) || self.yields_to_anyone();
         if !outranks || candidate.holder.reservation() == self.reservation {
             return None;
         }
@@ -911,6 +912,15 @@ impl LeaseState {
     fn accepts_any_reply(&self) -> bool {
         #[cfg(feature = "mutants")]
         if self.mutation == Mutation::StaleReplyAccepted {
+            return true;
+        }
+        false
+    }
+
+    /// False: a leader yields only to a candidate that outranks it.
+    fn yields_to_anyone(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.mutation == Mutation::YieldToAnyCandidate {
             return true;
         }
         false
@@ -999,6 +1009,10 @@ pub enum Mutation {
     /// `sim::ModelDb`): a row that outlived a failover is taken, renewed
     /// and fenced as if nothing had been lost.
     IncarnationIgnored,
+    /// (j) A leader yields to any live candidate, whatever its rank
+    /// (consulted by `LeaseState::yield_to`): the lease moves down as well
+    /// as up, and two candidates can pass it back and forth.
+    YieldToAnyCandidate,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature
@@ -1025,6 +1039,10 @@ pub(crate) struct Snapshot {
     pub(crate) hand_over: Option<(Epoch, Option<HolderId>)>,
     /// After a handover: until when release notices are ignored.
     pub(crate) aside_until: Option<Instant>,
+    /// When a follower's next announcement is due, if it announces.
+    pub(crate) next_announce: Option<Instant>,
+    /// The candidate the last renewal read.
+    pub(crate) preferred: Option<HolderId>,
 }
 
 #[cfg(feature = "sim")]
@@ -1051,6 +1069,8 @@ impl LeaseState {
             published: self.published.clone(),
             hand_over: self.hand_over.as_ref().map(|h| (h.epoch, h.to.clone())),
             aside_until: self.aside_until,
+            next_announce: self.announce_due_at(),
+            preferred: self.preferred.as_ref().map(|c| c.holder.clone()),
         }
     }
 }

@@ -239,3 +239,13 @@ fn a_database_ignoring_the_incarnation_is_found_by_the_simulator() {
         "{found}"
     );
 }
+
+/// (j) A leader that yields to any live candidate, whatever its rank: the
+/// checker over ranked nodes (`Bounds::with_ranks`) finds a handover to a
+/// node that does not outrank its holder.
+#[test]
+fn a_yield_to_a_lower_rank_is_found() {
+    let mut bounds = Bounds::with_ranks(2);
+    bounds.mutation = Mutation::YieldToAnyCandidate;
+    finds_at(&bounds, &[Property::Preference]);
+}

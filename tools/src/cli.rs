@@ -169,6 +169,9 @@ pub enum Command {
         /// lease set of N leases).
         #[arg(long, value_name = "N", requires = "replay", default_value_t = 0)]
         leases: usize,
+        /// With --replay: the trace is of `check --ranked`.
+        #[arg(long, requires = "replay")]
+        ranked: bool,
     },
     /// Exhaustive model check of the core: every schedule of a bounded
     /// world (clock ticks with drift, deliveries, losses, pauses, crashes,
@@ -202,6 +205,13 @@ pub enum Command {
         /// lease only.
         #[arg(long, conflicts_with_all = ["leases", "failover"])]
         handover: bool,
+        /// Rank the nodes: node N has priority N+1, followers announce
+        /// themselves and a leader yields to a better live candidate
+        /// (DESIGN §3 "Preferred holders"); also checks that every yield
+        /// goes to a node that outranks its holder. Lone lease only; no
+        /// twins; bounded by depth (default 30).
+        #[arg(long, conflicts_with_all = ["leases", "failover", "handover"])]
+        ranked: bool,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
         /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"
         /// with `--leases`.

@@ -65,6 +65,15 @@ pub struct Bounds {
     /// `nN:handover`, a fault; DESIGN §3 "Planned handover"). Lone lease
     /// only.
     pub handover: bool,
+    /// Whether node `n` runs with priority `n + 1` (DESIGN §3 "Preferred
+    /// holders"): every follower announces itself, and a
+    /// leader yields to a better live candidate by its own handover. Every
+    /// such handover must go to a node of higher rank ([`Property::Preference`]).
+    /// Lone lease only, and apart from [`Bounds::handover`] (so every
+    /// handover is a yield).
+    ///
+    /// [`Property::Preference`]: super::Property::Preference
+    pub ranked: bool,
     /// A planted bug (feature `mutants`).
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -111,6 +120,11 @@ pub enum BoundsError {
     /// A planned handover asked of a set check.
     #[error("handover: the checker hands over a lone lease only (leases 0)")]
     HandOverOfSet,
+    /// Ranks asked of a set check, or with planned handovers.
+    #[error(
+        "ranked: the checker ranks the nodes of a lone lease only (leases 0), without --handover"
+    )]
+    Ranked,
     /// Depth 0 or above [`MAX_DEPTH`].
     #[error("depth {0}: must be 1 to {MAX_DEPTH}")]
     Depth(usize),
@@ -188,6 +202,7 @@ impl Bounds {
             twins: true,
             failover: false,
             handover: false,
+            ranked: false,
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
             #[cfg(feature = "mutants")]
@@ -240,6 +255,20 @@ impl Bounds {
     pub fn with_handover(nodes: usize) -> Self {
         Bounds {
             handover: true,
+            ..Bounds::default_for(nodes)
+        }
+    }
+
+    /// The defaults with ranked nodes ([`Bounds::ranked`]) and no twins:
+    /// node `n` has priority `n + 1`, so the lease climbs to the best live
+    /// node by yields.
+    /// The liveness bound holds as it is: a yield costs at most a
+    /// reservation (two intervals) plus an interval.
+    pub fn with_ranks(nodes: usize) -> Self {
+        Bounds {
+            ranked: true,
+            // Twins share a node, and a leader never yields to its own.
+            twins: false,
             ..Bounds::default_for(nodes)
         }
     }
@@ -303,6 +332,9 @@ impl Bounds {
         }
         if self.handover && leases > 0 {
             return Err(BoundsError::HandOverOfSet);
+        }
+        if self.ranked && (leases > 0 || self.handover) {
+            return Err(BoundsError::Ranked);
         }
         if depth == 0 || depth > MAX_DEPTH {
             return Err(BoundsError::Depth(depth));

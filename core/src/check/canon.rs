@@ -71,7 +71,10 @@ impl Fingerprinter {
         );
         self.collect_epochs(world);
         self.collect_ids(world);
-        let perms: &[[usize; 3]] = if world.nodes.len() == 3 {
+        // Ranked nodes (`Bounds::ranked`) are not interchangeable.
+        let perms: &[[usize; 3]] = if world.ranked {
+            &PERMS_3[..1]
+        } else if world.nodes.len() == 3 {
             &PERMS_3
         } else {
             &PERMS_2
@@ -282,6 +285,23 @@ impl Ctx<'_> {
             }
         }
         out.push(i64::from(w.standby.is_some()));
+        // The preferred-candidate row, with ranks (DESIGN §3 "Preferred
+        // holders"): its candidate and time left.
+        if w.ranked {
+            let name = crate::sql::preferred_candidate_name(LEASE);
+            match w.db.row(&name) {
+                Some(row) => {
+                    let candidate = row.holder.as_deref().and_then(crate::Candidate::parse);
+                    let left =
+                        (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1);
+                    out.extend([
+                        self.holder(candidate.as_ref().map(|c| c.holder.as_str())),
+                        left,
+                    ]);
+                }
+                None => out.push(-9),
+            }
+        }
         match &w.stray {
             Some(req) => self.request(out, req),
             None => out.push(-9),
@@ -358,6 +378,11 @@ impl Ctx<'_> {
         }
         out.push(self.local(n, s.next_attempt));
         out.push(i64::from(s.notice_pending));
+        match s.next_announce {
+            Some(at) => out.push(self.local(n, at)),
+            None => out.push(-9),
+        }
+        out.push(self.holder(s.preferred.as_ref().map(|h| h.as_str())));
         match s.shutting_down {
             None => out.push(-9),
             Some(release) => out.push(self.epoch(release)),

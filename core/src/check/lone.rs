@@ -225,9 +225,18 @@ impl World {
                 self.db
                     .hand_over(LEASE, holder, epoch, to, reservation, now_ms)
             }
-            // The checked contenders have the lowest rank: they announce
-            // nothing (candidates are covered by the simulator).
-            Operation::Announce => Vec::new(),
+            // Only ranked nodes announce (`Bounds::ranked`).
+            Operation::Announce => {
+                let candidate = crate::Candidate {
+                    holder: req.holder.clone(),
+                    rank: super::world::node_rank(holder),
+                };
+                if let Some(text) = candidate.announcement() {
+                    let life = i64::from(setup.bounds.reservation_ticks());
+                    self.db.announce(LEASE, &text, life, now_ms);
+                }
+                Vec::new()
+            }
         };
         let reply = setup
             .statements
@@ -288,6 +297,7 @@ impl World {
         log: &mut Log,
     ) -> Option<Violation> {
         let mut found = None;
+        let ranked = self.ranked;
         loop {
             let n = &mut self.nodes[i];
             let Some(command) = n.lease.as_mut().and_then(LeaseState::poll_command) else {
@@ -298,6 +308,24 @@ impl World {
                 Command::Execute { request, operation } => {
                     n.anchor_flight = Some(n.skew);
                     let successor = n.lease.as_ref().and_then(|l| l.successor().cloned());
+                    let problem = match (&successor, operation) {
+                        (Some(to), Operation::HandOver { .. }) if ranked => {
+                            let own = super::world::node_rank(n.holder.as_str());
+                            let theirs = super::world::node_rank(to.as_str());
+                            (!crate::rank::yields_to(&own, &theirs)).then(|| {
+                                (
+                                    Property::Preference,
+                                    format!(
+                                        "{} (priority {}) handed over to {to} (priority {})",
+                                        n.holder,
+                                        own.priority(),
+                                        theirs.priority()
+                                    ),
+                                )
+                            })
+                        }
+                        _ => None,
+                    };
                     n.to_db.push(Request {
                         node: i,
                         incarnation: n.incarnation,
@@ -306,7 +334,7 @@ impl World {
                         operation,
                         successor,
                     });
-                    None
+                    problem
                 }
                 Command::Cancel { request } => {
                     n.abandoned_upto = request.0;

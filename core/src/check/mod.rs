@@ -61,6 +61,11 @@
 //! - **Stop lead** (`Bounds::stop_lead_ticks`, see
 //!   [`Bounds::with_stop_lead`]): every machine runs with
 //!   `Config::stop_lead` = g.
+//! - **Ranks** ([`Bounds::ranked`], see [`Bounds::with_ranks`]): node `n`
+//!   has priority `n + 1` (DESIGN §3 "Preferred holders"): followers announce
+//!   themselves to the model database's preferred-candidate row and a
+//!   leader yields to a better live candidate; nodes are then not
+//!   interchangeable, and the fingerprint does not rename them.
 //!
 //! # The properties
 //!
@@ -85,6 +90,9 @@
 //!   `g` database ticks left. A paused process's work is frozen with it.
 //!   With `g = 0` this is the deadline itself (and validity).
 //! - **Progress**: a timer never asks to be woken again at once.
+//! - **Preference** (with ranks): every handover a machine sends names a
+//!   node of strictly higher rank than its own, so yields only go up and
+//!   never loop.
 //! - **Liveness** (bounded): with a node able to lead (running, not
 //!   shutting down, its connection not late), no leaderless stretch longer
 //!   than `liveness_ticks` database ticks since the last fault.
@@ -186,6 +194,10 @@ pub enum Property {
     /// A lease set's acquire took a row another holder held unexpired
     /// (DESIGN §9: balancing never steals).
     Stealing,
+    /// With ranked nodes, a leader handed its lease to a node that does
+    /// not outrank it (DESIGN §3 "Preferred holders": yields only go up,
+    /// so they never loop).
+    Preference,
     /// The model could not be set up (a holder id or configuration the
     /// core refused); never expected.
     Setup,
@@ -203,6 +215,7 @@ impl Property {
             Property::Liveness => "liveness",
             Property::StopLead => "stop lead",
             Property::Stealing => "no stealing",
+            Property::Preference => "yields only upward",
             Property::Setup => "setup",
         }
     }

@@ -128,6 +128,9 @@ pub(crate) struct World<N: Contender = Node> {
     /// for every node of a set check; 0 for a lone lease, which has no
     /// survey).
     pub(super) stale_ms: i64,
+    /// Node `n` has priority `n + 1` (`Bounds::ranked`): every handover a
+    /// machine sends must go up.
+    pub(super) ranked: bool,
 }
 
 impl<N: Contender> World<N> {
@@ -151,6 +154,7 @@ impl<N: Contender> World<N> {
             last_epoch: vec![None; leases],
             fresh: true,
             stale_ms,
+            ranked: setup.bounds.ranked,
         }
     }
 }
@@ -200,6 +204,15 @@ pub(super) fn holder_id(
         return HolderId::incarnation(TWIN, nonce);
     }
     HolderId::new(&format!("n{node}.{incarnation}"))
+}
+
+/// With [`super::Bounds::ranked`], the rank of the node behind holder id
+/// `holder` (or a reservation for it): priority = node index + 1, so
+/// every node announces itself (priority 0 would not).
+pub(super) fn node_rank(holder: &str) -> crate::Rank {
+    let holder = holder.strip_suffix('#').unwrap_or(holder);
+    let node = parse_holder(holder).map_or(0, |(node, _)| node);
+    crate::Rank::new(u32::try_from(node + 1).unwrap_or(0), None).unwrap_or_default()
 }
 
 /// `(node, incarnation)` of a holder id the checker made.
@@ -283,7 +296,10 @@ pub(super) fn new_lease(
     holder: HolderId,
     now: Instant,
 ) -> Result<LeaseState, ConfigError> {
-    let config = setup.bounds.lease_config(holder)?;
+    let mut config = setup.bounds.lease_config(holder)?;
+    if setup.bounds.ranked {
+        config.rank = node_rank(config.holder.as_str());
+    }
     #[allow(unused_mut)]
     let mut lease = LeaseState::new(config, now)?;
     #[cfg(feature = "mutants")]

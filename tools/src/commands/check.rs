@@ -24,6 +24,8 @@ pub struct World {
     pub failover: bool,
     /// A leader may hand its lease over (`--handover`).
     pub handover: bool,
+    /// The nodes are ranked (`--ranked`).
+    pub ranked: bool,
 }
 
 /// The bounds from the command line: the defaults for `nodes` (and, with
@@ -44,6 +46,15 @@ pub fn bounds(
         } => Bounds::with_failover(nodes),
         World {
             leases: 0,
+            ranked: true,
+            handover: false,
+            ..
+        } => Bounds {
+            depth: 30,
+            ..Bounds::with_ranks(nodes)
+        },
+        World {
+            leases: 0,
             handover: true,
             ..
         } => Bounds::with_handover(nodes),
@@ -52,9 +63,11 @@ pub fn bounds(
             leases,
             failover,
             handover,
+            ranked,
         } => Bounds {
             failover,
             handover,
+            ranked,
             ..Bounds::for_set(nodes, leases)
         },
     };
@@ -179,6 +192,12 @@ fn print_report(report: &Report, bounds: &Bounds) {
     if bounds.handover {
         worlds.push("a leader may hand its lease over to the next node".to_string());
     }
+    if bounds.ranked {
+        worlds.push(
+            "node N has priority N+1: followers announce, a leader yields to a better candidate"
+                .to_string(),
+        );
+    }
     if bounds.notify {
         worlds.push("release notices".to_string());
     }
@@ -195,7 +214,10 @@ fn print_report(report: &Report, bounds: &Bounds) {
         ));
     }
     if report.violations.is_empty() {
-        line("no violation of mutual exclusion, fencing, validity, gating, stop lead, progress or liveness");
+        line(&format!(
+            "no violation of mutual exclusion, fencing, validity, gating, stop lead, progress{} or liveness",
+            if bounds.ranked { ", preference" } else { "" }
+        ));
         return;
     }
     for violation in &report.violations {
@@ -204,8 +226,10 @@ fn print_report(report: &Report, bounds: &Bounds) {
             violation.property, violation.depth, violation.detail
         ));
         line(&format!(
-            "  replay: picolease simulate --nodes {} --replay '{}'",
-            report.nodes, violation.trace
+            "  replay: picolease simulate --nodes {} --replay '{}'{}",
+            report.nodes,
+            violation.trace,
+            if bounds.ranked { " --ranked" } else { "" }
         ));
     }
 }

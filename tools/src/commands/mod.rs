@@ -38,8 +38,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             replay: Some(ref trace),
             nodes,
             leases,
+            ranked,
             ..
-        } => return simulate::replay(trace, nodes.map(usize::from), leases),
+        } => return simulate::replay(trace, nodes.map(usize::from), leases, ranked),
         Command::Simulate {
             nodes,
             seed,
@@ -55,12 +56,14 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             faults,
             failover,
             handover,
+            ranked,
             json,
         } => {
             let world = check::World {
                 leases,
                 failover,
                 handover,
+                ranked,
             };
             return check::run(nodes, world, depth, faults, json);
         }

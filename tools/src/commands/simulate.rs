@@ -24,7 +24,12 @@ const MAX_EVENTS: u128 = 2_000_000;
 /// Replays a trace of `picolease check` step by step (the check's default
 /// bounds for `nodes`, and for sets of `leases` leases when not 0); exit 1
 /// if it reaches a violation.
-pub fn replay(trace: &str, nodes: Option<usize>, leases: usize) -> Result<ExitCode, CliError> {
+pub fn replay(
+    trace: &str,
+    nodes: Option<usize>,
+    leases: usize,
+    ranked: bool,
+) -> Result<ExitCode, CliError> {
     // Without --nodes, the trace says how many nodes it needs.
     let nodes = nodes.unwrap_or_else(|| nodes_in(trace).max(2));
     // A trace of `check --failover` names its database steps.
@@ -33,6 +38,7 @@ pub fn replay(trace: &str, nodes: Option<usize>, leases: usize) -> Result<ExitCo
         failover: trace.contains("db:failover") || trace.contains("db:replicate"),
         // A trace of `check --handover` names its handovers.
         handover: trace.contains(":handover"),
+        ranked,
     };
     let bounds = super::check::bounds(nodes, world, None, None)?;
     let replayed = picolease_core::check::replay(trace, &bounds).map_err(CliError::usage)?;

@@ -160,7 +160,7 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         ),
         Printed::of(
             "renew",
-            "extend our lease at our epoch; one row (epoch, handover request) if still ours, none if lost; the request is NULL, or the node an operator asked this term to be handed over to ('' for anyone)",
+            "extend our lease at our epoch; one row (epoch, handover request, preferred candidate) if still ours, none if lost; the request is NULL, or the node an operator asked this term to be handed over to ('' for anyone); the candidate is NULL, or the live announcement in the picolease.preferred:<name> row (a contender that announces nothing may ignore it)",
             statements.renew(),
         ),
         Printed::of(
