@@ -17,6 +17,7 @@ mod http;
 mod name_spec;
 mod output;
 mod pdeathsig;
+mod term;
 
 use std::process::ExitCode;
 

@@ -23,8 +23,8 @@ use picolease::sql::LeaseRow;
 use picolease::sqlite::Location;
 use picolease::{redact_url, Config, Epoch, LeaseName, SetConfig, Subscription, TableName};
 
-use crate::commands::child::Gated;
 use crate::failure::{one_line, CliError};
+use crate::term::child::Gated;
 
 /// A current-thread tokio runtime for an async driver or an admin call.
 #[cfg(any(feature = "postgres", feature = "mysql"))]

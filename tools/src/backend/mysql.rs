@@ -15,8 +15,8 @@ use picolease::{Config, Epoch, LeaseName, SetConfig, TableName};
 
 use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
 use super::{runtime, Started};
-use crate::commands::child::Gated;
 use crate::failure::CliError;
+use crate::term::child::Gated;
 
 /// A validated `mysql://` or `mariadb://` URL.
 #[derive(Clone, Debug)]

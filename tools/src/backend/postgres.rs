@@ -17,8 +17,8 @@ use picolease::{redact_url, Config, Epoch, LeaseName, SetConfig, TableName};
 
 use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
 use super::{runtime, Started};
-use crate::commands::child::Gated;
 use crate::failure::CliError;
+use crate::term::child::Gated;
 
 /// A validated `postgres://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,8 +15,8 @@ use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
 use super::Contender;
-use crate::commands::child::{Gated, TermView};
 use crate::failure::CliError;
+use crate::term::child::{Gated, TermView};
 
 /// What `run` needs of a running async lone lease.
 pub(crate) trait AsyncLease: Sized + 'static {

@@ -9,8 +9,8 @@ use picolease::sqlite::{
 use picolease::{Config, Epoch, LeaseName, SetConfig, TableName, Term};
 
 use super::{Contender, Started};
-use crate::commands::child::{Gated, TermView};
 use crate::failure::CliError;
+use crate::term::child::{Gated, TermView};
 
 /// The SQLite database at `location` with `table`.
 pub fn database(location: &Location, table: &TableName) -> Database {

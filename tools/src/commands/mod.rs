@@ -2,8 +2,6 @@
 
 mod admin;
 mod check;
-pub mod child;
-mod events;
 mod handover;
 pub mod run;
 mod run_loop;

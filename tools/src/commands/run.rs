@@ -15,13 +15,13 @@ use picolease::{
     TableName, Transition,
 };
 
-use super::child::{ChildEvent, Gated};
-use super::events::{Printed, Printer};
 use super::run_loop::{install_signals_with, print_during, wedge_for_tests, IsDriverEnd};
 use crate::backend::{Backend, Contender};
 use crate::cli::RunArgs;
 use crate::duration::show;
 use crate::failure::CliError;
+use crate::term::child::{ChildEvent, Gated};
+use crate::term::events::{Printed, Printer};
 
 /// The default grace: at most this, and at most half the bound.
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);

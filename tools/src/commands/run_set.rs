@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use picolease::{HolderId, LeaseName, RecvError, SetConfig, TableName, Transition};
 
-use super::child::{ChildEvent, Gated};
-use super::events::{Printed, Printer};
 use super::run_loop::{install_signals_with, print_during, wedge_for_tests, IsDriverEnd};
 use crate::backend::{Backend, SetContender};
 use crate::cli::RunArgs;
 use crate::failure::CliError;
+use crate::term::child::{ChildEvent, Gated};
+use crate::term::events::{Printed, Printer};
 
 /// Everything the loop waits for.
 enum Event {
