@@ -34,7 +34,8 @@ pub struct Cli {
 pub enum Command {
     /// Create the lease table if it is missing.
     Init,
-    /// Show every lease: name, holder, epoch, time left.
+    /// Show every lease: name, holder, epoch, time left; below the table,
+    /// each lease's live preferred candidate (`run --priority`), if any.
     Status {
         /// One JSON array on stdout (with --watch: one row object per
         /// line).

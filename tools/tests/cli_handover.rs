@@ -733,6 +733,15 @@ fn preferred_nodes(place: &Place, database: &str) {
             .any(|(holder, lease, p)| holder.starts_with("a#") && lease == LEASE && *p == 1)
     });
 
+    let out = place.picolease(&["status"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("preferred candidate of {LEASE}: a#")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("picolease.preferred:"), "{stdout}");
+
     // `handover` without --to picks the preferred candidate, `a`, not
     // `b`; and `c`, which outranks it, takes the lease back.
     let mark = len(&fleet.log);

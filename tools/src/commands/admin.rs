@@ -28,12 +28,25 @@ pub fn init(backend: &Backend, table: &TableName) -> Result<ExitCode, CliError> 
 /// `picolease status [--json]`: reads every lease without writing anything
 /// (a missing file or table reads as no leases).
 pub fn status(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
-    let rows = leases_only(backend.status(table)?);
+    let all = backend.status(table)?;
+    let candidates = candidates(&all);
+    let rows = leases_only(all);
     if json {
         let array: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
         line(&serde_json::Value::Array(array).to_string());
     } else {
         print_table(backend, table, &rows);
+        // Below the table, each lease's live preferred candidate (DESIGN
+        // §3 "Preferred holders"; `status --members` lists them too).
+        for (lease, c, left) in &candidates {
+            line(&format!(
+                "preferred candidate of {lease}: {} (priority {}, version {}), {} left",
+                c.holder,
+                c.rank.priority(),
+                c.rank.tag().unwrap_or("-"),
+                show(Duration::from_millis(left.unsigned_abs()))
+            ));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
