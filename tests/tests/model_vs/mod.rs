@@ -193,6 +193,13 @@ pub enum Op {
         lease: usize,
         epoch: EpochPick,
     },
+    /// `who` announces itself as a candidate with `priority` (DESIGN §3
+    /// "Preferred holders"); read back by the next renewals.
+    Announce {
+        who: usize,
+        lease: usize,
+        priority: u8,
+    },
     /// A write through the fence into the application's own table.
     Fence {
         who: usize,
@@ -230,6 +237,8 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lease, epoch, to)| Op::RequestHandOver { lease, epoch, to }),
         1 => (lease.clone(), epoch_pick())
             .prop_map(|(lease, epoch)| Op::WithdrawHandOver { lease, epoch }),
+        2 => (who.clone(), lease.clone(), 0u8..3)
+            .prop_map(|(who, lease, priority)| Op::Announce { who, lease, priority }),
         2 => (who, lease, epoch_pick()).prop_map(|(who, lease, epoch)| Op::Fence { who, lease, epoch }),
         // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
         4 => (0u8..=12).prop_map(|steps| Op::Advance { steps }),
@@ -299,6 +308,26 @@ impl Prepared {
         run_with(real, &self.sql, &values, read)
     }
 
+    /// A candidate's announcement (`Param::Candidacy`; it lives
+    /// [`RESERVATION_MS`]); returns no rows.
+    pub fn run_announce<R: RealDb + ?Sized>(
+        &self,
+        real: &mut R,
+        lease: &str,
+        candidacy: &str,
+    ) -> Vec<Vec<Cell>> {
+        let values = self.values_with(
+            &Bindings {
+                lease,
+                candidacy,
+                reservation_millis: RESERVATION_MS,
+                ..Bindings::default()
+            },
+            None,
+        );
+        run_with(real, &self.sql, &values, None)
+    }
+
     /// The SQL text executed.
     pub fn sql(&self) -> &str {
         &self.sql
@@ -332,8 +361,13 @@ impl Prepared {
             reservation_millis: RESERVATION_MS,
             candidacy: "",
         };
+        self.values_with(&b, epoch)
+    }
+
+    /// The values of `bindings`, less any placeholder a mutant dropped.
+    fn values_with(&self, b: &Bindings<'_>, epoch: Option<Epoch>) -> Vec<Bound> {
         self.statement
-            .bind(&b, epoch)
+            .bind(b, epoch)
             .enumerate()
             .filter(|(i, _)| !self.dropped.contains(i))
             .map(|(_, v)| Bound::from(v))
@@ -427,6 +461,7 @@ pub struct Sql {
     pub hand_over: Prepared,
     pub request_hand_over: Prepared,
     pub withdraw_hand_over: Prepared,
+    pub announce: Prepared,
     pub force_release: Prepared,
     pub status: Prepared,
     /// The fence, numbered to follow the application's own `id` parameter.
@@ -443,6 +478,7 @@ impl Sql {
             hand_over: Prepared::new(statements.hand_over()),
             request_hand_over: Prepared::new(statements.request_hand_over()),
             withdraw_hand_over: Prepared::new(statements.withdraw_hand_over()),
+            announce: Prepared::new(statements.announce()),
             force_release: Prepared::new(statements.force_release()),
             status: Prepared::new(statements.status()),
             fence: Prepared::new(&statements.fence_from(2)),
@@ -559,6 +595,7 @@ pub enum Outcome {
     Fenced(bool),
     Requested,
     Withdrawn,
+    Announced,
     Advanced,
 }
 
@@ -774,6 +811,25 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 );
                 assert!(rows.is_empty(), "the withdrawal returns no rows: {rows:?}");
                 (Outcome::Withdrawn, Outcome::Withdrawn)
+            }
+            Op::Announce {
+                who,
+                lease,
+                priority,
+            } => {
+                let lease = LEASES[lease];
+                let candidate = picolease_core::Candidate {
+                    holder: HolderId::new(HOLDERS[who]).unwrap(),
+                    rank: picolease_core::Rank::new(u32::from(priority), Some("1.2.3")).unwrap(),
+                };
+                let text = candidate.announcement().unwrap();
+                self.model.announce(lease, &text, RESERVATION_MS, now);
+                let rows = self.sql.announce.run_announce(self.real, lease, &text);
+                assert!(
+                    rows.is_empty(),
+                    "the announcement returns no rows: {rows:?}"
+                );
+                (Outcome::Announced, Outcome::Announced)
             }
             Op::Fence { who, lease, epoch } => {
                 let epoch = self.epoch(LEASES[lease], epoch);
