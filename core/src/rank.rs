@@ -216,6 +216,18 @@ impl Candidate {
         (text.len() <= MAX_CANDIDACY_LEN).then_some(text)
     }
 
+    /// The reservation a holder on node `holder_node` hands its lease to
+    /// for this candidate ([`HolderId::reserved_for`] its node), or `None`
+    /// when the candidate runs on that same node: a reservation names a
+    /// node, and the holder would take it back itself.
+    pub fn successor_from(&self, holder_node: &str) -> Option<HolderId> {
+        let node = self.holder.node();
+        if node == holder_node {
+            return None;
+        }
+        HolderId::reserved_for(node).ok()
+    }
+
     /// Reads an announcement back; `None` for text no picolease wrote
     /// (a hand-edited row is ignored, never fatal).
     pub fn parse(text: &str) -> Option<Candidate> {

@@ -483,8 +483,7 @@ impl LeaseState {
         let to = self
             .preferred
             .as_ref()
-            .filter(|candidate| candidate.holder.reservation() != self.reservation)
-            .and_then(|candidate| HolderId::reserved_for(candidate.holder.node()).ok());
+            .and_then(|candidate| candidate.successor_from(self.config.holder.node()));
         self.handle_hand_over(now, to)
     }
 
@@ -866,16 +865,14 @@ impl LeaseState {
     }
 
     /// The reservation to hand the lease to when a leader sees `candidate`:
-    /// its node's, if it outranks this node ([`crate::rank::yields_to`]).
-    /// A candidate on this node is not yielded to: a reservation names a
-    /// node, which this holder would take back itself.
+    /// its node's, if it outranks this node ([`crate::rank::yields_to`])
+    /// and runs on another ([`crate::Candidate::successor_from`]).
     fn yield_to(&self, candidate: &crate::Candidate) -> Option<HolderId> {
         let outranks =
             crate::rank::yields_to(&self.config.rank, &candidate.rank) || self.yields_to_anyone();
-        if !outranks || candidate.holder.reservation() == self.reservation {
-            return None;
-        }
-        HolderId::reserved_for(candidate.holder.node()).ok()
+        outranks
+            .then(|| candidate.successor_from(self.config.holder.node()))
+            .flatten()
     }
 
     /// A running follower left out of its set's share: nothing to send.

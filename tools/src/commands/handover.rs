@@ -60,18 +60,18 @@ pub fn run(
     };
     // No --to: the best live candidate, unless it runs on the holder's
     // own node (DESIGN §3 "Preferred holders"); else a plain release.
-    let holder_node = HolderId::new(&holder).map(|id| id.node().to_string()).ok();
-    let preferred = preferred.filter(|c| Some(c.holder.node()) != holder_node.as_deref());
+    let holder_node = HolderId::new(&holder).map(|id| id.node().to_string());
+    let holder_node = holder_node.as_deref().unwrap_or("");
     let chosen = match (to, &preferred) {
-        (None, Some(candidate)) => {
+        (None, Some(candidate)) => candidate.successor_from(holder_node).map(|reserved| {
             line(&format!(
                 "no --to: handing lease {name:?} to its preferred candidate {} (priority {}, version {})",
                 candidate.holder,
                 candidate.rank.priority(),
                 candidate.rank.tag().unwrap_or("-")
             ));
-            Some(candidate.holder.node().to_string())
-        }
+            reserved.reserved_node().unwrap_or_default().to_string()
+        }),
         _ => None,
     };
     let to = to.or(chosen.as_deref());
