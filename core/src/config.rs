@@ -239,10 +239,14 @@ impl SetConfig {
         i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// How long a planned handover reserves a row ([`Config::reservation`]),
-    /// in whole milliseconds.
+    /// How long a planned handover reserves a row ([`Config::reservation`]).
+    pub fn reservation(&self) -> Duration {
+        self.timings().reservation()
+    }
+
+    /// [`SetConfig::reservation`] in whole milliseconds.
     pub fn reservation_millis(&self) -> i64 {
-        i64::try_from(self.timings().reservation().as_millis()).unwrap_or(i64::MAX)
+        i64::try_from(self.reservation().as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The configuration `lease` runs with in the set.

@@ -602,3 +602,207 @@ fn a_set_watches_for_releases_only_while_a_lease_it_wants_is_held_elsewhere() {
         vec![execute(7, BatchKind::Acquire, &[("b", None)], 8_003)]
     );
 }
+
+fn successor() -> HolderId {
+    HolderId::reserved_for("n2").unwrap()
+}
+
+/// The publication of a lease handed over to [`successor`] at `epoch`.
+fn handed_over(lease: &str, epoch: u64) -> SetCommand {
+    SetCommand::Publish {
+        lease: name(lease),
+        leadership: Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(epoch)),
+            holder: Some(successor()),
+            reason: Some(Demotion::HandedOver),
+        },
+    }
+}
+
+#[test]
+fn a_hand_over_stops_the_work_then_reserves_the_row_with_its_own_statement() {
+    let mut s = holding();
+    assert!(s.handle_hand_over(ms(3_000), "a", Some(successor())));
+    // The work stops first; nothing is written while it runs.
+    // Under its share now, the node watches for releases.
+    let mut expected = demoted("a", 1, Demotion::HandedOver);
+    expected.push(SetCommand::WatchChanges(true));
+    assert_eq!(drain(&mut s), expected, "stop, then the follower");
+    assert_eq!(s.deadline("a"), None);
+    s.handle_work_stopped(ms(3_010), "a");
+    // One lease, the lone lease's hand-over statement: the driver binds
+    // the reservation the set names.
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(6, BatchKind::HandOver, &[("a", Some(1))], 5_510)]
+    );
+    assert_eq!(
+        s.hand_over_in_flight(),
+        Some((&name("a"), Some(&successor())))
+    );
+    s.handle_row_reply(ms(3_011), RequestId(6), Reply::Accepted);
+    // Handed over: published once more naming the reservation (`run`'s
+    // `handover` event); b is untouched.
+    assert_eq!(drain(&mut s), vec![handed_over("a", 1)]);
+    assert_eq!(s.hand_over_in_flight(), None);
+    assert_eq!(
+        s.held()
+            .map(|(n, e)| (n.as_str(), e.get()))
+            .collect::<Vec<_>>(),
+        vec![("b", 4)]
+    );
+    // The node does not reach for `a` while the reservation lasts (2
+    // intervals): at 5 s only the renewal of b and the membership go.
+    s.handle_timeout(ms(5_000));
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(
+            7,
+            BatchKind::Renew,
+            &[("b", Some(4)), (&member(), Some(1))],
+            7_500
+        )]
+    );
+}
+
+#[test]
+fn a_hand_over_of_a_lease_not_held_or_the_membership_row_is_refused() {
+    let mut s = holding();
+    assert!(!s.handle_hand_over(ms(3_000), "zzz", Some(successor())));
+    assert!(!s.handle_hand_over(ms(3_000), &member(), Some(successor())));
+    assert_eq!(drain(&mut s), vec![]);
+    // A refused statement (the term had ended meanwhile) ends the
+    // hand-over all the same, without naming a successor.
+    assert!(s.handle_hand_over(ms(3_000), "a", Some(successor())));
+    drain(&mut s);
+    s.handle_work_stopped(ms(3_010), "a");
+    drain(&mut s);
+    s.handle_row_reply(ms(3_011), RequestId(99), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![], "not the statement in flight");
+    s.handle_row_reply(ms(3_011), RequestId(6), Reply::Rejected);
+    assert_eq!(drain(&mut s), vec![]);
+    assert_eq!(s.hand_over_in_flight(), None);
+    assert_eq!(s.leadership("a").map(|l| l.role), Some(Role::Follower));
+}
+
+#[test]
+fn an_operators_request_read_by_the_renewal_hands_that_lease_over() {
+    let mut s = holding();
+    s.handle_timeout(ms(5_000));
+    drain(&mut s);
+    // The renewal read a request for b (to n2) and none for a.
+    s.handle_reply(
+        ms(5_002),
+        RequestId(6),
+        BatchReply::Renewed {
+            renewed: vec!["a".into(), "b".into(), member()],
+            asked: vec![("b".into(), Some(successor()))],
+        },
+    );
+    // Both renewed; b's work stops for the hand-over. (The survey due
+    // since 5001 ms goes first: nothing else may be sent until b's work
+    // has stopped.)
+    let mut expected = demoted("b", 4, Demotion::HandedOver);
+    expected.push(execute(7, BatchKind::Survey, &[], 7_502));
+    expected.push(SetCommand::WatchChanges(true));
+    assert_eq!(drain(&mut s), expected);
+    assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
+    s.handle_reply(ms(5_003), RequestId(7), BatchReply::Survey(vec![]));
+    drain(&mut s);
+    s.handle_work_stopped(ms(5_004), "b");
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(8, BatchKind::HandOver, &[("b", Some(4))], 7_504)]
+    );
+    s.handle_row_reply(ms(5_005), RequestId(8), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![handed_over("b", 4)]);
+}
+
+#[test]
+fn a_row_the_survey_reads_reserved_for_this_node_is_taken_whatever_the_share() {
+    // Three leases, two other live nodes: this node's share is one.
+    let mut s = LeaseSet::new(template(), vec![name("a"), name("b"), name("c")], ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
+    drain(&mut s);
+    s.handle_reply(
+        ms(2),
+        RequestId(2),
+        BatchReply::Acquired(vec![acquired(&member(), 1)]),
+    );
+    drain(&mut s);
+    let other = |n: &str| LeaseRow {
+        name: format!("{MEMBER_PREFIX}{n}"),
+        holder: Some(n.to_string()),
+        epoch: Epoch::new(1),
+        expires_in_ms: Some(9_000),
+    };
+    s.handle_timeout(ms(2_500));
+    drain(&mut s);
+    s.handle_reply(ms(2_501), RequestId(3), BatchReply::Matched(vec![member()]));
+    drain(&mut s);
+    s.handle_reply(
+        ms(2_502),
+        RequestId(4),
+        BatchReply::Survey(vec![other("x"), other("y")]),
+    );
+    assert_eq!(s.target(ms(2_502)), Some(1));
+    let acquire = drain(&mut s);
+    let [SetCommand::Execute { batch, .. }] = &acquire[..] else {
+        panic!("{acquire:?}");
+    };
+    assert_eq!(batch.kind, BatchKind::Acquire);
+    assert_eq!(batch.items.len(), 1, "one lease: the share");
+    let (first, _) = batch.items[0].clone();
+    s.handle_reply(
+        ms(2_503),
+        RequestId(5),
+        BatchReply::Acquired(vec![acquired(first.as_str(), 1)]),
+    );
+    drain(&mut s);
+    // The next survey reads another lease reserved for this node ("me#"):
+    // taken at once, although the node is at its share.
+    let offered = ["a", "b", "c"]
+        .into_iter()
+        .find(|n| *n != first.as_str())
+        .unwrap();
+    s.handle_timeout(ms(5_001));
+    let renew = drain(&mut s);
+    assert!(
+        matches!(&renew[..], [SetCommand::Execute { request: RequestId(6), batch, .. }] if batch.kind == BatchKind::Renew),
+        "{renew:?}"
+    );
+    s.handle_reply(
+        ms(5_001),
+        RequestId(6),
+        BatchReply::Matched(vec![first.as_str().to_string(), member()]),
+    );
+    let survey = drain(&mut s);
+    assert!(
+        matches!(&survey[..], [SetCommand::Execute { batch, .. }] if batch.kind == BatchKind::Survey),
+        "{survey:?}"
+    );
+    let id = RequestId(7);
+    s.handle_reply(
+        ms(5_002),
+        id,
+        BatchReply::Survey(vec![
+            other("x"),
+            other("y"),
+            LeaseRow {
+                name: offered.to_string(),
+                holder: Some("me#".into()),
+                epoch: Epoch::new(7),
+                expires_in_ms: Some(4_000),
+            },
+        ]),
+    );
+    let take = drain(&mut s);
+    assert!(
+        matches!(&take[..], [SetCommand::Execute { batch, .. }]
+            if batch.kind == BatchKind::Acquire && batch.items == [(name(offered), None)]),
+        "{take:?}"
+    );
+}

@@ -303,6 +303,7 @@ pub(crate) mod set {
             BatchKind::Renew => "renew",
             BatchKind::Release => "release",
             BatchKind::Survey => "survey",
+            BatchKind::HandOver => "hand_over",
         }
     }
 

@@ -7,7 +7,8 @@
 //! that match any subset of the names; surveys that list any rows (free,
 //! held, lapsed, other members, names outside the set); failed batches;
 //! release notices, change notices, confirmations of stopped work (also
-//! for work it was never told to stop), give-ups, readings of the
+//! for work it was never told to stop), give-ups, planned handovers (and
+//! renewals that read an operator's request), readings of the
 //! database clock and shutdowns, at instants that only move forward. It
 //! mirrors what the commands told it and checks the set against that:
 //!
@@ -134,6 +135,8 @@ enum Input {
     /// A shutdown when the byte is 0 (rare, as `Answer::Fatal`), else a
     /// wake-up.
     Shutdown(When, u8),
+    /// A planned handover of a lease (to node `n2`, or a release).
+    HandOver(When, u8, bool),
 }
 
 struct Mirror {
@@ -328,6 +331,11 @@ impl Mirror {
                 self.now = self.time(set, when);
                 set.handle_give_up(self.now, Self::lease(n));
             }
+            Input::HandOver(when, n, named) => {
+                self.now = self.time(set, when);
+                let to = named.then(|| HolderId::reserved_for("n2").expect("valid"));
+                set.handle_hand_over(self.now, Self::lease(n), to);
+            }
             Input::DbClock(when, step) => {
                 let sent = self.now;
                 self.now = self.time(set, when);
@@ -414,15 +422,27 @@ impl Mirror {
                     })
                     .collect(),
             ),
-            BatchKind::Renew | BatchKind::Release => BatchReply::Matched(
-                items
+            BatchKind::Renew | BatchKind::Release | BatchKind::HandOver => {
+                let matched: Vec<String> = items
                     .iter()
                     .enumerate()
                     // Mostly everything: a zero mask matches all.
                     .filter(|(i, _)| mask == 0 || mask & (1 << (i % 8)) != 0)
                     .map(|(_, n)| n.clone())
-                    .collect(),
-            ),
+                    .collect();
+                // Now and then a renewal reads an operator's request, for
+                // any name it lists (the membership row's included).
+                match (kind, rows % 4, matched.first()) {
+                    (BatchKind::Renew, 1, Some(first)) => BatchReply::Renewed {
+                        asked: vec![(
+                            first.clone(),
+                            (mask % 2 == 0).then(|| HolderId::reserved_for("n2").expect("valid")),
+                        )],
+                        renewed: matched,
+                    },
+                    _ => BatchReply::Matched(matched),
+                }
+            }
             BatchKind::Survey => BatchReply::Survey(
                 listed
                     .iter()
@@ -493,6 +513,22 @@ impl Mirror {
                                 );
                             }
                             BatchKind::Release => assert!(epoch.is_some()),
+                            BatchKind::HandOver => {
+                                assert!(epoch.is_some());
+                                assert_eq!(batch.items.len(), 1, "one lease per hand-over");
+                                assert_ne!(name, member, "the membership row is never handed");
+                                assert!(
+                                    set.leadership(name).is_some_and(|l| !l.is_leader()),
+                                    "handing over {name}, whose term has not ended"
+                                );
+                                assert!(
+                                    set.hand_over_in_flight()
+                                        .is_some_and(
+                                            |(lease, to)| lease.as_str() == name && to.is_some()
+                                        ),
+                                    "the hand-over in flight names its lease and successor"
+                                );
+                            }
                             BatchKind::Survey => panic!("a survey names no lease"),
                         }
                     }

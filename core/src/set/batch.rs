@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::{Batch, BatchKind, BatchReply, LeaseSet, Seen, SetCommand, Slot};
+use crate::names::HolderId;
 use crate::protocol::{Failure, Operation, Reply, RequestId};
 use crate::time::Instant;
 
@@ -72,6 +73,32 @@ impl LeaseSet {
                     self.answer(now, &batch, i, reply);
                 }
             }
+            (BatchKind::Renew, BatchReply::Renewed { renewed, asked }) => {
+                let matched: HashSet<String> = renewed.into_iter().collect();
+                let mut asked: HashMap<String, Option<HolderId>> = asked.into_iter().collect();
+                for &i in &batch.items {
+                    let name = self.slots[i].name.as_str();
+                    // An operator's request rides on the renewal, as on a
+                    // lone lease's: the renewal counts, then the lease's
+                    // machine hands over.
+                    let reply = match (matched.contains(name), asked.remove(name)) {
+                        (true, Some(to)) if i != self.member => Reply::HandOverAsked { to },
+                        (true, _) => Reply::Accepted,
+                        (false, _) => Reply::Rejected,
+                    };
+                    self.answer(now, &batch, i, reply);
+                }
+            }
+            (BatchKind::HandOver, BatchReply::Matched(names)) => {
+                for &i in &batch.items {
+                    let reply = if names.is_empty() {
+                        Reply::Rejected
+                    } else {
+                        Reply::Accepted
+                    };
+                    self.answer(now, &batch, i, reply);
+                }
+            }
             (BatchKind::Survey, BatchReply::Survey(rows)) => {
                 self.on_survey(now, batch.sent_at, &rows)
             }
@@ -82,6 +109,25 @@ impl LeaseSet {
         // batch straight to the next (a database failing fast) must not
         // keep a lapsed term alive.
         self.handle_timeout(now);
+    }
+
+    /// The answer to a [`BatchKind::HandOver`], which runs the single-row
+    /// hand-over statement: its [`Reply`] (`Accepted`: handed over;
+    /// `Rejected`: the term had ended; `Failed`), read as the set's reply.
+    /// Ignored unless `id` is the hand-over in flight.
+    pub fn handle_row_reply(&mut self, now: Instant, id: RequestId, reply: Reply) {
+        let Some((lease, _)) = self
+            .hand_over_in_flight()
+            .filter(|_| self.in_flight.as_ref().is_some_and(|b| b.id == id))
+        else {
+            return;
+        };
+        let reply = match reply {
+            Reply::Accepted => BatchReply::Matched(vec![lease.as_str().to_string()]),
+            Reply::Failed(failure) => BatchReply::Failed(failure),
+            _ => BatchReply::Matched(Vec::new()),
+        };
+        self.handle_reply(now, id, reply);
     }
 
     /// Carries one lease's answer to its machine, if the batch still
@@ -133,14 +179,21 @@ impl LeaseSet {
         }
     }
 
-    /// Sends the next batch: releases whose work stopped, then renewals,
-    /// then acquires, then the survey when due.
+    /// Sends the next batch: renewals, then a hand-over and releases whose
+    /// work stopped, then acquires, then the survey when due.
     pub(super) fn send_next(&mut self, now: Instant) {
         // Renewals first: a held lease's term never waits behind a batch
         // of another kind (a release of the surplus, an acquire), however
         // many batches a node holding thousands of leases needs.
         if self.send_due(now, BatchKind::Renew) {
             return;
+        }
+        // A hand-over whose work stopped: one lease, its own statement.
+        if let Some(i) = (0..self.slots.len()).find(|&i| {
+            let s = &self.slots[i];
+            !s.stopping && matches!(s.queued, Some((_, Operation::HandOver { .. })))
+        }) {
+            return self.send(now, BatchKind::HandOver, vec![i]);
         }
         let release: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {

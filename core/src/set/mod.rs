@@ -68,6 +68,10 @@ struct Slot {
     /// Given up by the driver (its work ended): not tried again by this
     /// node before this instant, so work that ends at once does not spin.
     rest_until: Option<Instant>,
+    /// The last survey read the row reserved for this node (a planned
+    /// handover, DESIGN §3) until this instant: the node takes it whatever
+    /// its share, and keeps it over the leases it prefers for a ttl after.
+    offered_until: Option<Instant>,
     preference: u64,
 }
 
@@ -177,6 +181,7 @@ impl LeaseSet {
                 stopping: false,
                 yielding: false,
                 rest_until: None,
+                offered_until: None,
             });
         }
         let member = slots.len() - 1;
@@ -374,6 +379,14 @@ impl LeaseSet {
                 self.members.retain(|(h, _)| h.as_str() != holder);
             } else if let Some(&i) = self.index.get(lease) {
                 if i != self.member && !self.slots[i].machine.leadership().is_leader() {
+                    // A lease this node does not try for may have been
+                    // handed to it (a hand-over notifies as a release
+                    // does): the survey tells, now rather than within an
+                    // interval.
+                    let slot = &self.slots[i];
+                    if !slot.machine.is_contending() && slot.rest_until.is_none_or(|t| t <= now) {
+                        self.next_survey = self.next_survey.min(now);
+                    }
                     self.slots[i].seen = Seen::Free;
                     self.slots[i].machine.handle_release_notice(now);
                     self.drain(now, i);
@@ -443,6 +456,47 @@ impl LeaseSet {
             }
         }
         self.settle(now);
+    }
+
+    /// Hands `lease` over (DESIGN §3 "Planned handover"), as a lone
+    /// lease's [`LeaseState::handle_hand_over`] does: if this node leads
+    /// it, its work stops, then one statement (a [`BatchKind::HandOver`])
+    /// reserves the row for `to`, or with `None` releases it. The node
+    /// stays in the set and does not try that lease again while the
+    /// reservation lasts: the share may bring it back later. Returns whether it led, and so
+    /// hands over.
+    pub fn handle_hand_over(&mut self, now: Instant, lease: &str, to: Option<HolderId>) -> bool {
+        if self.finished {
+            return false;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
+            return false;
+        }
+        let Some(&i) = self.index.get(lease).filter(|&&i| i != self.member) else {
+            return false;
+        };
+        // A lease already given up for the share is on its way out.
+        if self.slots[i].yielding {
+            return false;
+        }
+        let led = self.slots[i].machine.handle_hand_over(now, to);
+        self.drain(now, i);
+        self.settle(now);
+        led
+    }
+
+    /// The lease and the reservation of the [`BatchKind::HandOver`] in
+    /// flight, if that is what is in flight: what the driver binds to the
+    /// single-row hand-over statement it runs for it (`None` as the
+    /// reservation never comes: a plain release goes in a release batch).
+    pub fn hand_over_in_flight(&self) -> Option<(&LeaseName, Option<&HolderId>)> {
+        let batch = self.in_flight.as_ref()?;
+        if batch.kind != BatchKind::HandOver {
+            return None;
+        }
+        let slot = &self.slots[*batch.items.first()?];
+        Some((&slot.name, slot.machine.successor()))
     }
 
     /// Stop: every lease's work stops and every held lease (and the
@@ -519,6 +573,9 @@ impl LeaseSet {
                         && self.slots[i].yielding
                         && self.mutation == crate::state::Mutation::SetYieldKeepsWork => {}
                 Command::StopWork { epoch, reason } if !member => {
+                    if reason == crate::protocol::Demotion::HandedOver {
+                        self.after_hand_over(now, i);
+                    }
                     self.slots[i].stopping = true;
                     self.commands.push_back(SetCommand::StopWork {
                         lease: name,
@@ -551,6 +608,22 @@ impl LeaseSet {
                 self.drain(now, i);
             }
         }
+    }
+
+    /// A held lease is being handed over (by this node's call or an
+    /// operator's request): its machine stays a follower but competes no
+    /// more, and the share leaves the lease alone for the reservation, so
+    /// the successor has it to itself; if the successor never takes it,
+    /// this node may again once it lapses (no lease stuck on a node that
+    /// went away).
+    fn after_hand_over(&mut self, now: Instant, i: usize) {
+        let until = now + self.template.reservation();
+        let slot = &mut self.slots[i];
+        slot.rest_until = Some(until);
+        slot.seen = Seen::Held { until: None };
+        slot.machine.set_contending(now, false);
+        let at = self.wakeups.partition_point(|&t| t < until);
+        self.wakeups.insert(at, until);
     }
 
     fn on_machine_finished(&mut self, now: Instant, i: usize) {

@@ -83,6 +83,7 @@ impl LeaseSet {
         if self.shutting_down {
             return;
         }
+        self.take_offered(now);
         let Some(target) = self.target(now) else {
             return;
         };
@@ -92,7 +93,9 @@ impl LeaseSet {
             .collect();
         if held.len() > target {
             let mut surplus = held;
-            surplus.sort_by_key(|&i| self.slots[i].preference);
+            // A lease handed to this node goes last: the handover named
+            // this node, so the share moves another one instead.
+            surplus.sort_by_key(|&i| (self.was_offered(now, i), self.slots[i].preference));
             for &i in &surplus[..surplus.len() - target] {
                 self.slots[i].yielding = true;
                 self.slots[i].machine.handle_shutdown(now);
@@ -123,7 +126,7 @@ impl LeaseSet {
                 if extra == 0 {
                     break;
                 }
-                if !self.slots[i].machine.is_busy() {
+                if !self.slots[i].machine.is_busy() && !self.is_offered(now, i) {
                     self.slots[i].machine.set_contending(now, false);
                     self.drain(now, i);
                     extra -= 1;
@@ -167,6 +170,37 @@ impl LeaseSet {
             self.slots[i].machine.set_contending(now, true);
             self.slots[i].machine.handle_release_notice(now);
             self.drain(now, i);
+        }
+    }
+
+    /// A lease reserved for this node (the survey read the reservation):
+    /// it competes at once, whatever the share.
+    fn is_offered(&self, now: Instant, i: usize) -> bool {
+        self.slots[i].offered_until.is_some_and(|t| t > now)
+    }
+
+    /// A lease that was reserved for this node within the last ttl.
+    fn was_offered(&self, now: Instant, i: usize) -> bool {
+        self.slots[i]
+            .offered_until
+            .is_some_and(|t| now < t + self.template.ttl)
+    }
+
+    /// Competes for every lease reserved for this node that it does not
+    /// hold or try for yet (DESIGN §3 "Planned handover").
+    fn take_offered(&mut self, now: Instant) {
+        for i in 0..self.member {
+            let s = &self.slots[i];
+            if self.is_offered(now, i)
+                && !s.yielding
+                && !s.machine.is_finished()
+                && !s.machine.leadership().is_leader()
+                && !s.machine.is_contending()
+            {
+                self.slots[i].machine.set_contending(now, true);
+                self.slots[i].machine.handle_release_notice(now);
+                self.drain(now, i);
+            }
         }
     }
 

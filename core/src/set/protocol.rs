@@ -1,7 +1,7 @@
 //! What crosses the boundary between a [`LeaseSet`](super::LeaseSet) and
 //! its driver: batches going out, their results coming back.
 
-use crate::names::{Epoch, LeaseName};
+use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::{Demotion, Failure, Leadership, Reply, RequestId};
 use crate::sql::LeaseRow;
 use crate::time::Instant;
@@ -13,7 +13,9 @@ pub enum BatchKind {
     /// (`acquire_batch`); answered with [`BatchReply::Acquired`].
     Acquire,
     /// Renew every `(name, epoch)` held by this node (`renew_batch`);
-    /// answered with [`BatchReply::Matched`].
+    /// answered with [`BatchReply::Matched`], or with
+    /// [`BatchReply::Renewed`] when the statement also read an operator's
+    /// handover request for some of them.
     Renew,
     /// Release every `(name, epoch)` held by this node (`release_batch`);
     /// answered with [`BatchReply::Matched`].
@@ -22,6 +24,15 @@ pub enum BatchKind {
     /// with [`LeaseSet::stale_millis`](super::LeaseSet::stale_millis));
     /// answered with [`BatchReply::Survey`]. Carries no items.
     Survey,
+    /// Hand one held lease over (DESIGN §3 "Planned handover"): its
+    /// single item is `(name, epoch)`, and the reservation it writes is
+    /// [`LeaseSet::hand_over_in_flight`](super::LeaseSet::hand_over_in_flight).
+    /// Not a batched statement: it runs the lone lease's single-row
+    /// hand-over (`Statements::hand_over`, bound with that lease and that
+    /// reservation), since a set hands its leases over one at a time, as
+    /// an operator or a deploy asks; answered with
+    /// [`LeaseSet::handle_row_reply`](super::LeaseSet::handle_row_reply).
+    HandOver,
 }
 
 /// One batched statement to run: its kind and the leases it names (with
@@ -44,7 +55,7 @@ impl Batch {
             BatchKind::Acquire => {
                 crate::sql::batch_names(self.items.iter().map(|(n, _)| n.as_str()))
             }
-            BatchKind::Renew | BatchKind::Release => crate::sql::batch_pairs(
+            BatchKind::Renew | BatchKind::Release | BatchKind::HandOver => crate::sql::batch_pairs(
                 self.items
                     .iter()
                     .map(|(n, e)| (n.as_str(), e.unwrap_or(Epoch::new(0)))),
@@ -65,6 +76,17 @@ pub enum BatchReply {
     /// from the list was not ours at its epoch any more: rejected, and
     /// only that lease demotes.
     Matched(Vec<String>),
+    /// Renew, when the statement read an operator's handover request
+    /// (`picolease handover`) for some of the renewed leases: `renewed`
+    /// as [`BatchReply::Matched`] says it, and for each such lease the
+    /// node it is to go to (`None`: whoever comes next). Each one's
+    /// renewal counts; then the set hands it over.
+    Renewed {
+        /// The names the renewal matched.
+        renewed: Vec<String>,
+        /// The renewed leases an operator asked to hand over, and to whom.
+        asked: Vec<(String, Option<HolderId>)>,
+    },
     /// Survey: the rows read.
     Survey(Vec<LeaseRow>),
     /// The statement produced no answer: every lease of the batch fails

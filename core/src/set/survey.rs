@@ -78,10 +78,16 @@ impl LeaseSet {
             if slot.machine.leadership().is_leader() {
                 continue;
             }
+            // Handed over to this node: its to take, whatever the share.
+            let reservation = self.template.holder.reservation();
+            if left > 0 && row.holder.as_deref() == Some(reservation.as_str()) {
+                slot.offered_until = Some(until);
+            }
             // A row without a holder but with time left is in its grace
             // period after a server change (DESIGN §3 "Failover"): held
-            // by nobody until then.
-            let free = left <= 0;
+            // by nobody until then. One reserved for this node is as good
+            // as free to it.
+            let free = left <= 0 || slot.offered_until.is_some_and(|t| t > now);
             slot.seen = if free {
                 Seen::Free
             } else {

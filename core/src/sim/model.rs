@@ -374,7 +374,7 @@ impl ModelDb {
     }
 
     /// The batch renew: [`ModelDb::renew`] for each `(name, epoch)` pair;
-    /// `name, epoch` of each renewed row.
+    /// `name, epoch, asked` of each renewed row.
     pub fn renew_batch(
         &mut self,
         pairs: &[(&str, Epoch)],
@@ -385,12 +385,12 @@ impl ModelDb {
         pairs
             .iter()
             .flat_map(|&(name, epoch)| {
-                // The batch returns no handover request (sets are not
-                // handed over): the single renew's first column only.
+                // The single renew's epoch and handover request; the
+                // batch reads no candidate.
                 self.renew(name, holder, epoch, ttl_ms, now_ms)
                     .into_iter()
                     .map(move |mut row| {
-                        row.truncate(1);
+                        row.truncate(2);
                         named(name, row)
                     })
             })
@@ -417,7 +417,8 @@ impl ModelDb {
 
     /// The survey: `name, holder, epoch, expires_in` by name, of every
     /// live membership row (named [`MEMBER_PREFIX`]…, held, unexpired) and
-    /// every other row that is free or expires in less than `stale_ms`.
+    /// every other row that is free, expires in less than `stale_ms`, or
+    /// is reserved for a successor (its holder ends with `#`).
     pub fn survey(&self, stale_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
         self.status(now_ms)
             .into_iter()
@@ -426,7 +427,8 @@ impl ModelDb {
                 if name.starts_with(MEMBER_PREFIX) {
                     row.holder.is_some() && row.expires_at > now_ms
                 } else {
-                    row.holder.is_none() || row.expires_at - now_ms < stale_ms
+                    row.holder.as_deref().is_none_or(|h| h.ends_with('#'))
+                        || row.expires_at - now_ms < stale_ms
                 }
             })
             .map(|(cells, _)| cells)

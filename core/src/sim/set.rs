@@ -18,7 +18,7 @@ use crate::config::SetConfig;
 use crate::error::ConfigError;
 use crate::names::TableName;
 use crate::names::{Epoch, HolderId, LeaseName};
-use crate::protocol::{Failure, RequestId};
+use crate::protocol::{Failure, Reply, RequestId};
 use crate::set::{Batch, BatchKind, BatchReply, LeaseSet, SetCommand};
 use crate::sql::{Dialect, Statements};
 use crate::time::Instant;
@@ -44,6 +44,10 @@ pub struct SetSimConfig {
     pub crashes: Vec<(Duration, usize)>,
     /// Clean shutdowns: (when, node).
     pub shutdowns: Vec<(Duration, usize)>,
+    /// Planned handovers: (when, node, lease index, successor node): the
+    /// node hands the lease over to the successor's node if it leads it
+    /// then ([`LeaseSet::handle_hand_over`]).
+    pub hand_overs: Vec<(Duration, usize, usize, usize)>,
     /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
     pub notify: bool,
     /// How long gated work takes to stop after `StopWork`.
@@ -71,6 +75,7 @@ impl SetSimConfig {
                 .collect(),
             crashes: Vec::new(),
             shutdowns: Vec::new(),
+            hand_overs: Vec::new(),
             notify: true,
             work_stop: Duration::from_millis(1),
             duration: Duration::from_secs(20),
@@ -154,6 +159,8 @@ enum Event {
     Start(usize),
     Crash(usize),
     Shutdown(usize),
+    /// An index into `hand_overs`.
+    HandOver(usize),
     /// The batch reaches the database.
     Execute {
         node: usize,
@@ -248,6 +255,9 @@ impl SetSimulation {
         }
         for &(at, node) in &sim.config.shutdowns.clone() {
             sim.schedule(at.as_nanos() as u64, Event::Shutdown(node));
+        }
+        for (index, &(at, ..)) in sim.config.hand_overs.clone().iter().enumerate() {
+            sim.schedule(at.as_nanos() as u64, Event::HandOver(index));
         }
         sim.schedule(sim.config.interval.as_nanos() as u64, Event::Sample);
         // Check the template once, so a bad configuration fails here.
@@ -352,6 +362,15 @@ impl SetSimulation {
                 }
                 self.carry_out(node);
             }
+            Event::HandOver(index) => {
+                let (_, node, lease, to) = self.config.hand_overs[index];
+                let name = self.names[lease].clone();
+                let to = HolderId::reserved_for(self.nodes[to].holder.node()).ok();
+                if let Some(set) = self.nodes[node].set.as_mut() {
+                    set.handle_hand_over(now, name.as_str(), to);
+                }
+                self.carry_out(node);
+            }
             Event::Execute {
                 node,
                 life,
@@ -366,8 +385,12 @@ impl SetSimulation {
                     },
                 );
                 let reply = self.execute(node, &batch);
-                if let (BatchKind::Release, true, BatchReply::Matched(names)) =
-                    (batch.kind, self.config.notify, &reply)
+                // A hand-over notifies as a release does (`with_notify`).
+                if let (
+                    BatchKind::Release | BatchKind::HandOver,
+                    true,
+                    BatchReply::Matched(names),
+                ) = (batch.kind, self.config.notify, &reply)
                 {
                     for name in names.clone() {
                         for other in 0..self.nodes.len() {
@@ -475,6 +498,29 @@ impl SetSimulation {
             .set
             .as_ref()
             .map_or(0, LeaseSet::stale_millis);
+        if batch.kind == BatchKind::HandOver {
+            let successor = self.nodes[node]
+                .set
+                .as_ref()
+                .and_then(LeaseSet::hand_over_in_flight)
+                .and_then(|(_, successor)| successor.cloned());
+            let Some(successor) = successor else {
+                return BatchReply::Failed(Failure::Transient);
+            };
+            let reservation_ms = self.nodes[node]
+                .set
+                .as_ref()
+                .map_or(0, |set| set.config().reservation_millis());
+            return run_hand_over(
+                &mut self.db,
+                &self.statements,
+                &holder,
+                batch,
+                &successor,
+                reservation_ms,
+                now_ms,
+            );
+        }
         run_batch(
             &mut self.db,
             &self.statements,
@@ -580,6 +626,38 @@ impl SetSimulation {
     }
 }
 
+/// Runs a set's [`BatchKind::HandOver`] (one lease, `(name, epoch)`) on
+/// the model database with the single-row statement, reserving the row for
+/// `successor` for `reservation_ms`, decoded by the real decoder and read
+/// as [`LeaseSet::handle_row_reply`] reads it.
+pub(crate) fn run_hand_over(
+    db: &mut ModelDb,
+    statements: &Statements,
+    holder: &HolderId,
+    batch: &Batch,
+    successor: &HolderId,
+    reservation_ms: i64,
+    now_ms: i64,
+) -> BatchReply {
+    let Some((name, Some(epoch))) = batch.items.first() else {
+        return BatchReply::Failed(Failure::Transient);
+    };
+    let rows = db.hand_over(
+        name.as_str(),
+        holder.as_str(),
+        *epoch,
+        successor.as_str(),
+        reservation_ms,
+        now_ms,
+    );
+    let operation = crate::Operation::HandOver { epoch: *epoch };
+    match statements.decode_reply(operation, holder, &rows) {
+        Ok(Reply::Accepted) => BatchReply::Matched(vec![name.as_str().to_string()]),
+        Ok(_) => BatchReply::Matched(Vec::new()),
+        Err(_) => BatchReply::Failed(Failure::Fatal),
+    }
+}
+
 /// Runs `batch` of `holder` on the model database at database time
 /// `now_ms` and decodes its rows with the real decoders, as a driver would
 /// (a row the decoders refuse is a fatal failure). The simulator's and the
@@ -609,9 +687,7 @@ pub(crate) fn run_batch(
         }
         BatchKind::Renew => {
             let rows = db.renew_batch(&pairs, holder.as_str(), ttl_ms, now_ms);
-            statements
-                .decode_batch_names(&rows)
-                .map(|v| BatchReply::Matched(v.into_iter().map(|(n, _)| n).collect()))
+            statements.decode_batch_reply(BatchKind::Renew, holder, &rows)
         }
         BatchKind::Release => {
             let rows = db.release_batch(&pairs, holder.as_str(), now_ms);
@@ -623,6 +699,9 @@ pub(crate) fn run_batch(
             let rows = db.survey(stale_ms, now_ms);
             statements.decode_survey(&rows).map(BatchReply::Survey)
         }
+        // Not a batch: the single-row hand-over, which needs the set's
+        // reservation (`SetSim::execute` runs it with `run_hand_over`).
+        BatchKind::HandOver => Ok(BatchReply::Failed(Failure::Transient)),
     };
     decoded.unwrap_or(BatchReply::Failed(Failure::Fatal))
 }

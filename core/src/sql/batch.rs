@@ -196,8 +196,15 @@ impl Builder<'_> {
     /// PostgreSQL: `UPDATE … SET <set> FROM <locked pairs> WHERE` the row
     /// is the locked one, still ours at that epoch and written by this
     /// server incarnation (DESIGN §3 "Failover"), `RETURNING name,
-    /// epoch`. `set` uses the placeholders before `holder`.
-    fn pg_update_locked(&self, set: &str, holder: usize, batch: usize) -> String {
+    /// epoch` and `returning_more`. `set` uses the placeholders before
+    /// `holder`.
+    fn pg_update_locked(
+        &self,
+        set: &str,
+        holder: usize,
+        batch: usize,
+        returning_more: &str,
+    ) -> String {
         let t = self.table.table();
         format!(
             "UPDATE {table} SET {set} FROM {locked} \
@@ -205,7 +212,7 @@ impl Builder<'_> {
              AND \"{t}\".\"{EPOCH_COL}\" = \"{LOCKED}\".\"{EPOCH_COL}\" \
              AND \"{t}\".\"{HOLDER_COL}\" = ${holder} \
              AND \"{t}\".\"{INCARNATION}\" = {PG_INCARNATION} \
-             RETURNING \"{t}\".\"{NAME}\", \"{t}\".\"{EPOCH_COL}\"",
+             RETURNING \"{t}\".\"{NAME}\", \"{t}\".\"{EPOCH_COL}\"{returning_more}",
             table = self.qualified_table(),
             locked = self.pg_locked_pairs(holder, batch),
         )
@@ -269,9 +276,10 @@ impl Builder<'_> {
     /// statement's snapshot, are read instead (the same `name, holder,
     /// epoch, expires_in` the upsert returns for them, unchanged) and left
     /// out of the upsert; every other name goes through the upsert as
-    /// before. A row freed after the snapshot is merely reported held, and
-    /// tried again later; nothing is ever taken that the upsert would not
-    /// take.
+    /// before. A row reserved for this node (a planned handover) is not
+    /// "another holder's": it goes through the upsert, which takes it. A
+    /// row freed after the snapshot is merely reported held, and tried
+    /// again later; nothing is ever taken that the upsert would not take.
     fn pg_skip_held(&self, upsert: Statement) -> Statement {
         let now = db_now_millis(Dialect::Postgres);
         let held = format!(
@@ -280,8 +288,10 @@ impl Builder<'_> {
              JOIN json_array_elements_text(CAST(CAST($3 AS text) AS json)) AS \"b\" \
              ON \"h\".\"{NAME}\" = \"b\".\"value\" \
              WHERE \"h\".\"{HOLDER_COL}\" IS NOT NULL AND \"h\".\"{HOLDER_COL}\" <> $1 \
+             AND \"h\".\"{HOLDER_COL}\" <> ({reservation}) \
              AND \"h\".\"{EPOCH_COL}\" >= 0 AND \"h\".\"{EXPIRES_AT}\" > ({now})",
             table = self.qualified_table(),
+            reservation = Self::reservation_of("CAST($1 AS text)"),
         );
         let insert = upsert.sql.replacen(
             "WHERE true",
@@ -308,15 +318,24 @@ impl Builder<'_> {
     }
 
     /// The multi-row renew: extends every row of the batch held by us at
-    /// its epoch (the single renew's condition, per pair).
+    /// its epoch (the single renew's condition, per pair), returning
+    /// `name, epoch` and, as the single renew's second column, the node an
+    /// operator asked that term to be handed over to (DESIGN §3 "Planned
+    /// handover"; NULL almost always: one primary-key probe per row).
     pub(super) fn renew_batch(&self) -> Statement {
         if self.dialect == Dialect::Mysql {
             return self.mysql_renew_batch();
         }
         if self.dialect == Dialect::Postgres {
             let now = db_now_millis(Dialect::Postgres);
+            let asked = self.asked_hand_over_sql();
             return Statement {
-                sql: self.pg_update_locked(&format!("\"{EXPIRES_AT}\" = ({now}) + $1"), 2, 3),
+                sql: self.pg_update_locked(
+                    &format!("\"{EXPIRES_AT}\" = ({now}) + $1"),
+                    2,
+                    3,
+                    &format!(", {asked}"),
+                ),
                 params: vec![Param::TtlMillis, Param::Holder, Param::Batch],
                 read_back: None,
             };
@@ -328,7 +347,11 @@ impl Builder<'_> {
                 db_now(self.dialect).add(Expr::val(TTL)),
             )
             .and_where(self.mine_in_batch())
-            .returning(Query::returning().exprs([self.col(NAME), self.col(EPOCH_COL)]))
+            .returning(Query::returning().exprs([
+                self.col(NAME),
+                self.col(EPOCH_COL),
+                self.asked_hand_over(),
+            ]))
             .to_owned();
         self.render(&query)
     }
@@ -346,6 +369,7 @@ impl Builder<'_> {
                 &format!("\"{HOLDER_COL}\" = NULL, \"{EXPIRES_AT}\" = {now}"),
                 1,
                 2,
+                "",
             );
             return Statement {
                 // The channel is derived from a validated identifier: it
@@ -385,17 +409,22 @@ impl Builder<'_> {
         )
     }
 
-    /// Live members, and the leases that are free or expire within
-    /// [`Param::StaleMillis`](super::Param::StaleMillis) (lapsed ones included), by name.
+    /// Live members, and the leases that are free, expire within
+    /// [`Param::StaleMillis`](super::Param::StaleMillis) (lapsed ones
+    /// included) or are reserved for a successor, by name.
     pub(super) fn survey(&self) -> Statement {
         let now = || db_now(self.dialect);
         let live_member = Expr::cust(self.is_member())
             .and(self.col(HOLDER_COL).is_not_null())
             .and(self.col(EXPIRES_AT).gt(now()));
+        // Reservations (DESIGN §3 "Planned handover") too, whatever their
+        // time left: the node a lease is handed to learns it here. The
+        // survey reads every row anyway, so the test costs nothing.
         let takeable_soon = Expr::cust(format!("NOT {}", self.is_member())).and(
             self.col(HOLDER_COL)
                 .is_null()
-                .or(self.col(EXPIRES_AT).sub(now()).lt(Expr::val(STALE))),
+                .or(self.col(EXPIRES_AT).sub(now()).lt(Expr::val(STALE)))
+                .or(Expr::cust(format!("{} LIKE '%#'", self.quoted(HOLDER_COL)))),
         );
         let query = self
             .rows()
@@ -436,6 +465,27 @@ pub(super) fn names_and_epochs(rows: &[Vec<Cell>]) -> Result<Vec<(String, Epoch)
             Ok((name, epoch))
         })
         .collect()
+}
+
+/// The rows of [`super::Statements::renew_batch`]: `name, epoch, asked`.
+/// The names renewed, and those an operator asked to hand over, with the
+/// node asked for (`None`: anyone).
+#[allow(clippy::type_complexity)]
+pub(super) fn renewed(
+    rows: &[Vec<Cell>],
+) -> Result<(Vec<String>, Vec<(String, Option<HolderId>)>), RowError> {
+    let mut renewed = Vec::with_capacity(rows.len());
+    let mut asked = Vec::new();
+    for row in rows {
+        decode::expect_columns("renew batch", row, 3)?;
+        let name = decode::name(&row[0])?;
+        decode::epoch(&name, &row[1])?;
+        if let Some(to) = decode::hand_over_request(&name, &row[2])? {
+            asked.push((name.clone(), to));
+        }
+        renewed.push(name);
+    }
+    Ok((renewed, asked))
 }
 
 /// The rows of [`super::Statements::survey`]: the status's shape.

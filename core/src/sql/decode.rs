@@ -147,18 +147,9 @@ pub(super) fn reply(
                 // The operator's request, if any (DESIGN §3 "Planned
                 // handover"): a node's name, or '' for anyone. It comes
                 // before any candidate.
-                match opt_text("", "handover request", &row[1])? {
+                match hand_over_request("", &row[1])? {
                     None => Ok(preferred_candidate(&row[2])),
-                    Some(node) if node.is_empty() => Ok(Reply::HandOverAsked { to: None }),
-                    Some(node) => match HolderId::reserved_for(&node) {
-                        Ok(to) => Ok(Reply::HandOverAsked { to: Some(to) }),
-                        Err(_) => Err(RowError::WrongType {
-                            lease: String::new(),
-                            column: "handover request",
-                            expected: "a node name (1 to 254 bytes, no control characters)",
-                            found: format!("{:?}", node.chars().take(40).collect::<String>()),
-                        }),
-                    },
+                    Some(to) => Ok(Reply::HandOverAsked { to }),
                 }
             }
             _ => Err(RowError::RowCount {
@@ -189,6 +180,28 @@ pub(super) fn reply(
                 }),
             }
         }
+    }
+}
+
+/// The renewal's request column (DESIGN §3 "Planned handover"), single
+/// or batched: `None` when no operator asked; else the reservation of the
+/// node asked for (`Some(None)`: `''`, whoever comes next).
+pub(super) fn hand_over_request(
+    lease: &str,
+    cell: &Cell,
+) -> Result<Option<Option<HolderId>>, RowError> {
+    match opt_text(lease, "handover request", cell)? {
+        None => Ok(None),
+        Some(node) if node.is_empty() => Ok(Some(None)),
+        Some(node) => match HolderId::reserved_for(&node) {
+            Ok(to) => Ok(Some(Some(to))),
+            Err(_) => Err(RowError::WrongType {
+                lease: lease.into(),
+                column: "handover request",
+                expected: "a node name (1 to 254 bytes, no control characters)",
+                found: format!("{:?}", node.chars().take(40).collect::<String>()),
+            }),
+        },
     }
 }
 

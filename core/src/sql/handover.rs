@@ -61,13 +61,18 @@ impl Builder<'_> {
                 ))
             }
             Dialect::Sqlite | Dialect::Postgres => {
-                let h = "\"excluded\".\"holder\"";
-                Expr::cust(format!(
-                    "CASE WHEN rtrim({h}, replace({h}, '#', '')) = '' THEN {h} || '#' \
-                     ELSE rtrim({h}, replace({h}, '#', '')) END"
-                ))
+                Expr::cust(Self::reservation_of("\"excluded\".\"holder\""))
             }
         }
+    }
+
+    /// SQLite and PostgreSQL: the reservation of the holder id `h` (an SQL
+    /// expression), as [`Builder::reservation_of_excluded`] computes it.
+    pub(super) fn reservation_of(h: &str) -> String {
+        format!(
+            "CASE WHEN rtrim({h}, replace({h}, '#', '')) = '' THEN {h} || '#' \
+             ELSE rtrim({h}, replace({h}, '#', '')) END"
+        )
     }
 
     /// The table as SQL in this dialect, schema-qualified when it has a
@@ -88,13 +93,19 @@ impl Builder<'_> {
     /// primary-key lookup of the request row, matched on the row's name
     /// and epoch.
     pub(super) fn asked_hand_over(&self) -> Expr {
+        Expr::cust(self.asked_hand_over_sql())
+    }
+
+    /// [`Builder::asked_hand_over`] as SQL text, for the statements
+    /// written by hand (PostgreSQL's and MySQL's batches).
+    pub(super) fn asked_hand_over_sql(&self) -> String {
         let request_name = self.prefixed(HANDOVER_PREFIX, &self.quoted(NAME));
         let (open, close) = match self.dialect {
             Dialect::Mysql => ("`", "`"),
             Dialect::Sqlite | Dialect::Postgres => ("\"", "\""),
         };
         let r = |column: &str| format!("{open}picolease_request{close}.{open}{column}{close}");
-        Expr::cust(format!(
+        format!(
             "(SELECT COALESCE({holder}, '') FROM {table} AS {open}picolease_request{close} \
              WHERE {name} = {request_name} AND {epoch} = {row_epoch})",
             holder = r(HOLDER_COL),
@@ -102,7 +113,7 @@ impl Builder<'_> {
             name = r(NAME),
             epoch = r(EPOCH_COL),
             row_epoch = self.quoted(EPOCH_COL),
-        ))
+        )
     }
 
     /// Hand over: `UPDATE … SET holder = <reservation>, expires_at = now +

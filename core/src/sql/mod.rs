@@ -536,13 +536,18 @@ impl Statements {
             crate::BatchKind::Renew => &self.renew_batch,
             crate::BatchKind::Release => &self.release_batch,
             crate::BatchKind::Survey => &self.survey,
+            // One lease at a time, with the lone lease's statement.
+            crate::BatchKind::HandOver => &self.hand_over,
         }
     }
 
     /// Interprets the rows of a batch as the set's reply, as
     /// [`Statements::decode_reply`] does a single lease's: an acquire's
-    /// per-name outcomes, the names a renew or release matched, or the
-    /// survey's rows.
+    /// per-name outcomes, the names a renew or release matched (with the
+    /// renewal's handover requests, if any), or the survey's rows. A
+    /// hand-over is a single-row statement: decode it with
+    /// [`Statements::decode_reply`] and answer
+    /// [`LeaseSet::handle_row_reply`](crate::LeaseSet::handle_row_reply).
     pub fn decode_batch_reply(
         &self,
         kind: crate::BatchKind,
@@ -552,13 +557,29 @@ impl Statements {
         use crate::{BatchKind, BatchReply};
         Ok(match kind {
             BatchKind::Acquire => BatchReply::Acquired(self.decode_acquire_batch(me, rows)?),
-            BatchKind::Renew | BatchKind::Release => BatchReply::Matched(
+            BatchKind::Renew => {
+                let (renewed, asked) = batch::renewed(rows)?;
+                if asked.is_empty() {
+                    BatchReply::Matched(renewed)
+                } else {
+                    BatchReply::Renewed { renewed, asked }
+                }
+            }
+            BatchKind::Release => BatchReply::Matched(
                 self.decode_batch_names(rows)?
                     .into_iter()
                     .map(|(name, _)| name)
                     .collect(),
             ),
             BatchKind::Survey => BatchReply::Survey(self.decode_survey(rows)?),
+            // Not a batch: its rows are the single statement's.
+            BatchKind::HandOver => {
+                return Err(RowError::RowCount {
+                    statement: "hand over (a single-row statement: decode_reply)",
+                    expected: "no batch decoding",
+                    found: rows.len(),
+                })
+            }
         })
     }
 

@@ -105,12 +105,13 @@ impl Builder<'_> {
 
     /// `SELECT name, epoch FROM <table> JOIN <pairs> … WHERE holder = ? FOR
     /// UPDATE`: the rows of the batch we hold at their epochs, locked (the
-    /// read-back of the batch renew and release). Params: batch, holder.
-    fn mysql_mine_in_batch(&self) -> Statement {
+    /// read-back of the batch renew and release), with the columns `more`
+    /// after those two (`""` or `", <expr>"`). Params: batch, holder.
+    fn mysql_mine_in_batch(&self, more: &str) -> Statement {
         let t = self.table.table();
         Statement {
             sql: format!(
-                "SELECT `{t}`.`{NAME}`, `{t}`.`{EPOCH_COL}` FROM {pairs} STRAIGHT_JOIN {table} {BY_KEY} \
+                "SELECT `{t}`.`{NAME}`, `{t}`.`{EPOCH_COL}`{more} FROM {pairs} STRAIGHT_JOIN {table} {BY_KEY} \
                  ON `{t}`.`{NAME}` = `{ITEM}`.`{NAME}` AND `{t}`.`{EPOCH_COL}` = `{ITEM}`.`{EPOCH_COL}` \
                  WHERE `{t}`.`{HOLDER_COL}` = ? FOR UPDATE",
                 table = self.mysql_table(),
@@ -195,7 +196,13 @@ impl Builder<'_> {
             &format!("`{EXPIRES_AT}` = ({now}) + ?"),
             &[Param::TtlMillis],
         );
-        self.attach(write, self.mysql_mine_in_batch(), ReadOrder::AfterWrite)
+        // As the other dialects' renewals, it reads an operator's request.
+        let asked = format!(", {}", self.asked_hand_over_sql());
+        self.attach(
+            write,
+            self.mysql_mine_in_batch(&asked),
+            ReadOrder::AfterWrite,
+        )
     }
 
     /// The batch release: reads (and locks) the pairs we hold at their
@@ -207,6 +214,6 @@ impl Builder<'_> {
             &format!("`{HOLDER_COL}` = NULL, `{EXPIRES_AT}` = {now}"),
             &[],
         );
-        self.attach(write, self.mysql_mine_in_batch(), ReadOrder::BeforeWrite)
+        self.attach(write, self.mysql_mine_in_batch(""), ReadOrder::BeforeWrite)
     }
 }

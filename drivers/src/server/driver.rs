@@ -40,8 +40,9 @@ pub(crate) enum Control<F> {
     Abort,
     /// A set's node gives a lease up.
     GiveUp(LeaseName),
-    /// A lone lease hands its term over to a reservation (or releases it).
-    HandOver(Option<picolease_core::HolderId>),
+    /// A lone lease (`None`) or a set's lease hands its term over to a
+    /// reservation (or releases it).
+    HandOver(Option<LeaseName>, Option<picolease_core::HolderId>),
     /// A lone lease hands its term over to its preferred candidate (or
     /// releases it).
     HandOverToPreferred,
@@ -100,7 +101,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
     let binding = Binding {
         lease: runner
             .engine
-            .lone_lease()
+            .row_lease()
             .map_or_else(Default::default, |lease| lease.as_str().into()),
         holder: me.clone(),
         ttl_millis: config.ttl_millis(),
@@ -144,15 +145,21 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
             );
             // Work of an ended term is gone before a lone lease's next
             // statement: on shutdown, that puts the release after it.
-            let stopped = matches!(statement, Statement::Row(_)).then(|| {
+            let lone_row = matches!(statement, Statement::Row(_)) && !runner.engine.is_set();
+            let stopped = lone_row.then(|| {
                 let stopped: Vec<_> = runner.gates().map(|gate| gate.stopped()).collect();
                 futures::future::join_all(stopped).map(drop).boxed()
             });
             let ran = Ran::of(&statement);
-            let binding = match runner.engine.successor() {
-                "" => binding.clone(),
-                successor => Binding {
+            let binding = match (runner.engine.successor(), runner.engine.is_set()) {
+                ("", false) => binding.clone(),
+                (successor, set) => Binding {
                     successor: successor.into(),
+                    // A set's hand-over binds its lease.
+                    lease: match runner.engine.row_lease().filter(|_| set) {
+                        Some(lease) => lease.as_str().into(),
+                        None => Arc::clone(&binding.lease),
+                    },
                     ..binding.clone()
                 },
             };
@@ -221,7 +228,9 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
         match control {
             Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
-            Some(Control::HandOver(to)) => runner.engine.handle_hand_over(now, to),
+            Some(Control::HandOver(lease, to)) => {
+                runner.engine.handle_hand_over(now, lease.as_ref(), to)
+            }
             Some(Control::HandOverToPreferred) => runner.engine.handle_hand_over_to_preferred(now),
             Some(Control::AddWork(task)) => {
                 for gate in runner.gates() {

@@ -162,7 +162,7 @@ macro_rules! server_handles {
             /// [`Demotion::HandedOver`]: picolease_core::Demotion::HandedOver
             pub fn hand_over(&self, to: Option<&str>) -> Result<(), picolease_core::ConfigError> {
                 let to = to.map(picolease_core::HolderId::reserved_for).transpose()?;
-                self.task.send(crate::server::driver::Control::HandOver(to));
+                self.task.send(crate::server::driver::Control::HandOver(None, to));
                 Ok(())
             }
 
@@ -312,6 +312,26 @@ macro_rules! server_handles {
             /// node keeps contending, and does not take it back for a ttl.
             pub fn give_up(&self, lease: &picolease_core::LeaseName) {
                 self.task.send(crate::server::driver::Control::GiveUp(lease.clone()));
+            }
+
+            /// Hands `lease` over (DESIGN §3 "Planned handover"), as a lone
+            /// lease's `hand_over` does, if this node leads it when the task
+            /// gets to it: its work stops, then one statement reserves its row
+            /// for node `to` for two intervals (`None`: releases it). The node
+            /// that gets a lease takes it whatever its share, and the share then
+            /// moves another lease instead; this node does not try the lease
+            /// again while the reservation lasts. Returns at once; watch
+            /// `leadership(lease)` or a subscription for the outcome. An error
+            /// names a node that cannot be reserved for.
+            pub fn hand_over(
+                &self,
+                lease: &picolease_core::LeaseName,
+                to: Option<&str>,
+            ) -> Result<(), picolease_core::ConfigError> {
+                let to = to.map(picolease_core::HolderId::reserved_for).transpose()?;
+                self.task
+                    .send(crate::server::driver::Control::HandOver(Some(lease.clone()), to));
+                Ok(())
             }
 
             /// True once the set's task has ended.

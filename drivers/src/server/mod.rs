@@ -159,6 +159,7 @@ pub(crate) fn batch_name(kind: picolease_core::BatchKind) -> &'static str {
         BatchKind::Renew => "renew batch",
         BatchKind::Release => "release batch",
         BatchKind::Survey => "survey",
+        BatchKind::HandOver => "hand-over",
     }
 }
 

@@ -27,10 +27,11 @@ pub(crate) enum Engine {
 /// A statement the engine asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Statement {
-    /// A lone lease's single-row statement. Work of an ended term must
-    /// have returned before it runs: that is how a lone lease's release
-    /// comes after its work (DESIGN §5); a set waits for
-    /// `handle_work_stopped` instead, in the core.
+    /// A single-row statement: a lone lease's, or a set's hand-over of
+    /// one lease ([`Engine::row_lease`]). A lone lease's ended term's work
+    /// must have returned before it runs: that is how its release comes
+    /// after its work (DESIGN §5); a set waits for `handle_work_stopped`
+    /// instead, in the core, and its other leases' work is not waited for.
     Row(Operation),
     /// A set's batch.
     Batch(Batch),
@@ -115,12 +116,13 @@ impl Engine {
         }
     }
 
-    /// A lone lease's name, which its single-row statements bind; `None`
-    /// for a set (its batches name their leases).
-    pub(crate) fn lone_lease(&self) -> Option<&LeaseName> {
+    /// The lease a single-row statement binds: a lone lease's name, or
+    /// the lease of a set's hand-over in flight; `None` otherwise (a set's
+    /// batches name their leases).
+    pub(crate) fn row_lease(&self) -> Option<&LeaseName> {
         match self {
             Engine::Lease(state) => Some(&state.config().lease),
-            Engine::Set(_) => None,
+            Engine::Set(set) => set.hand_over_in_flight().map(|(lease, _)| lease),
         }
     }
 
@@ -161,6 +163,23 @@ impl Engine {
                 Some(order)
             }
             Engine::Set(set) => Some(match set.poll_command()? {
+                // A set's hand-over is the lone lease's single-row
+                // statement, bound with `row_lease` and `successor`.
+                SetCommand::Execute {
+                    request,
+                    batch,
+                    end_by,
+                } if batch.kind == BatchKind::HandOver => Order::Execute {
+                    request,
+                    statement: Statement::Row(Operation::HandOver {
+                        epoch: batch
+                            .items
+                            .first()
+                            .and_then(|(_, epoch)| *epoch)
+                            .unwrap_or(Epoch::new(0)),
+                    }),
+                    end_by: Some(end_by),
+                },
                 SetCommand::Execute {
                     request,
                     batch,
@@ -218,12 +237,21 @@ impl Engine {
         }
     }
 
-    /// A planned handover of a lone lease to the reservation `to` (DESIGN
-    /// §3 "Planned handover"); a set's handle has no such call yet.
-    pub(crate) fn handle_hand_over(&mut self, now: Instant, to: Option<HolderId>) {
-        if let Engine::Lease(state) = self {
-            state.handle_hand_over(now, to);
-        }
+    /// A planned handover to the reservation `to` (DESIGN §3 "Planned
+    /// handover") of a lone lease (`lease` is `None`), or of one lease
+    /// of a set.
+    pub(crate) fn handle_hand_over(
+        &mut self,
+        now: Instant,
+        lease: Option<&LeaseName>,
+        to: Option<HolderId>,
+    ) {
+        // Each handle sends its own kind: a lone lease names none.
+        let _led = match (self, lease) {
+            (Engine::Lease(state), None) => state.handle_hand_over(now, to),
+            (Engine::Set(set), Some(lease)) => set.handle_hand_over(now, lease.as_str(), to),
+            (Engine::Lease(_), Some(_)) | (Engine::Set(_), None) => false,
+        };
     }
 
     /// A lone lease hands over to its preferred candidate (DESIGN §3
@@ -235,12 +263,14 @@ impl Engine {
         }
     }
 
-    /// The reservation a lone lease's hand-over binds (`""` otherwise).
+    /// The reservation a hand-over binds, a lone lease's or a set's in
+    /// flight (`""` otherwise).
     pub(crate) fn successor(&self) -> &str {
-        match self {
-            Engine::Lease(state) => state.successor().map_or("", HolderId::as_str),
-            Engine::Set(_) => "",
-        }
+        let successor = match self {
+            Engine::Lease(state) => state.successor(),
+            Engine::Set(set) => set.hand_over_in_flight().and_then(|(_, to)| to),
+        };
+        successor.map_or("", HolderId::as_str)
     }
 
     /// A lone lease's announcement as a candidate (DESIGN §3 "Preferred
@@ -273,6 +303,8 @@ impl Engine {
         match (self, answer) {
             (Engine::Lease(state), Answer::Row(reply)) => state.handle_reply(now, request, reply),
             (Engine::Set(set), Answer::Batch(reply)) => set.handle_reply(now, request, reply),
+            // A set's hand-over, a single-row statement.
+            (Engine::Set(set), Answer::Row(reply)) => set.handle_row_reply(now, request, reply),
             (engine, answer) => {
                 debug_assert!(false, "{answer:?} answers no statement of {engine:?}");
             }

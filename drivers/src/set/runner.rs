@@ -277,7 +277,10 @@ impl<G: TermGate> SetRunner<G> {
     fn record(&self, ran: Ran, elapsed: Duration, outcome: Outcome, answer: Option<&Answer>) {
         match ran {
             Ran::Row(operation) => {
-                let Some(member) = self.members.values().next() else {
+                // A lone lease's, or a set's hand-over of one lease (known
+                // while it is in flight).
+                let lease = self.engine.row_lease();
+                let Some(member) = lease.and_then(|lease| self.members.get(lease.as_str())) else {
                     return;
                 };
                 member

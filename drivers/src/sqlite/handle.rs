@@ -153,7 +153,7 @@ impl SqliteLease {
     /// [`Demotion::HandedOver`]: picolease_core::Demotion::HandedOver
     pub fn hand_over(&self, to: Option<&str>) -> Result<(), picolease_core::ConfigError> {
         let to = to.map(picolease_core::HolderId::reserved_for).transpose()?;
-        self.thread.send(Control::HandOver(to));
+        self.thread.send(Control::HandOver(None, to));
         Ok(())
     }
 

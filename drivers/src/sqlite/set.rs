@@ -122,6 +122,25 @@ impl SqliteLeaseSet {
         self.thread.send(Control::GiveUp(lease.clone()));
     }
 
+    /// Hands `lease` over (DESIGN §3 "Planned handover"), as a lone
+    /// lease's [`super::SqliteLease::hand_over`] does, if this node leads
+    /// it when the thread gets to it: its work stops, then one statement
+    /// reserves its row for node `to` for two intervals (`None`: releases
+    /// it). The node that gets a lease takes it whatever its share, and
+    /// the share then moves another lease instead; this node does not try
+    /// the lease again while the reservation lasts. Returns at once; watch
+    /// `leadership(lease)` or a subscription for the outcome. An error
+    /// names a node that cannot be reserved for.
+    pub fn hand_over(
+        &self,
+        lease: &LeaseName,
+        to: Option<&str>,
+    ) -> Result<(), picolease_core::ConfigError> {
+        let to = to.map(picolease_core::HolderId::reserved_for).transpose()?;
+        self.thread.send(Control::HandOver(Some(lease.clone()), to));
+        Ok(())
+    }
+
     /// True once the set's thread has ended.
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()

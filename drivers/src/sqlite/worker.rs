@@ -34,8 +34,9 @@ pub(crate) enum Control {
     Abort,
     /// A set's node gives a lease up.
     GiveUp(LeaseName),
-    /// A lone lease hands its term over to a reservation (or releases it).
-    HandOver(Option<picolease_core::HolderId>),
+    /// A lone lease (`None`) or a set's lease hands its term over to a
+    /// reservation (or releases it).
+    HandOver(Option<LeaseName>, Option<picolease_core::HolderId>),
     /// A lone lease hands its term over to its preferred candidate (or
     /// releases it).
     HandOverToPreferred,
@@ -74,12 +75,16 @@ impl Connection {
         let (answer, error) = match &statement {
             Statement::Row(operation) => {
                 // Work of an ended term is gone before a lone lease's next
-                // statement (its release, on shutdown).
-                for gate in runner.gates() {
-                    gate.join_stopped();
+                // statement (its release, on shutdown). A set's hand-over
+                // waited for its own lease's work in the core, and waits
+                // for no other.
+                if !runner.engine.is_set() {
+                    for gate in runner.gates() {
+                        gate.join_stopped();
+                    }
+                    runner.reap();
                 }
-                runner.reap();
-                let lease = runner.engine.lone_lease().cloned();
+                let lease = runner.engine.row_lease().cloned();
                 let successor = runner.engine.successor();
                 let bindings = Bindings {
                     lease: lease.as_ref().map_or("", LeaseName::as_str),
@@ -188,7 +193,9 @@ pub(crate) fn run(
             Some(Control::FileChanged) => changes.taken(),
             Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
             Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
-            Some(Control::HandOver(to)) => runner.engine.handle_hand_over(now, to),
+            Some(Control::HandOver(lease, to)) => {
+                runner.engine.handle_hand_over(now, lease.as_ref(), to)
+            }
             Some(Control::HandOverToPreferred) => runner.engine.handle_hand_over_to_preferred(now),
             Some(Control::Run(job)) => job(connection.table.connection()),
             Some(Control::AddWork(work)) => {

@@ -14,6 +14,7 @@
 use std::time::{Duration, Instant};
 
 use picolease_core::sql::{batch_names, batch_pairs, BatchBindings, Statement, MEMBER_PREFIX};
+use picolease_core::{BatchKind, BatchReply};
 
 use super::*;
 
@@ -45,6 +46,22 @@ pub enum BatchOp {
     },
     /// The survey with a stale threshold of `stale_steps` steps and a half.
     Survey { stale_steps: u8 },
+    /// `who` hands `lease` over to the node of `to` with the single-row
+    /// statement, as a set does (DESIGN §3 "Planned handover"): the
+    /// reservation then meets the batch acquires and the survey.
+    HandOver {
+        who: usize,
+        lease: usize,
+        epoch: EpochPick,
+        to: usize,
+    },
+    /// An operator asks that `lease`'s term `epoch` go to the node of `to`
+    /// (`None`: anyone): the batch renewal reads the request.
+    RequestHandOver {
+        lease: usize,
+        epoch: EpochPick,
+        to: Option<usize>,
+    },
     /// Advance time by `steps · STEP_MS`.
     Advance { steps: u8 },
 }
@@ -68,8 +85,12 @@ pub fn batch_op() -> impl Strategy<Value = BatchOp> {
     prop_oneof![
         4 => (who.clone(), leases()).prop_map(|(who, leases)| BatchOp::Acquire { who, leases }),
         4 => (who.clone(), items()).prop_map(|(who, items)| BatchOp::Renew { who, items }),
-        2 => (who, items()).prop_map(|(who, items)| BatchOp::Release { who, items }),
+        2 => (who.clone(), items()).prop_map(|(who, items)| BatchOp::Release { who, items }),
         2 => (0u8..=12).prop_map(|stale_steps| BatchOp::Survey { stale_steps }),
+        2 => (who.clone(), 0..3usize, epoch_pick(), who.clone())
+            .prop_map(|(who, lease, epoch, to)| BatchOp::HandOver { who, lease, epoch, to }),
+        1 => (0..3usize, epoch_pick(), prop::option::of(who.clone()))
+            .prop_map(|(lease, epoch, to)| BatchOp::RequestHandOver { lease, epoch, to }),
         // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
         4 => (0u8..=12).prop_map(|steps| BatchOp::Advance { steps }),
     ]
@@ -80,12 +101,22 @@ pub fn batch_ops(max: usize) -> impl Strategy<Value = Vec<BatchOp>> {
     prop::collection::vec(batch_op(), 1..=max)
 }
 
+/// A renewed lease and the handover request its renewal read: `None`,
+/// none; `Some(None)`, to anyone; `Some(Some(node))`, to that node.
+pub type RenewedItem = (String, Option<Option<HolderId>>);
+
 /// A decoded outcome of one batch operation, on one side, sorted by name.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BatchOutcome {
     Acquired(Result<Vec<(String, Reply)>, RowError>),
-    /// Renewed or released: the names and epochs the statement matched.
+    /// Released: the names and epochs the statement matched.
     Matched(Result<Vec<(String, Epoch)>, RowError>),
+    /// Renewed: the names matched and the handover requests read.
+    Renewed(Result<Vec<RenewedItem>, RowError>),
+    /// Handed over (one lease, the single-row statement).
+    HandedOver(Result<Reply, RowError>),
+    /// A request written (no rows).
+    Requested,
     Surveyed(Result<Vec<LeaseRow>, RowError>),
     Advanced,
 }
@@ -95,10 +126,30 @@ impl BatchOutcome {
         match &mut self {
             BatchOutcome::Acquired(Ok(v)) => v.sort_by(|a, b| a.0.cmp(&b.0)),
             BatchOutcome::Matched(Ok(v)) => v.sort(),
+            BatchOutcome::Renewed(Ok(v)) => v.sort_by(|a, b| a.0.cmp(&b.0)),
             BatchOutcome::Surveyed(Ok(v)) => v.sort_by(|a, b| a.name.cmp(&b.name)),
             _ => {}
         }
         self
+    }
+}
+
+/// A renewal's reply as one list: each renewed name with the request read
+/// for it (`None`: none; `Some(None)`: to anyone).
+fn renewed_and_asked(reply: BatchReply) -> Vec<RenewedItem> {
+    match reply {
+        BatchReply::Matched(names) => names.into_iter().map(|n| (n, None)).collect(),
+        BatchReply::Renewed { renewed, asked } => renewed
+            .into_iter()
+            .map(|n| {
+                let to = asked
+                    .iter()
+                    .find(|(a, _)| *a == n)
+                    .map(|(_, to)| to.clone());
+                (n, to)
+            })
+            .collect(),
+        other => panic!("a renewal decodes as a renewal: {other:?}"),
     }
 }
 
@@ -347,6 +398,60 @@ impl<R: RealDb> Comparison<'_, R> {
                     BatchOutcome::Acquired(s.decode_acquire_batch(&me, &real)),
                 )
             }
+            BatchOp::HandOver {
+                who,
+                lease,
+                epoch,
+                to,
+            } => {
+                let lease = BATCH_LEASES[*lease];
+                // Mostly by the row's holder, so that hand-overs happen and
+                // their reservations meet the batch acquires.
+                let current = self.model.row(lease).and_then(|r| r.holder.clone());
+                let holder = HOLDERS
+                    .iter()
+                    .find(|h| Some(**h) == current.as_deref() && *who != 2)
+                    .copied()
+                    .unwrap_or(HOLDERS[*who]);
+                let epoch = self.epoch(lease, *epoch);
+                let me = HolderId::new(holder).unwrap();
+                let successor = HolderId::new(HOLDERS[*to]).unwrap().reservation();
+                let operation = Operation::HandOver { epoch };
+                let model =
+                    self.model
+                        .hand_over(lease, holder, epoch, &successor, RESERVATION_MS, now);
+                let real = self.sql.hand_over.run_to(
+                    self.real,
+                    holder,
+                    lease,
+                    ttl_ms,
+                    Some(epoch),
+                    &successor,
+                );
+                (
+                    BatchOutcome::HandedOver(s.decode_reply(operation, &me, &model)),
+                    BatchOutcome::HandedOver(s.decode_reply(operation, &me, &real)),
+                )
+            }
+            BatchOp::RequestHandOver { lease, epoch, to } => {
+                let lease = BATCH_LEASES[*lease];
+                let epoch = self.epoch(lease, *epoch);
+                let node = to.map_or(String::new(), |to| {
+                    HolderId::new(HOLDERS[to]).unwrap().node().to_string()
+                });
+                self.model.request_hand_over(lease, &node, epoch, now);
+                let request = picolease_core::sql::hand_over_request_name(lease);
+                let rows = self.sql.request_hand_over.run_to(
+                    self.real,
+                    "",
+                    &request,
+                    ttl_ms,
+                    Some(epoch),
+                    &node,
+                );
+                assert!(rows.is_empty(), "the request returns no rows: {rows:?}");
+                (BatchOutcome::Requested, BatchOutcome::Requested)
+            }
             BatchOp::Renew { who, items } | BatchOp::Release { who, items } => {
                 let holder = HOLDERS[*who];
                 let pairs: Vec<(&str, Epoch)> = items
@@ -368,10 +473,22 @@ impl<R: RealDb> Comparison<'_, R> {
                     )
                 };
                 let real = run_batch_text(self.real, statement, text, (holder, ttl_ms, &json, 0));
-                (
-                    BatchOutcome::Matched(s.decode_batch_names(&model)),
-                    BatchOutcome::Matched(s.decode_batch_names(&real)),
-                )
+                if matches!(op, BatchOp::Renew { .. }) {
+                    let me = HolderId::new(holder).unwrap();
+                    let renewed = |rows: &[Vec<Cell>]| {
+                        s.decode_batch_reply(BatchKind::Renew, &me, rows)
+                            .map(renewed_and_asked)
+                    };
+                    (
+                        BatchOutcome::Renewed(renewed(&model)),
+                        BatchOutcome::Renewed(renewed(&real)),
+                    )
+                } else {
+                    (
+                        BatchOutcome::Matched(s.decode_batch_names(&model)),
+                        BatchOutcome::Matched(s.decode_batch_names(&real)),
+                    )
+                }
             }
             BatchOp::Survey { stale_steps } => {
                 let stale_ms = i64::from(*stale_steps) * STEP_MS + STEP_MS / 2;
@@ -455,8 +572,12 @@ pub fn renew_many<R: RealDb>(c: &mut Comparison<'_, R>, n: usize) -> Duration {
     let started = Instant::now();
     let rows = run_batch(c.real, s.renew_batch(), holder, 60_000, &json, 0);
     let took = started.elapsed();
-    let renewed = s.decode_batch_names(&rows).unwrap();
-    assert_eq!(renewed.len(), n + 1, "every lease renewed");
+    let renewed = s.decode_batch_reply(BatchKind::Renew, &me, &rows).unwrap();
+    assert_eq!(
+        renewed,
+        BatchReply::Matched(all.iter().map(|n| n.to_string()).collect()),
+        "every lease renewed, no request read"
+    );
 
     // The survey: the live member, none of the freshly renewed leases.
     let values = bind_batch(s.survey(), "", 0, "[]", 1_000);
@@ -469,7 +590,7 @@ pub fn renew_many<R: RealDb>(c: &mut Comparison<'_, R>, n: usize) -> Duration {
 
     // Another holder's renew of the same pairs matches nothing.
     let rows = run_batch(c.real, s.renew_batch(), HOLDERS[1], 60_000, &json, 0);
-    assert!(s.decode_batch_names(&rows).unwrap().is_empty());
+    assert!(rows.is_empty());
 
     // Released in one batch: every lease free, all reported by the survey.
     let rows = run_batch(c.real, s.release_batch(), holder, 0, &json, 0);

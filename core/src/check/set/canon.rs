@@ -335,6 +335,15 @@ impl Ctx<'_> {
                         out.push(1);
                         out.extend(names.iter().map(|n| self.name(n)));
                     }
+                    BatchReply::Renewed { renewed, asked } => {
+                        out.push(5);
+                        out.extend(renewed.iter().map(|n| self.name(n)));
+                        out.push(-6);
+                        for (name, to) in asked {
+                            out.push(self.name(name));
+                            out.push(self.holder(to.as_ref().map(crate::HolderId::as_str)));
+                        }
+                    }
                     BatchReply::Survey(rows) => {
                         out.push(2);
                         for r in rows {
@@ -365,5 +374,6 @@ fn kind(k: BatchKind) -> i64 {
         BatchKind::Renew => 1,
         BatchKind::Release => 2,
         BatchKind::Survey => 3,
+        BatchKind::HandOver => 4,
     }
 }

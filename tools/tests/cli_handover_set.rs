@@ -1,0 +1,110 @@
+//! Planned handover of one lease of a set (DESIGN §3 "Planned handover",
+//! §9), from outside: two `picolease run --name 's{0..3}' --json`
+//! processes share four leases two and two; `picolease handover --name L
+//! --to NODE` moves L from its holder to NODE, whatever NODE's share. The
+//! holder prints `handover` {from, to, epoch}, NODE's `leader` for L comes
+//! at the next epoch, the share is two and two again after (another lease
+//! moves back), and no lease is ever led twice. On a SQLite file, on the
+//! PostgreSQL server at 127.0.0.1:5432 and on the MariaDB server at
+//! 127.0.0.1:3306 (a table per test; FAILS, not skips, when a server is
+//! unreachable).
+//!
+//! The handover's time (the holder's `handover` line to NODE's `leader`
+//! line for L) is printed: `cargo test -p picolease-cli --test
+//! cli_handover_set -- --nocapture --test-threads 1`.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use nix::sys::signal::Signal;
+use support::{assert_never_led_twice, counts, held, picolease, signal, wait_event, wait_for};
+use support::{Log, PATIENCE};
+
+const NAMES: &str = "s{0..3}";
+const TTL: &str = "2s";
+
+fn set_handover(db: &str, table: &str, database: &str) {
+    let log: Log = Arc::default();
+    let global = ["--table", table];
+    let spawn = |node| support::spawn(db, &global, NAMES, TTL, node, &log, &[]);
+    let mut nodes = vec![spawn(0), spawn(1)];
+    let none = BTreeSet::new();
+    wait_for("two leases each", PATIENCE, || {
+        counts(&log, &none) == [2, 2]
+    });
+    let holding = held(&log, &none);
+    let lease = holding[&0].iter().next().unwrap().clone();
+    let from = log.lock().unwrap().len();
+
+    let out = picolease(&[
+        "--db", db, "--table", table, "handover", "--name", &lease, "--to", "n1",
+    ]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{database}: handover:\n{text}");
+
+    let named = |e: &support::Event| e.json["name"].as_str() == Some(lease.as_str());
+    let handed = wait_event(&log, from, |e| {
+        e.node == 0 && e.kind() == "handover" && named(e)
+    });
+    assert_eq!(handed.json["to"], "n1", "{database}: {}", handed.json);
+    let led = wait_event(&log, from, |e| {
+        e.node == 1 && e.kind() == "leader" && named(e)
+    });
+    assert_eq!(
+        led.epoch(),
+        handed.epoch() + 1,
+        "{database}: the successor's term is the next one"
+    );
+    println!(
+        "{database}: {lease} handed from n0 to n1 in {} ms (handover line to leader line)",
+        led.unix_ms().saturating_sub(handed.unix_ms())
+    );
+    // The share moves another lease back: two each again, and n1 keeps
+    // the lease it was handed.
+    wait_for("two leases each again", PATIENCE, || {
+        counts(&log, &none) == [2, 2]
+    });
+    assert!(
+        held(&log, &none)[&1].contains(&lease),
+        "{database}: n1 keeps {lease}"
+    );
+    for node in &nodes {
+        signal(node, Signal::SIGTERM);
+    }
+    for node in &mut nodes {
+        assert_eq!(node.child.wait().unwrap().code(), Some(0));
+        node.reader.take().unwrap().join().unwrap();
+    }
+    let events = log.lock().unwrap().clone();
+    assert_never_led_twice(&events, None);
+}
+
+#[test]
+fn a_lease_of_a_set_is_handed_to_the_named_node_and_the_share_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("leases.db").display());
+    set_handover(&db, "pl_set_handover", "SQLite");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn on_postgres_a_lease_of_a_set_is_handed_to_the_named_node_and_the_share_holds() {
+    const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+    let table = format!("pl_set_handover_{}", std::process::id());
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+    set_handover(POSTGRES, &table, "PostgreSQL");
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_a_lease_of_a_set_is_handed_to_the_named_node_and_the_share_holds() {
+    const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
+    let table = format!("pl_set_handover_{}", std::process::id());
+    support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+    set_handover(MYSQL, &table, "MariaDB");
+    support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+}
