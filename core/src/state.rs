@@ -1010,6 +1010,10 @@ pub enum Mutation {
     /// (consulted by `LeaseState::yield_to`): the lease moves down as well
     /// as up, and two candidates can pass it back and forth.
     YieldToAnyCandidate,
+    /// (k) A lease set handing a lease over swallows its `StopWork`, so
+    /// the hand-over statement goes out with the work still running and
+    /// the successor's term starts beside it (consulted by `LeaseSet`).
+    SetHandOverKeepsWork,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

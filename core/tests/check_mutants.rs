@@ -124,6 +124,27 @@ fn a_set_that_yields_a_lease_with_its_work_running_is_found() {
     );
 }
 
+/// (k) Lease sets: a planned handover (`Bounds::handover`, the step
+/// nN:handover over a set) that does not stop its lease's work. 2 nodes
+/// share 1 lease; the leader hands it to the other node, whose term starts
+/// while the old work runs.
+#[test]
+fn a_set_that_hands_a_lease_over_with_its_work_running_is_found() {
+    let mut bounds = Bounds::for_set(2, 1);
+    bounds.handover = true;
+    bounds.faults = 1;
+    bounds.depth = 40;
+    bounds.mutation = Mutation::SetHandOverKeepsWork;
+    finds_at(
+        &bounds,
+        &[
+            Property::Gating,
+            Property::StopLead,
+            Property::MutualExclusion,
+        ],
+    );
+}
+
 /// The real machine with a stop lead (and twins) holds every property in
 /// the whole 2-node space within one fault (about 2 million states, half a
 /// minute).

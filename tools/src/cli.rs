@@ -202,9 +202,9 @@ pub enum Command {
         #[arg(long, conflicts_with = "leases")]
         failover: bool,
         /// A leader may hand its lease over to the next node (the step
-        /// nN:handover, a fault; DESIGN §3 "Planned handover"). Lone
-        /// lease only.
-        #[arg(long, conflicts_with_all = ["leases", "failover"])]
+        /// nN:handover, a fault; DESIGN §3 "Planned handover"); with
+        /// --leases, a set's node hands its first lease over.
+        #[arg(long, conflicts_with = "failover")]
         handover: bool,
         /// Rank the nodes: node N has priority N+1, followers announce
         /// themselves and a leader yields to a better live candidate

@@ -78,3 +78,30 @@ fn bad_set_bounds_are_refused_with_exit_2_naming_the_value() {
     let out = picolease(&["simulate", "--leases", "2"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_set_check_with_handovers_says_so_and_completes_clean() {
+    let out = picolease(&[
+        "check",
+        "--nodes",
+        "2",
+        "--leases",
+        "1",
+        "--handover",
+        "--faults",
+        "1",
+        "--depth",
+        "16",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("a leader of s0 may hand it over to the next node"),
+        "progress names the handover step: {stderr}"
+    );
+    let report = json(&out);
+    assert_eq!(report["leases"], 1);
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["violations"], serde_json::json!([]));
+}

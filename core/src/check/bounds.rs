@@ -117,9 +117,6 @@ pub enum BoundsError {
     /// A database failover asked of a set check.
     #[error("failover: the checker fails the database over under a lone lease only (leases 0)")]
     FailoverOfSet,
-    /// A planned handover asked of a set check.
-    #[error("handover: the checker hands over a lone lease only (leases 0)")]
-    HandOverOfSet,
     /// Ranks asked of a set check, or with planned handovers.
     #[error(
         "ranked: the checker ranks the nodes of a lone lease only (leases 0), without --handover"
@@ -249,7 +246,8 @@ impl Bounds {
     }
 
     /// The defaults with planned handovers ([`Bounds::handover`]): a leader
-    /// may hand its lease over to the next node, a fault step. The
+    /// may hand its lease over to the next node, a fault step (over a set,
+    /// [`Bounds::for_set`] with `handover`, the first lease). The
     /// liveness bound holds as it is: a reservation (two intervals) plus
     /// an interval is within ttl + 2·interval.
     pub fn with_handover(nodes: usize) -> Self {
@@ -329,9 +327,6 @@ impl Bounds {
         }
         if self.failover && leases > 0 {
             return Err(BoundsError::FailoverOfSet);
-        }
-        if self.handover && leases > 0 {
-            return Err(BoundsError::HandOverOfSet);
         }
         if self.ranked && (leases > 0 || self.handover) {
             return Err(BoundsError::Ranked);

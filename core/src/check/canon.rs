@@ -364,18 +364,14 @@ impl Ctx<'_> {
             Some(by) => out.push(self.local(n, by)),
             None => out.push(-9),
         }
-        match &s.hand_over {
-            Some((epoch, to)) => out.extend([
-                self.epoch(Some(*epoch)),
-                self.holder(to.as_ref().map(|h| h.as_str())),
-            ]),
-            None => out.push(-9),
-        }
-        // Only a time still ahead changes what the machine does.
-        match s.aside_until {
-            Some(until) if until > n.now() => out.push(self.local(n, until)),
-            _ => out.push(-9),
-        }
+        hand_over(
+            out,
+            s,
+            n.now(),
+            |e| self.epoch(e),
+            |h| self.holder(h),
+            |t| self.local(n, t),
+        );
         out.push(self.local(n, s.next_attempt));
         out.push(i64::from(s.notice_pending));
         match s.next_announce {
@@ -487,5 +483,27 @@ pub(super) fn reply(
             holder(candidate.holder.as_str()),
             i64::from(candidate.rank.priority()),
         ]),
+    }
+}
+
+/// A machine's planned handover (its term and reservation) and, while
+/// still ahead, the instant it steps aside until: shared by the lone
+/// lease's and the set's fingerprints.
+pub(crate) fn hand_over(
+    out: &mut Vec<i64>,
+    s: &Snapshot,
+    now: Instant,
+    epoch: impl Fn(Option<Epoch>) -> i64,
+    holder: impl Fn(Option<&str>) -> i64,
+    local: impl Fn(Instant) -> i64,
+) {
+    match &s.hand_over {
+        Some((e, to)) => out.extend([epoch(Some(*e)), holder(to.as_ref().map(|h| h.as_str()))]),
+        None => out.push(-9),
+    }
+    // Only a time still ahead changes what the machine does.
+    match s.aside_until {
+        Some(until) if until > now => out.push(local(until)),
+        _ => out.push(-9),
     }
 }

@@ -106,9 +106,8 @@ pub(super) trait Contender: Clone + Sized {
         i: usize,
         log: &mut Log,
     ) -> Option<Violation>;
-    /// Node `i`'s machine hands its lease over to the next node
-    /// (`handle_hand_over`; `Bounds::handover`, a lone lease only: a set
-    /// ignores it).
+    /// Node `i`'s machine hands its lease (a set: its first lease) over to
+    /// the next node (`handle_hand_over`; `Bounds::handover`).
     fn hand_over_input(
         world: &mut World<Self>,
         setup: &Setup,

@@ -572,6 +572,13 @@ impl LeaseSet {
                     if !member
                         && self.slots[i].yielding
                         && self.mutation == crate::state::Mutation::SetYieldKeepsWork => {}
+                #[cfg(feature = "mutants")]
+                Command::StopWork {
+                    reason: crate::protocol::Demotion::HandedOver,
+                    ..
+                } if !member && self.mutation == crate::state::Mutation::SetHandOverKeepsWork => {
+                    self.after_hand_over(now, i);
+                }
                 Command::StopWork { epoch, reason } if !member => {
                     if reason == crate::protocol::Demotion::HandedOver {
                         self.after_hand_over(now, i);

@@ -41,6 +41,7 @@ pub(crate) struct SlotView<'a> {
     pub(crate) stopping: bool,
     pub(crate) yielding: bool,
     pub(crate) rest_until: Option<Instant>,
+    pub(crate) offered_until: Option<Instant>,
 }
 
 impl LeaseSet {
@@ -82,6 +83,7 @@ impl LeaseSet {
             stopping: s.stopping,
             yielding: s.yielding,
             rest_until: s.rest_until,
+            offered_until: s.offered_until,
         }
     }
 }

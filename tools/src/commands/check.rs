@@ -91,10 +91,16 @@ pub fn run(
     json: bool,
 ) -> Result<ExitCode, CliError> {
     let bounds = bounds(nodes, world, depth, faults)?;
-    let what = match bounds.leases {
+    let mut what = match bounds.leases {
         0 => String::new(),
         n => format!(", each a lease set of {n} leases"),
     };
+    if bounds.handover {
+        what.push_str(match bounds.leases {
+            0 => "; a leader may hand its lease over to the next node",
+            _ => "; a leader of s0 may hand it over to the next node",
+        });
+    }
     eprintln!(
         "checking {} nodes{what}: ttl {} ticks, interval {} ticks, drift {} ticks, depth {}, {} faults per path (1 tick = 1 ms)",
         bounds.nodes,

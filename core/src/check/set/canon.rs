@@ -15,7 +15,7 @@
 //! their order).
 
 use super::{SetDelivery, SetNode, SetRequest, SetWorld};
-use crate::check::canon::{demotion, hash128, local, operation, reply};
+use crate::check::canon::{demotion, hand_over, hash128, local, operation, reply};
 use crate::check::world::{parse_holder, Setup};
 use crate::names::Epoch;
 use crate::protocol::{Failure, Operation, Reply, RequestId, Role};
@@ -129,6 +129,14 @@ impl Ctx<'_> {
     }
 
     fn holder(&self, holder: Option<&str>) -> i64 {
+        // A reservation (`<holder id>#`, a planned handover): in the
+        // upper half of that holder's band.
+        if let Some(reserved) = holder.and_then(|h| h.strip_suffix('#')) {
+            return match parse_holder(reserved) {
+                Some((node, inc)) => 1 + node as i64 * 4096 + 2048 + i64::from(inc),
+                None => -4,
+            };
+        }
         match holder.map(parse_holder) {
             Some(Some((node, inc))) => 1 + node as i64 * 4096 + i64::from(inc),
             Some(None) => -2,
@@ -168,6 +176,7 @@ impl Ctx<'_> {
         for (name, epoch) in &req.batch.items {
             out.extend([self.name(name.as_str()), self.epoch(*epoch)]);
         }
+        out.push(self.holder(req.successor.as_ref().map(|h| h.as_str())));
         out.push(-4);
     }
 
@@ -267,6 +276,7 @@ impl Ctx<'_> {
                 i64::from(slot.stopping),
                 i64::from(slot.yielding),
                 slot.rest_until.map_or(-99, |t| self.local(n, t)),
+                slot.offered_until.map_or(-99, |t| self.local(n, t)),
             ]);
         }
     }
@@ -294,6 +304,14 @@ impl Ctx<'_> {
             None => out.push(-9),
         }
         out.push(s.release_by.map_or(-9, |by| self.local(n, by)));
+        hand_over(
+            out,
+            &s,
+            n.now(),
+            |e| self.epoch(e),
+            |h| self.holder(h),
+            |t| self.local(n, t),
+        );
         out.push(self.local(n, s.next_attempt));
         out.push(i64::from(s.notice_pending));
         out.push(match s.shutting_down {

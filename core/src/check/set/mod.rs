@@ -37,6 +37,8 @@ pub(super) struct SetRequest {
     pub(super) holder: HolderId,
     pub(super) id: RequestId,
     pub(super) batch: Batch,
+    /// A hand-over's reservation (`LeaseSet::hand_over_in_flight`).
+    pub(super) successor: Option<HolderId>,
 }
 
 /// A message on its way to a node.

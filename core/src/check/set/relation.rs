@@ -17,7 +17,7 @@ use crate::error::ConfigError;
 use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::Reply;
 use crate::set::{BatchKind, BatchReply, LeaseSet, SetCommand};
-use crate::sim::set::run_batch;
+use crate::sim::set::{run_batch, run_hand_over};
 use crate::sim::DB_EPOCH_MS;
 use crate::time::Instant;
 
@@ -143,6 +143,22 @@ impl Contender for SetNode {
         world.input(setup, i, log, LeaseSet::handle_shutdown)
     }
 
+    /// The first lease goes to the next node's reservation.
+    fn hand_over_input(
+        world: &mut SetWorld,
+        setup: &Setup,
+        i: usize,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        let next = (i + 1) % world.nodes.len();
+        let to = HolderId::reserved_for(world.nodes[next].holder.node()).ok();
+        let lease = setup.names[0].clone();
+        log.note(|| format!("n{i} hands {lease} over to {to:?}"));
+        world.input(setup, i, log, |set, now| {
+            set.handle_hand_over(now, lease.as_str(), to);
+        })
+    }
+
     fn delivery_input(
         world: &mut SetWorld,
         setup: &Setup,
@@ -234,15 +250,26 @@ impl World<SetNode> {
             .iter()
             .map(|(name, _)| self.db.row(name.as_str()).cloned())
             .collect();
-        let reply = run_batch(
-            &mut self.db,
-            &setup.statements,
-            &req.holder,
-            &req.batch,
-            self.stale_ms,
-            ttl,
-            now_ms,
-        );
+        let reply = match (&req.batch.kind, &req.successor) {
+            (BatchKind::HandOver, Some(successor)) => run_hand_over(
+                &mut self.db,
+                &setup.statements,
+                &req.holder,
+                &req.batch,
+                successor,
+                i64::from(setup.bounds.reservation_ticks()),
+                now_ms,
+            ),
+            _ => run_batch(
+                &mut self.db,
+                &setup.statements,
+                &req.holder,
+                &req.batch,
+                self.stale_ms,
+                ttl,
+                now_ms,
+            ),
+        };
         log.note(|| {
             format!(
                 "db runs #{} {:?} {:?} of {} at db tick {} -> {reply:?}",
@@ -257,10 +284,13 @@ impl World<SetNode> {
                 let taken = after.is_some_and(|a| {
                     a.holder.as_deref() == Some(req.holder.as_str()) && a.epoch != before.epoch
                 });
+                // A row reserved for the acquiring node (a planned
+                // handover) is its own to take.
+                let reservation = req.holder.reservation();
                 let held_by_other = before
                     .holder
                     .as_deref()
-                    .is_some_and(|h| h != req.holder.as_str())
+                    .is_some_and(|h| h != req.holder.as_str() && h != reservation)
                     && before.expires_at > now_ms;
                 if taken && held_by_other && found.is_none() {
                     found = Some(violation(
@@ -279,7 +309,8 @@ impl World<SetNode> {
         if same_process {
             self.track_fencing_out(setup, i, &req, &reply, strayed);
         }
-        if let (true, BatchKind::Release, BatchReply::Matched(names)) =
+        // A hand-over notifies as a release does.
+        if let (true, BatchKind::Release | BatchKind::HandOver, BatchReply::Matched(names)) =
             (setup.bounds.notify, req.batch.kind, &reply)
         {
             let freed: Vec<LeaseName> = req
@@ -370,12 +401,16 @@ impl World<SetNode> {
             let index = |lease: &LeaseName| setup.names.iter().position(|l| l == lease);
             let problem = match command {
                 SetCommand::Execute { request, batch, .. } => {
+                    let successor = (batch.kind == BatchKind::HandOver)
+                        .then(|| set.hand_over_in_flight().and_then(|(_, to)| to.cloned()))
+                        .flatten();
                     n.to_db.push(SetRequest {
                         node: i,
                         incarnation: n.incarnation,
                         holder: n.holder.clone(),
                         id: request,
                         batch,
+                        successor,
                     });
                     None
                 }
