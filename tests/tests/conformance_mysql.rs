@@ -587,6 +587,12 @@ impl RunningSet for MySetContender {
         self.set.abort();
     }
 
+    fn hand_over(&self, lease: &LeaseName, to: &str) {
+        self.set
+            .hand_over(lease, Some(to))
+            .expect("a valid node name");
+    }
+
     fn into_fatal(self) -> Fault {
         let MySetContender { mut set, handle } = self;
         // `stopped` reports the error and leaves the handle usable.

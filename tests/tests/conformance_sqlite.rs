@@ -387,6 +387,10 @@ impl RunningSet for SqliteLeaseSet {
         SqliteLeaseSet::abort(self);
     }
 
+    fn hand_over(&self, lease: &LeaseName, to: &str) {
+        SqliteLeaseSet::hand_over(self, lease, Some(to)).expect("a valid node name");
+    }
+
     fn into_fatal(self) -> Fault {
         match SqliteLeaseSet::shutdown(self) {
             Err(error) => fault(error),

@@ -971,6 +971,12 @@ macro_rules! conformance_tests {
         mod set_of_3 {
             conformance_tests!(@all crate::conformance::set::AsSet<crate::$backend, 3>);
         }
+        #[test]
+        fn a_set_lease_handed_over_goes_to_the_named_node() {
+            crate::conformance::set::a_set_lease_handed_over_goes_to_the_named_node::<
+                crate::$backend,
+            >(stringify!($backend));
+        }
     };
     (@all $backend:ty) => {
         conformance_tests!(@cases $backend;

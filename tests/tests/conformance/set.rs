@@ -62,6 +62,8 @@ pub trait RunningSet: Sized {
     fn shutdown(self) -> Result<(), Fault>;
     /// `abort()`.
     fn abort(self);
+    /// `hand_over(&lease, Some(to))`: hands `lease` to node `to`.
+    fn hand_over(&self, lease: &LeaseName, to: &str);
     /// The error a set that stopped by itself stopped with, reported once.
     fn into_fatal(self) -> Fault;
 }
@@ -315,3 +317,102 @@ impl<B: SetBackend, const N: usize> Backend for AsSet<B, N> {
 
 /// The fence of `B`'s contenders.
 type FenceOf<B> = <<B as Backend>::Lease as Contender>::Fence;
+
+/// The leases `set` leads now.
+fn held<S: RunningSet>(set: &S, leases: &[LeaseName]) -> Vec<LeaseName> {
+    leases
+        .iter()
+        .filter(|l| set.view().leadership(l).is_some_and(|l| l.is_leader()))
+        .cloned()
+        .collect()
+}
+
+/// Polls `done` every 10 ms for up to `limit`; how long it took.
+fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    started.elapsed()
+}
+
+/// A set handle's planned handover (DESIGN §3 "Planned handover", §9):
+/// two sets share 4 leases two and two; `hand_over(&lease, Some(node))` on
+/// the holder of a lease moves it to the other set's node at the next
+/// epoch, although that node holds its whole share; the holder publishes
+/// the follower with reason `handover`, then the reservation; the share is
+/// two and two again after, the named node keeping the lease; never a
+/// lease led by both. Prints how long the move took.
+pub fn a_set_lease_handed_over_goes_to_the_named_node<B: SetBackend>(database: &str) {
+    let db = B::fresh("set_hand_over");
+    let leases = set_leases(4);
+    let start = |holder: &str| {
+        let template = db.config(holder).without_lease();
+        db.start_set(template, leases.clone(), Options::default())
+            .unwrap_or_else(|e| panic!("{database}: the set starts: {e:?}"))
+            .0
+    };
+    let a = start("hand-a");
+    let b = start("hand-b");
+    let patience = B::TTL * 10;
+    wait("two leases each", patience, || {
+        held(&a, &leases).len() == 2 && held(&b, &leases).len() == 2
+    });
+    let lease = held(&a, &leases)[0].clone();
+    let epoch = a.view().leadership(&lease).unwrap().leader_epoch().unwrap();
+    let mut a_changes = a.view().subscribe();
+    let to = b.view().holder().node().to_string();
+    let asked = Instant::now();
+    a.hand_over(&lease, &to);
+    let took = wait("the named node leads the lease", patience, || {
+        b.view().leadership(&lease).is_some_and(|l| l.is_leader())
+    });
+    let taken = b.view().leadership(&lease).unwrap();
+    assert!(
+        taken.leader_epoch().unwrap() > epoch,
+        "{database}: the successor's term is a later one: {taken:?}"
+    );
+    println!(
+        "{database}: {lease} handed from {} to {to} in {took:?} (hand_over call to the successor's leadership)",
+        a.view().holder()
+    );
+    // The holder's publications: the follower (reason handover), then the
+    // same naming the reservation.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let left = patience.saturating_sub(asked.elapsed());
+        let t = a_changes
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("{database}: the holder publishes its handover: {e:?}"));
+        if t.lease == lease {
+            seen.push(t.leadership);
+        }
+    }
+    assert_eq!(
+        seen[0].reason,
+        Some(picolease::Demotion::HandedOver),
+        "{seen:?}"
+    );
+    assert!(!seen[0].is_leader());
+    assert_eq!(
+        seen[1].holder.as_ref().map(HolderId::as_str),
+        Some(format!("{to}#").as_str()),
+        "{database}: {seen:?}"
+    );
+    wait("two leases each again", patience, || {
+        held(&a, &leases).len() == 2 && held(&b, &leases).len() == 2
+    });
+    assert!(
+        held(&b, &leases).contains(&lease),
+        "{database}: b keeps {lease}"
+    );
+    for l in &leases {
+        assert!(
+            !(held(&a, &leases).contains(l) && held(&b, &leases).contains(l)),
+            "{database}: {l} led by both"
+        );
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
