@@ -806,3 +806,94 @@ fn a_row_the_survey_reads_reserved_for_this_node_is_taken_whatever_the_share() {
         "{take:?}"
     );
 }
+
+#[test]
+fn leaving_hands_each_held_lease_to_the_member_that_ranks_first_then_finishes() {
+    let mut s = holding();
+    // Another live member, x, appears in the survey after the renewal.
+    s.handle_timeout(ms(5_000));
+    drain(&mut s);
+    s.handle_reply(
+        ms(5_001),
+        RequestId(6),
+        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
+    );
+    drain(&mut s);
+    let x = LeaseRow {
+        name: format!("{MEMBER_PREFIX}x"),
+        holder: Some("x".into()),
+        epoch: Epoch::new(1),
+        expires_in_ms: Some(9_000),
+    };
+    s.handle_reply(ms(5_002), RequestId(7), BatchReply::Survey(vec![x]));
+    // Two members, two leases: this node gives one up for the share.
+    let surplus = drain(&mut s);
+    let given_up: Vec<&LeaseName> = surplus
+        .iter()
+        .filter_map(|c| match c {
+            SetCommand::StopWork { lease, reason, .. } => {
+                assert_eq!(*reason, Demotion::Released);
+                Some(lease)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(given_up.len(), 1, "{surplus:?}");
+    let kept = if given_up[0].as_str() == "a" {
+        "b"
+    } else {
+        "a"
+    };
+    let kept_epoch = if kept == "a" { 1 } else { 4 };
+    // Leaving: the lease still held goes to x, the only other member; the
+    // one on its way out is left to its release.
+    assert_eq!(s.handle_leave(ms(5_003)), 1);
+    let leave = drain(&mut s);
+    assert_eq!(
+        leave[..2],
+        demoted(kept, kept_epoch, Demotion::HandedOver)[..],
+        "{leave:?}"
+    );
+    assert!(s.leadership(kept).is_some_and(|l| !l.is_leader()));
+    // Nothing is acquired while leaving; the works stop, then the
+    // statements go: the hand-over with its reservation for x.
+    // (The membership row's release went at once.)
+    let mut sent = leave[2..].to_vec();
+    s.handle_work_stopped(ms(5_004), given_up[0].as_str());
+    s.handle_work_stopped(ms(5_004), kept);
+    sent.extend(drain(&mut s));
+    let mut finished = false;
+    let mut handed_to = None;
+    for _ in 0..8 {
+        for command in std::mem::take(&mut sent) {
+            let SetCommand::Execute { request, batch, .. } = command else {
+                finished |= command == SetCommand::Finished;
+                continue;
+            };
+            assert_ne!(batch.kind, BatchKind::Acquire, "no acquire while leaving");
+            let names: Vec<String> = batch
+                .items
+                .iter()
+                .map(|(n, _)| n.as_str().to_string())
+                .collect();
+            if batch.kind == BatchKind::HandOver {
+                handed_to = s
+                    .hand_over_in_flight()
+                    .map(|(l, to)| (l.clone(), to.cloned()));
+                s.handle_row_reply(ms(5_005), request, Reply::Accepted);
+            } else {
+                s.handle_reply(ms(5_005), request, BatchReply::Matched(names));
+            }
+            sent.extend(drain(&mut s));
+        }
+    }
+    assert_eq!(
+        handed_to,
+        Some((name(kept), Some(HolderId::reserved_for("x").unwrap())))
+    );
+    assert!(
+        finished,
+        "the set finishes once every statement is answered"
+    );
+    assert!(s.is_finished());
+}

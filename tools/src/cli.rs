@@ -63,7 +63,8 @@ pub enum Command {
     /// "Preferred holders"): CMD first, then the lease goes to its
     /// preferred candidate (the live `--priority`/`--version-tag`
     /// candidate the last renewal read, on another node; else it is
-    /// released), exit 0; a lease set releases as on SIGTERM.
+    /// released), exit 0; with several names each held lease goes to the
+    /// live member that ranks first for it (released when none is live).
     ///
     /// CMD runs under a guard process (`picolease __guard`, this binary)
     /// that holds the term's deadline (CLOCK_BOOTTIME) and kills CMD's whole
@@ -299,8 +300,9 @@ pub struct RunArgs {
     /// a version ranks below every version.
     #[arg(long, value_name = "TAG")]
     pub version_tag: Option<String>,
-    /// SIGTERM, SIGINT and SIGHUP hand the lease over, then exit, as
-    /// SIGUSR1 always does (see above), instead of releasing it.
+    /// SIGTERM, SIGINT and SIGHUP hand the lease (or, with several
+    /// names, every held lease) over, then exit, as SIGUSR1 always does
+    /// (see above), instead of releasing.
     #[arg(long)]
     pub handover_on_term: bool,
     /// One JSON object per line for each event (see above).

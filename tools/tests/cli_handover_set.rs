@@ -9,6 +9,12 @@
 //! 127.0.0.1:3306 (a table per test; FAILS, not skips, when a server is
 //! unreachable).
 //!
+//! "Hand over, then exit" with several names: SIGUSR1 (or SIGTERM with
+//! `--handover-on-term`) to one of three processes makes it hand each
+//! lease it leads to one of the two others (`handover` lines naming them),
+//! exit 0, and the others lead every lease at the next epoch, never a lease
+//! led twice.
+//!
 //! The handover's time (the holder's `handover` line to NODE's `leader`
 //! line for L) is printed: `cargo test -p picolease-cli --test
 //! cli_handover_set -- --nocapture --test-threads 1`.
@@ -106,5 +112,102 @@ fn on_mysql_a_lease_of_a_set_is_handed_to_the_named_node_and_the_share_holds() {
     let table = format!("pl_set_handover_{}", std::process::id());
     support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
     set_handover(MYSQL, &table, "MariaDB");
+    support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+}
+
+/// Three processes over six leases, two each; `by` to n0 (run with
+/// `extra`): it hands both its leases to n1 or n2, exits 0, and they lead
+/// all six.
+fn leave(db: &str, table: &str, database: &str, by: Signal, extra: &[&str]) {
+    let log: Log = Arc::default();
+    let global = ["--table", table];
+    let names = "l{0..5}";
+    let mut nodes = vec![
+        support::spawn(db, &global, names, TTL, 0, &log, extra),
+        support::spawn(db, &global, names, TTL, 1, &log, &[]),
+        support::spawn(db, &global, names, TTL, 2, &log, &[]),
+    ];
+    let none = BTreeSet::new();
+    wait_for("two leases each", PATIENCE, || {
+        counts(&log, &none) == [2, 2, 2]
+    });
+    let leaving = held(&log, &none)[&0].clone();
+    let from = log.lock().unwrap().len();
+    signal(&nodes[0], by);
+    assert_eq!(
+        nodes[0].child.wait().unwrap().code(),
+        Some(0),
+        "{database}: n0 exits 0 on {by}"
+    );
+    nodes[0].reader.take().unwrap().join().unwrap();
+    let gone = BTreeSet::from([0]);
+    wait_for("n1 and n2 lead all six", PATIENCE, || {
+        counts(&log, &gone).iter().sum::<usize>() == 6
+    });
+    let mut gaps = Vec::new();
+    let events = log.lock().unwrap()[from..].to_vec();
+    for lease in &leaving {
+        let handed = events
+            .iter()
+            .find(|e| e.node == 0 && e.kind() == "handover" && e.json["name"] == lease.as_str())
+            .unwrap_or_else(|| panic!("{database}: n0 hands {lease} over: {events:#?}"));
+        let to = handed.json["to"].as_str().unwrap();
+        assert!(to == "n1" || to == "n2", "{database}: {lease} to {to}");
+        let led = events
+            .iter()
+            .find(|e| e.kind() == "leader" && e.json["name"] == lease.as_str())
+            .unwrap_or_else(|| panic!("{database}: {lease} is led again"));
+        assert_eq!(
+            format!("n{}", led.node),
+            to,
+            "{database}: {lease} is led by the node it was handed to"
+        );
+        assert_eq!(led.epoch(), handed.epoch() + 1);
+        gaps.push(led.unix_ms().saturating_sub(handed.unix_ms()));
+    }
+    println!(
+        "{database}: n0 left on {by}; each of its leases led again {gaps:?} ms after its handover line"
+    );
+    for node in &nodes[1..] {
+        signal(node, Signal::SIGTERM);
+    }
+    for node in &mut nodes[1..] {
+        assert_eq!(node.child.wait().unwrap().code(), Some(0));
+        node.reader.take().unwrap().join().unwrap();
+    }
+    let all = log.lock().unwrap().clone();
+    assert_never_led_twice(&all, None);
+}
+
+#[test]
+fn sigusr1_hands_a_sets_leases_to_the_other_members_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("leases.db").display());
+    leave(&db, "pl_set_leave", "SQLite", Signal::SIGUSR1, &[]);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn on_postgres_sigterm_with_handover_on_term_hands_a_sets_leases_over_then_exits() {
+    const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+    let table = format!("pl_set_leave_{}", std::process::id());
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+    leave(
+        POSTGRES,
+        &table,
+        "PostgreSQL",
+        Signal::SIGTERM,
+        &["--handover-on-term"],
+    );
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_sigusr1_hands_a_sets_leases_to_the_other_members_then_exits() {
+    const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
+    let table = format!("pl_set_leave_{}", std::process::id());
+    support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+    leave(MYSQL, &table, "MariaDB", Signal::SIGUSR1, &[]);
     support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
 }

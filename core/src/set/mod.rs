@@ -486,6 +486,47 @@ impl LeaseSet {
         led
     }
 
+    /// Leave the set's contention by handing every lease this node leads
+    /// over, then shut down: "hand over, then exit" (`run`'s SIGUSR1 with
+    /// several names). Each lease goes to the live member (another holder
+    /// than this one, by the last survey) that ranks first for it
+    /// ([`share::preference`], the rendezvous order the share uses), so it
+    /// lands where the share will keep it once this node is gone; with no
+    /// other live member it is released. Then [`LeaseSet::handle_shutdown`]:
+    /// no lease is reached for meanwhile, the membership row is released,
+    /// `Finished` once every statement is answered. Returns how many
+    /// leases are handed to a member.
+    pub fn handle_leave(&mut self, now: Instant) -> usize {
+        if self.finished {
+            return 0;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
+            return 0;
+        }
+        let others: Vec<HolderId> = self
+            .members(now)
+            .into_iter()
+            .filter(|h| *h != self.template.holder)
+            .collect();
+        let mut handed = 0;
+        for i in 0..self.member {
+            let slot = &self.slots[i];
+            if slot.yielding || !slot.machine.leadership().is_leader() {
+                continue;
+            }
+            let to = others
+                .iter()
+                .max_by_key(|h| share::preference(h, slot.name.as_str()))
+                .and_then(|h| HolderId::reserved_for(h.node()).ok());
+            handed += usize::from(to.is_some());
+            self.slots[i].machine.handle_hand_over(now, to);
+            self.drain(now, i);
+        }
+        self.handle_shutdown(now);
+        handed
+    }
+
     /// The lease and the reservation of the [`BatchKind::HandOver`] in
     /// flight, if that is what is in flight: what the driver binds to the
     /// single-row hand-over statement it runs for it (`None` as the

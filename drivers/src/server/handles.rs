@@ -334,6 +334,15 @@ macro_rules! server_handles {
                 Ok(())
             }
 
+            /// "Hand over, then exit" (what `picolease run` does on SIGUSR1
+            /// with several names): hands every lease this node leads to the
+            /// live member that ranks first for it (where the share will keep
+            /// it once this node is gone; released when no other member is
+            /// live), then shuts down; await [`Self::shutdown`] for the end.
+            pub fn hand_over_all(&self) {
+                self.task.send(crate::server::driver::Control::HandOverToPreferred);
+            }
+
             /// True once the set's task has ended.
             pub fn is_finished(&self) -> bool {
                 self.task.is_finished()

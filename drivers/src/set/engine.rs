@@ -254,13 +254,15 @@ impl Engine {
         };
     }
 
-    /// A lone lease hands over to its preferred candidate (DESIGN §3
-    /// "Preferred holders"), else releases; a set's handle has no such
-    /// call yet.
+    /// "Hand over, then exit": a lone lease hands over to its preferred
+    /// candidate (DESIGN §3 "Preferred holders"), else releases (its
+    /// shutdown follows); a set hands each lease to the member that ranks
+    /// first for it and shuts down (`LeaseSet::handle_leave`).
     pub(crate) fn handle_hand_over_to_preferred(&mut self, now: Instant) {
-        if let Engine::Lease(state) = self {
-            state.handle_hand_over_to_preferred(now);
-        }
+        let _handed = match self {
+            Engine::Lease(state) => usize::from(state.handle_hand_over_to_preferred(now)),
+            Engine::Set(set) => set.handle_leave(now),
+        };
     }
 
     /// The reservation a hand-over binds, a lone lease's or a set's in

@@ -141,6 +141,15 @@ impl SqliteLeaseSet {
         Ok(())
     }
 
+    /// "Hand over, then exit" (what `picolease run` does on SIGUSR1 with
+    /// several names): hands every lease this node leads to the live
+    /// member that ranks first for it (where the share will keep it once
+    /// this node is gone; released when no other member is live), then
+    /// shuts down; call [`SqliteLeaseSet::shutdown`] to wait for the end.
+    pub fn hand_over_all(&self) {
+        self.thread.send(Control::HandOverToPreferred);
+    }
+
     /// True once the set's thread has ended.
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()

@@ -94,6 +94,11 @@ pub trait SetContender {
     /// Stops every CMD, releases every held lease and the membership row,
     /// and returns the fatal error that had stopped the driver, if any.
     fn shutdown(self: Box<Self>) -> Result<(), CliError>;
+
+    /// "Hand over, then exit": every held lease goes to the live member
+    /// that ranks first for it (`hand_over_all`), then as
+    /// [`SetContender::shutdown`]. `run`'s SIGUSR1 with several names.
+    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError>;
 }
 
 /// A started set: its handle, every lease's transitions from the start

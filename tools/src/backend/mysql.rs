@@ -238,6 +238,10 @@ impl AsyncSet for MysqlLeaseSet {
         MysqlLeaseSet::give_up(self, lease);
     }
 
+    fn hand_over_all(&self) {
+        MysqlLeaseSet::hand_over_all(self);
+    }
+
     fn snapshots(&self) -> SetSnapshots {
         (**self).snapshots()
     }

@@ -235,6 +235,10 @@ impl AsyncSet for PgLeaseSet {
         PgLeaseSet::give_up(self, lease);
     }
 
+    fn hand_over_all(&self) {
+        PgLeaseSet::hand_over_all(self);
+    }
+
     fn snapshots(&self) -> SetSnapshots {
         (**self).snapshots()
     }

@@ -39,6 +39,9 @@ pub(crate) trait AsyncSet: Sized + 'static {
     type Error: Into<CliError> + Send + 'static;
     /// Gives `lease` up.
     fn give_up(&self, lease: &LeaseName);
+    /// Hands every held lease to the member that ranks first for it and
+    /// shuts down (`hand_over_all`).
+    fn hand_over_all(&self);
     /// What the set publishes, readable from another thread.
     fn snapshots(&self) -> SetSnapshots;
     /// Stops every lease's work, releases, returns the driver's outcome.
@@ -196,10 +199,16 @@ impl Contender for ServerContender {
     }
 }
 
-/// A lease set on its own runtime thread; `Some(lease)` gives a lease up,
-/// `None` shuts down.
+/// What `run` asks of a set on its runtime thread.
+enum SetAsk {
+    GiveUp(LeaseName),
+    Shutdown,
+    HandOverThenShutdown,
+}
+
+/// A lease set on its own runtime thread.
 struct ServerSetContender {
-    commands: tokio::sync::mpsc::UnboundedSender<Option<LeaseName>>,
+    commands: tokio::sync::mpsc::UnboundedSender<SetAsk>,
     thread: Option<DriverThread>,
     database: &'static str,
 }
@@ -227,8 +236,14 @@ pub(crate) fn spawn_set<S: AsyncSet, E: Into<CliError> + Send + 'static>(
                 let _ = started_tx.send(Ok(set.snapshots()));
                 loop {
                     match inbox.recv().await {
-                        Some(Some(lease)) => set.give_up(&lease),
-                        Some(None) | None => return set.shutdown().await.map_err(Into::into),
+                        Some(SetAsk::GiveUp(lease)) => set.give_up(&lease),
+                        Some(SetAsk::HandOverThenShutdown) => {
+                            set.hand_over_all();
+                            return set.shutdown().await.map_err(Into::into);
+                        }
+                        Some(SetAsk::Shutdown) | None => {
+                            return set.shutdown().await.map_err(Into::into)
+                        }
                     }
                 }
             })
@@ -247,11 +262,16 @@ pub(crate) fn spawn_set<S: AsyncSet, E: Into<CliError> + Send + 'static>(
 
 impl super::SetContender for ServerSetContender {
     fn give_up(&self, lease: &LeaseName) {
-        let _ = self.commands.send(Some(lease.clone()));
+        let _ = self.commands.send(SetAsk::GiveUp(lease.clone()));
     }
 
     fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        let _ = self.commands.send(None);
+        let _ = self.commands.send(SetAsk::Shutdown);
+        joined(self.thread.take(), self.database)
+    }
+
+    fn hand_over_then_shutdown(mut self: Box<Self>) -> Result<(), CliError> {
+        let _ = self.commands.send(SetAsk::HandOverThenShutdown);
         joined(self.thread.take(), self.database)
     }
 }

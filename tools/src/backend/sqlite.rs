@@ -165,4 +165,9 @@ impl super::SetContender for SqliteLeaseSet {
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
         SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
     }
+
+    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
+        self.hand_over_all();
+        SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
+    }
 }

@@ -76,11 +76,6 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
             "--priority and --version-tag apply to one lease: a lease set does not yet prefer candidates",
         ));
     }
-    if names.len() > 1 && args.handover_on_term {
-        return Err(CliError::usage(
-            "--handover-on-term applies to one lease: a lease set does not yet hand over",
-        ));
-    }
     let lease = names[0].clone();
     // A `--node` is a stable name two processes may share: the stored id
     // adds this process's incarnation (DESIGN §3).

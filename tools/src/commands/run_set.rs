@@ -27,6 +27,8 @@ enum Event {
     Transition(Transition),
     DriverEnded,
     Signal,
+    /// SIGUSR1, or with --handover-on-term any stopping signal.
+    HandOverSignal,
     Child(LeaseName, ChildEvent),
 }
 
@@ -61,8 +63,14 @@ pub fn run(
         listener,
     } = prepared;
     let (tx, events) = mpsc::channel();
-    // A set does not hand over yet: SIGUSR1 stops it as SIGTERM does.
-    install_signals_with(tx.clone(), || Event::Signal, || Event::Signal)?;
+    // SIGUSR1 is "hand over, then exit": every held lease goes to the
+    // member that ranks first for it (DESIGN §3 "Planned handover").
+    let stop_signal = if args.handover_on_term {
+        || Event::HandOverSignal
+    } else {
+        || Event::Signal
+    };
+    install_signals_with(tx.clone(), stop_signal, || Event::HandOverSignal)?;
     // Each term's end waits for its `follower` line, so a lease is
     // released only after the line is out. With CMD the supervisor waits;
     // without, on PostgreSQL and MySQL a task per held lease waits, and on
@@ -152,6 +160,7 @@ impl Printers {
 
 enum Stop {
     Signal,
+    HandOverSignal,
     ChildFailed(String),
     DriverFinished,
 }
@@ -177,11 +186,14 @@ fn session(
         |event| {
             handle(printers, None, event);
         },
-        || set.shutdown(),
+        || match stop {
+            Stop::HandOverSignal => set.hand_over_then_shutdown(),
+            _ => set.shutdown(),
+        },
     );
     outcome?;
     match stop {
-        Stop::Signal => Ok(ExitCode::SUCCESS),
+        Stop::Signal | Stop::HandOverSignal => Ok(ExitCode::SUCCESS),
         Stop::ChildFailed(message) => Err(CliError::runtime(message)),
         Stop::DriverFinished => Err(CliError::runtime(
             "the lease set's driver stopped unexpectedly".to_string(),
@@ -222,6 +234,7 @@ fn handle(printers: &Printers, set: Option<&dyn SetContender>, event: Event) -> 
             return Some(Stop::ChildFailed(message))
         }
         Event::Signal => return Some(Stop::Signal),
+        Event::HandOverSignal => return Some(Stop::HandOverSignal),
         Event::DriverEnded => return Some(Stop::DriverFinished),
     }
     None
