@@ -122,7 +122,7 @@ fn leave(db: &str, table: &str, database: &str, by: Signal, extra: &[&str]) {
     let log: Log = Arc::default();
     let global = ["--table", table];
     let names = "l{0..5}";
-    let mut nodes = vec![
+    let mut nodes = [
         support::spawn(db, &global, names, TTL, 0, &log, extra),
         support::spawn(db, &global, names, TTL, 1, &log, &[]),
         support::spawn(db, &global, names, TTL, 2, &log, &[]),
