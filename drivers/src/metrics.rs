@@ -267,7 +267,7 @@ impl Metrics {
 pub(crate) mod set {
     use std::time::Duration;
 
-    use picolease_core::{BatchKind, BatchReply, Failure, Leadership, LeaseName};
+    use picolease_core::{BatchKind, BatchReply, Demotion, Failure, Leadership, LeaseName};
 
     pub(crate) fn leadership(lease: &LeaseName, leadership: &Leadership) {
         let name = lease.as_str().to_string();
@@ -279,9 +279,32 @@ pub(crate) mod set {
         if leadership.is_leader() {
             metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "leader", "reason" => "acquired")
                 .increment(1);
+        } else if let (Some(Demotion::HandedOver), Some(_)) =
+            (leadership.reason, &leadership.holder)
+        {
+            // The second publication of a handover: the row went to the
+            // reservation it names (the transition was counted before).
+            hand_over("reserved");
         } else if let Some(reason) = leadership.reason {
             metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "follower", "reason" => reason.as_str())
                 .increment(1);
+        }
+    }
+
+    /// `picolease_handovers_total{result}`, as a lone lease counts it.
+    pub(crate) fn hand_over(result: &'static str) {
+        metrics::counter!("picolease_handovers_total", "result" => result).increment(1);
+    }
+
+    /// A set's hand-over statement ended: refused (the term had ended) or
+    /// failed (no answer, or timed out); `reserved` is counted when the
+    /// handover is published.
+    pub(crate) fn hand_over_answered(answer: Option<&crate::set::Answer>) {
+        use picolease_core::Reply;
+        match answer {
+            Some(crate::set::Answer::Row(Reply::Rejected)) => hand_over("refused"),
+            Some(crate::set::Answer::Row(Reply::Failed(_))) | None => hand_over("failed"),
+            Some(_) => {}
         }
     }
 

@@ -34,8 +34,11 @@ const TTL: &str = "2s";
 fn set_handover(db: &str, table: &str, database: &str) {
     let log: Log = Arc::default();
     let global = ["--table", table];
-    let spawn = |node| support::spawn(db, &global, NAMES, TTL, node, &log, &[]);
-    let mut nodes = vec![spawn(0), spawn(1)];
+    let addr = support::http::free_addr();
+    let mut nodes = vec![
+        support::spawn(db, &global, NAMES, TTL, 0, &log, &["--listen", &addr]),
+        support::spawn(db, &global, NAMES, TTL, 1, &log, &[]),
+    ];
     let none = BTreeSet::new();
     wait_for("two leases each", PATIENCE, || {
         counts(&log, &none) == [2, 2]
@@ -77,6 +80,20 @@ fn set_handover(db: &str, table: &str, database: &str) {
         held(&log, &none)[&1].contains(&lease),
         "{database}: n1 keeps {lease}"
     );
+    // The holder's metrics count one handover, and one transition for it.
+    let (_, body) = support::http::wait_get(&addr, "/metrics", |status, body| {
+        status == 200 && body.contains("picolease_handovers_total")
+    });
+    let series = |s: &str| support::http::sample(&body, s);
+    assert_eq!(
+        series("picolease_handovers_total{result=\"reserved\"}"),
+        Some(1.0),
+        "{database}: {body}"
+    );
+    let transition = format!(
+        "picolease_transitions_total{{lease=\"{lease}\",to=\"follower\",reason=\"handover\"}}"
+    );
+    assert_eq!(series(&transition), Some(1.0), "{database}: {body}");
     for node in &nodes {
         signal(node, Signal::SIGTERM);
     }

@@ -290,8 +290,14 @@ impl<G: TermGate> SetRunner<G> {
                     (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted))) => {
                         member.publisher.record_renewal(elapsed);
                     }
-                    // `picolease_handovers_total{result="refused"}`: the
-                    // term had ended before the hand-over ran.
+                    // A set's lease: the set's series (its members have none).
+                    #[cfg(feature = "metrics")]
+                    (Operation::HandOver { .. }, answer)
+                        if member.publisher.metrics().is_none() =>
+                    {
+                        crate::metrics::set::hand_over_answered(answer)
+                    }
+                    // `picolease_handovers_total{result="refused"}`: too late.
                     #[cfg(feature = "metrics")]
                     (Operation::HandOver { .. }, Some(Answer::Row(Reply::Rejected))) => {
                         if let Some(metrics) = member.publisher.metrics() {
