@@ -48,6 +48,8 @@ pub struct SetSimConfig {
     /// node hands the lease over to the successor's node if it leads it
     /// then ([`LeaseSet::handle_hand_over`]).
     pub hand_overs: Vec<(Duration, usize, usize, usize)>,
+    /// "Hand over, then exit": (when, node) ([`LeaseSet::handle_leave`]).
+    pub leaves: Vec<(Duration, usize)>,
     /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
     pub notify: bool,
     /// How long gated work takes to stop after `StopWork`.
@@ -76,6 +78,7 @@ impl SetSimConfig {
             crashes: Vec::new(),
             shutdowns: Vec::new(),
             hand_overs: Vec::new(),
+            leaves: Vec::new(),
             notify: true,
             work_stop: Duration::from_millis(1),
             duration: Duration::from_secs(20),
@@ -161,6 +164,7 @@ enum Event {
     Shutdown(usize),
     /// An index into `hand_overs`.
     HandOver(usize),
+    Leave(usize),
     /// The batch reaches the database.
     Execute {
         node: usize,
@@ -258,6 +262,9 @@ impl SetSimulation {
         }
         for (index, &(at, ..)) in sim.config.hand_overs.clone().iter().enumerate() {
             sim.schedule(at.as_nanos() as u64, Event::HandOver(index));
+        }
+        for &(at, node) in &sim.config.leaves.clone() {
+            sim.schedule(at.as_nanos() as u64, Event::Leave(node));
         }
         sim.schedule(sim.config.interval.as_nanos() as u64, Event::Sample);
         // Check the template once, so a bad configuration fails here.
@@ -359,6 +366,12 @@ impl SetSimulation {
             Event::Shutdown(node) => {
                 if let Some(set) = self.nodes[node].set.as_mut() {
                     set.handle_shutdown(now);
+                }
+                self.carry_out(node);
+            }
+            Event::Leave(node) => {
+                if let Some(set) = self.nodes[node].set.as_mut() {
+                    set.handle_leave(now);
                 }
                 self.carry_out(node);
             }
