@@ -730,8 +730,9 @@ fn the_printed_sqlite_batch_statements_run() {
                     other => panic!("{key}: an integer expected, got {other:?}"),
                 };
                 match row.len() {
-                    // name, epoch (renew and release batches)
-                    2 => (text(&row[0]).unwrap(), None, int(&row[1])),
+                    // name, epoch (release batch), and the handover
+                    // request (renew batch)
+                    2 | 3 => (text(&row[0]).unwrap(), None, int(&row[1])),
                     // name, holder, epoch, expires_in_ms
                     4 => (text(&row[0]).unwrap(), text(&row[1]), int(&row[2])),
                     n => panic!("{key}: {n} columns"),
@@ -783,8 +784,9 @@ fn the_printed_postgres_batch_statements_run_on_the_server() {
             .unwrap_or_else(|e| panic!("{key}: {e}"));
         rows.iter()
             .map(|row| match row.len() {
-                // name, epoch (renew and release batches)
-                2 => (row.get(0), None, row.get(1)),
+                // name, epoch (release batch), and the handover request
+                // (renew batch)
+                2 | 3 => (row.get(0), None, row.get(1)),
                 // name, holder, epoch, expires_in_ms
                 4 => (row.get(0), row.get(1), row.get(2)),
                 n => panic!("{key}: {n} columns"),

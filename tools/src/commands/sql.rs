@@ -35,9 +35,10 @@
 //! `release_batch` (`[["a",3],["b",5]]`), each sorted byte-wise by name (the
 //! lock order on PostgreSQL). A set's membership row is the lease named
 //! `picolease.member:<holder id>`, acquired and renewed in the same
-//! batches; `survey` lists the live ones, and the other rows that are free
-//! or have less than `stale_ms` left (picolease uses ttl − 2·interval, at
-//! least one interval).
+//! batches; `survey` lists the live ones, and the other rows that are free,
+//! have less than `stale_ms` left (picolease uses ttl − 2·interval, at
+//! least one interval) or are reserved for a successor (holder ending in
+//! `#`).
 
 use std::process::ExitCode;
 
@@ -190,7 +191,7 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         ),
         Printed::of(
             "renew_batch",
-            "lease sets: extend each lease in batch, a JSON array of [name, epoch] pairs sorted by name, e.g. [[\"a\",3],[\"b\",5]], that is ours at that epoch; returns name, epoch of each renewed (a missing pair was lost)",
+            "lease sets: extend each lease in batch, a JSON array of [name, epoch] pairs sorted by name, e.g. [[\"a\",3],[\"b\",5]], that is ours at that epoch; returns name, epoch of each renewed (a missing pair was lost) and, as the renew's second column, the node an operator asked that term be handed over to ('' for anyone; NULL: no request)",
             statements.renew_batch(),
         ),
         Printed::of(
@@ -200,7 +201,7 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         ),
         Printed::of(
             "survey",
-            "lease sets: name, holder, epoch, expires_in_ms, by name, of live membership rows (picolease.member:<holder id>) and of other rows free or with less than stale_ms left (picolease: ttl - 2*interval, at least one interval)",
+            "lease sets: name, holder, epoch, expires_in_ms, by name, of live membership rows (picolease.member:<holder id>) and of other rows free, with less than stale_ms left (picolease: ttl - 2*interval, at least one interval) or reserved for a successor (holder ending in '#')",
             statements.survey(),
         ),
     ]
