@@ -1,0 +1,110 @@
+//! Planned handover in a lease set (DESIGN §3 "Planned handover", §9):
+//! one lease handed to a named node by its own machine, a whole node
+//! leaving ("hand over, then exit"), and what the set does around a
+//! lease being handed over. The statement itself is the lone lease's
+//! single-row hand-over, sent as a [`BatchKind::HandOver`] (`batch.rs`);
+//! the node a lease is handed to takes it in `plan.rs::take_offered`.
+
+use super::{share, BatchKind, LeaseSet, Seen};
+use crate::names::{HolderId, LeaseName};
+use crate::time::Instant;
+
+impl LeaseSet {
+    /// Hands `lease` over (DESIGN §3 "Planned handover"), as a lone
+    /// lease's [`LeaseState::handle_hand_over`] does: if this node leads
+    /// it, its work stops, then one statement (a [`BatchKind::HandOver`])
+    /// reserves the row for `to`, or with `None` releases it. The node
+    /// stays in the set and does not try that lease again while the
+    /// reservation lasts: the share may bring it back later. Returns
+    /// whether it led, and so hands over.
+    pub fn handle_hand_over(&mut self, now: Instant, lease: &str, to: Option<HolderId>) -> bool {
+        if self.finished {
+            return false;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
+            return false;
+        }
+        let Some(&i) = self.index.get(lease).filter(|&&i| i != self.member) else {
+            return false;
+        };
+        // A lease already given up for the share is on its way out.
+        if self.slots[i].yielding {
+            return false;
+        }
+        let led = self.slots[i].machine.handle_hand_over(now, to);
+        self.drain(now, i);
+        self.settle(now);
+        led
+    }
+
+    /// Leave the set's contention by handing every lease this node leads
+    /// over, then shut down: "hand over, then exit" (`run`'s SIGUSR1 with
+    /// several names). Each lease goes to the live member (another holder
+    /// than this one, by the last survey) that ranks first for it
+    /// ([`share::preference`], the rendezvous order the share uses), so it
+    /// lands where the share will keep it once this node is gone; with no
+    /// other live member it is released. Then [`LeaseSet::handle_shutdown`]:
+    /// no lease is reached for meanwhile, the membership row is released,
+    /// `Finished` once every statement is answered. Returns how many
+    /// leases are handed to a member.
+    pub fn handle_leave(&mut self, now: Instant) -> usize {
+        if self.finished {
+            return 0;
+        }
+        self.step_deadlines(now);
+        if self.shutting_down {
+            return 0;
+        }
+        let others: Vec<HolderId> = self
+            .members(now)
+            .into_iter()
+            .filter(|h| *h != self.template.holder)
+            .collect();
+        let mut handed = 0;
+        for i in 0..self.member {
+            let slot = &self.slots[i];
+            if slot.yielding || !slot.machine.leadership().is_leader() {
+                continue;
+            }
+            let to = others
+                .iter()
+                .max_by_key(|h| share::preference(h, slot.name.as_str()))
+                .and_then(|h| HolderId::reserved_for(h.node()).ok());
+            handed += usize::from(to.is_some());
+            self.slots[i].machine.handle_hand_over(now, to);
+            self.drain(now, i);
+        }
+        self.handle_shutdown(now);
+        handed
+    }
+
+    /// The lease and the reservation of the [`BatchKind::HandOver`] in
+    /// flight, if that is what is in flight: what the driver binds to the
+    /// single-row hand-over statement it runs for it (`None` as the
+    /// reservation never comes: a plain release goes in a release batch).
+    pub fn hand_over_in_flight(&self) -> Option<(&LeaseName, Option<&HolderId>)> {
+        let batch = self.in_flight.as_ref()?;
+        if batch.kind != BatchKind::HandOver {
+            return None;
+        }
+        let slot = &self.slots[*batch.items.first()?];
+        Some((&slot.name, slot.machine.successor()))
+    }
+
+    /// A held lease is being handed over (by this node's call or an
+    /// operator's request): its machine stays a follower but competes no
+    /// more, and the share leaves the lease alone for the reservation, so
+    /// the successor has it to itself; if the successor never takes it,
+    /// this node may again once it lapses (no lease stuck on a node that
+    /// went away).
+    pub(super) fn after_hand_over(&mut self, now: Instant, i: usize) {
+        let until = now + self.template.reservation();
+        let slot = &mut self.slots[i];
+        slot.rest_until = Some(until);
+        slot.seen = Seen::Held { until: None };
+        slot.machine.set_contending(now, false);
+        let at = self.wakeups.partition_point(|&t| t < until);
+        self.wakeups.insert(at, until);
+    }
+}
