@@ -257,6 +257,7 @@ impl Metrics {
 /// | `picolease_leader` | gauge | `lease` | 1 while this node leads that lease |
 /// | `picolease_epoch` | gauge | `lease` | the epoch last held or observed |
 /// | `picolease_transitions_total` | counter | `lease`, `to`, `reason` | terms begun and ended, per lease |
+/// | `picolease_handovers_total` | counter | `lease`, `result` | a lease's planned handovers, as a lone lease counts them |
 /// | `picolease_batch_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`survey` | one batch, from handing it out to its result |
 /// | `picolease_batch_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal`\|`timeout` | failed batches (`timeout`: given up past the request timeout) |
 /// | `picolease_set_held`, `picolease_set_target`, `picolease_set_members` | gauges | | leases held, the fair share, live members |
@@ -284,26 +285,29 @@ pub(crate) mod set {
         {
             // The second publication of a handover: the row went to the
             // reservation it names (the transition was counted before).
-            hand_over("reserved");
+            hand_over(lease, "reserved");
         } else if let Some(reason) = leadership.reason {
             metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "follower", "reason" => reason.as_str())
                 .increment(1);
         }
     }
 
-    /// `picolease_handovers_total{result}`, as a lone lease counts it.
-    pub(crate) fn hand_over(result: &'static str) {
-        metrics::counter!("picolease_handovers_total", "result" => result).increment(1);
+    /// `picolease_handovers_total{lease, result}`, as a lone lease counts
+    /// it.
+    pub(crate) fn hand_over(lease: &LeaseName, result: &'static str) {
+        let lease = lease.as_str().to_string();
+        metrics::counter!("picolease_handovers_total", "lease" => lease, "result" => result)
+            .increment(1);
     }
 
     /// A set's hand-over statement ended: refused (the term had ended) or
     /// failed (no answer, or timed out); `reserved` is counted when the
     /// handover is published.
-    pub(crate) fn hand_over_answered(answer: Option<&crate::set::Answer>) {
+    pub(crate) fn hand_over_answered(lease: &LeaseName, answer: Option<&crate::set::Answer>) {
         use picolease_core::Reply;
         match answer {
-            Some(crate::set::Answer::Row(Reply::Rejected)) => hand_over("refused"),
-            Some(crate::set::Answer::Row(Reply::Failed(_))) | None => hand_over("failed"),
+            Some(crate::set::Answer::Row(Reply::Rejected)) => hand_over(lease, "refused"),
+            Some(crate::set::Answer::Row(Reply::Failed(_))) | None => hand_over(lease, "failed"),
             Some(_) => {}
         }
     }

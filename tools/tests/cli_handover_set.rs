@@ -86,7 +86,9 @@ fn set_handover(db: &str, table: &str, database: &str) {
     });
     let series = |s: &str| support::http::sample(&body, s);
     assert_eq!(
-        series("picolease_handovers_total{result=\"reserved\"}"),
+        series(&format!(
+            "picolease_handovers_total{{lease=\"{lease}\",result=\"reserved\"}}"
+        )),
         Some(1.0),
         "{database}: {body}"
     );

@@ -277,10 +277,11 @@ impl<G: TermGate> SetRunner<G> {
     fn record(&self, ran: Ran, elapsed: Duration, outcome: Outcome, answer: Option<&Answer>) {
         match ran {
             Ran::Row(operation) => {
-                // A lone lease's, or a set's hand-over of one lease (known
-                // while it is in flight).
+                // A lone lease's, or a set's hand-over (known in flight).
                 let lease = self.engine.row_lease();
-                let Some(member) = lease.and_then(|lease| self.members.get(lease.as_str())) else {
+                let Some((lease, member)) =
+                    lease.and_then(|lease| Some((lease, self.members.get(lease.as_str())?)))
+                else {
                     return;
                 };
                 member
@@ -290,20 +291,16 @@ impl<G: TermGate> SetRunner<G> {
                     (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted))) => {
                         member.publisher.record_renewal(elapsed);
                     }
-                    // A set's lease: the set's series (its members have none).
+                    // `picolease_handovers_total`: a lone lease's refusal, or a
+                    // set's outcome (its members have no series of their own).
                     #[cfg(feature = "metrics")]
-                    (Operation::HandOver { .. }, answer)
-                        if member.publisher.metrics().is_none() =>
-                    {
-                        crate::metrics::set::hand_over_answered(answer)
-                    }
-                    // `picolease_handovers_total{result="refused"}`: too late.
-                    #[cfg(feature = "metrics")]
-                    (Operation::HandOver { .. }, Some(Answer::Row(Reply::Rejected))) => {
-                        if let Some(metrics) = member.publisher.metrics() {
-                            metrics.hand_over_refused();
+                    (Operation::HandOver { .. }, answer) => match member.publisher.metrics() {
+                        Some(metrics) if matches!(answer, Some(Answer::Row(Reply::Rejected))) => {
+                            metrics.hand_over_refused()
                         }
-                    }
+                        Some(_) => {}
+                        None => crate::metrics::set::hand_over_answered(lease, answer),
+                    },
                     _ => {}
                 }
             }
