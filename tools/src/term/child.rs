@@ -192,6 +192,12 @@ impl Gated {
             }
         };
         let epoch = view.term().epoch().get();
+        // The term's `leader` line reaches the printer by another thread:
+        // the `child` line waits for it (bounded), so stdout keeps the
+        // order of what happened.
+        if let Some(printed) = &self.printed {
+            printed.wait_led(view.term().lease().as_str(), epoch, PRINT_WAIT);
+        }
         send(ChildEvent::Started { pid, epoch });
         let mut forwarded = deadline;
         let mut by_itself = true;

@@ -19,20 +19,24 @@ use serde_json::{json, Value};
 use super::child::ChildStatus;
 use crate::output::{line, unix_ms};
 
-/// The terms whose `follower` line is out, per lease (the highest epoch
-/// left): a lone lease's gated work returns only once its term's line is
-/// printed ([`super::child::Gated`]), so the release that follows the work
-/// cannot let a successor's `leader` line reach its stdout first.
+/// The terms whose `leader` and `follower` lines are out, per lease (the
+/// highest epoch of each): a lone lease's gated work returns only once its
+/// term's `follower` line is printed ([`super::child::Gated`]), so the
+/// release that follows the work cannot let a successor's `leader` line
+/// reach its stdout first; and a CMD's `child` line waits for its term's
+/// `leader` line, which reaches the printer by another thread.
 #[derive(Debug, Default)]
 pub struct Printed {
-    left: Mutex<HashMap<String, u64>>,
+    /// Per lease: (highest epoch led, highest epoch left).
+    lines: Mutex<HashMap<String, (u64, u64)>>,
     changed: Condvar,
 }
 
 impl Printed {
-    fn left(&self, lease: &str, epoch: u64) {
-        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
-        let seen = left.entry(lease.to_string()).or_insert(0);
+    fn printed(&self, lease: &str, epoch: u64, leader: bool) {
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let (led, left) = lines.entry(lease.to_string()).or_insert((0, 0));
+        let seen = if leader { led } else { left };
         *seen = (*seen).max(epoch);
         self.changed.notify_all();
     }
@@ -40,19 +44,32 @@ impl Printed {
     /// Waits until the `follower` line of `lease`'s term `epoch` (or a
     /// later one's) is printed, at most `timeout`; true if it was.
     pub fn wait_left(&self, lease: &str, epoch: u64, timeout: Duration) -> bool {
+        self.wait(lease, epoch, false, timeout)
+    }
+
+    /// Waits until the `leader` line of `lease`'s term `epoch` (or a later
+    /// one's) is printed, at most `timeout`; true if it was.
+    pub fn wait_led(&self, lease: &str, epoch: u64, timeout: Duration) -> bool {
+        self.wait(lease, epoch, true, timeout)
+    }
+
+    fn wait(&self, lease: &str, epoch: u64, leader: bool, timeout: Duration) -> bool {
         let until = std::time::Instant::now() + timeout;
-        let mut left = self.left.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if left.get(lease).is_some_and(|&e| e >= epoch) {
+            let seen = lines
+                .get(lease)
+                .map(|&(led, left)| if leader { led } else { left });
+            if seen.is_some_and(|e| e >= epoch) {
                 return true;
             }
             let rest = until.saturating_duration_since(std::time::Instant::now());
             if rest.is_zero() {
                 return false;
             }
-            left = self
+            lines = self
                 .changed
-                .wait_timeout(left, rest)
+                .wait_timeout(lines, rest)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
@@ -127,12 +144,15 @@ impl Printer {
             );
         }
         match (role, reason) {
-            (Role::Leader, _) => self.emit(
-                "leader",
-                transition.at,
-                json!({ "holder": self.holder.as_str(), "epoch": epoch }),
-                format!("{node} leader of \"{lease}\" at epoch {shown}"),
-            ),
+            (Role::Leader, _) => {
+                self.emit(
+                    "leader",
+                    transition.at,
+                    json!({ "holder": self.holder.as_str(), "epoch": epoch }),
+                    format!("{node} leader of \"{lease}\" at epoch {shown}"),
+                );
+                self.printed.printed(lease, shown, true);
+            }
             (Role::Follower, Some(reason)) => {
                 self.emit(
                     "follower",
@@ -143,7 +163,7 @@ impl Printer {
                         reason.as_str()
                     ),
                 );
-                self.printed.left(lease, shown);
+                self.printed.printed(lease, shown, false);
             }
             (Role::Follower, None) if epoch.is_some() || holder.is_some() => self.emit(
                 "observed",
