@@ -11,8 +11,8 @@ use crate::time::Instant;
 
 impl LeaseSet {
     /// Hands `lease` over (DESIGN §3 "Planned handover"), as a lone
-    /// lease's [`LeaseState::handle_hand_over`] does: if this node leads
-    /// it, its work stops, then one statement (a [`BatchKind::HandOver`])
+    /// lease's [`handle_hand_over`](crate::LeaseState::handle_hand_over)
+    /// does: if this node leads it, its work stops, then one statement (a [`BatchKind::HandOver`])
     /// reserves the row for `to`, or with `None` releases it. The node
     /// stays in the set and does not try that lease again while the
     /// reservation lasts: the share may bring it back later. Returns
