@@ -85,6 +85,7 @@ impl Config {
             jitter: self.jitter,
             seed: self.seed,
             stop_lead: self.stop_lead,
+            rank: self.rank.clone(),
         }
     }
 
@@ -193,6 +194,12 @@ pub struct SetConfig {
     pub seed: u64,
     /// As [`Config::stop_lead`].
     pub stop_lead: Duration,
+    /// This node's rank among the set's members (DESIGN §9 "Preferred
+    /// members"): the share is split among the live members of the best
+    /// rank, and a node that a live member outranks hands its leases to
+    /// those members. Carried by the membership row's name. The default,
+    /// the lowest rank, is what every member has unless told otherwise.
+    pub rank: Rank,
 }
 
 impl SetConfig {
@@ -216,6 +223,7 @@ impl SetConfig {
             jitter: interval / 10,
             seed: 0,
             stop_lead: Duration::ZERO,
+            rank: Rank::default(),
         }
     }
 
@@ -229,9 +237,11 @@ impl SetConfig {
     }
 
     /// Checks that the timings can work together, by the rules of
-    /// [`Config::validate`].
+    /// [`Config::validate`], and that the membership row's name, which
+    /// carries the rank, fits a name.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.timings().validate()
+        self.timings().validate()?;
+        crate::set::member_row_name(&self.holder, &self.rank).map(drop)
     }
 
     /// The ttl in whole milliseconds, as bound into the batches.
@@ -249,7 +259,9 @@ impl SetConfig {
         i64::try_from(self.reservation().as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// The configuration `lease` runs with in the set.
+    /// The configuration `lease` runs with in the set. Its rank is the
+    /// lowest: a set's leases do not announce themselves one by one, the
+    /// membership row carries the node's rank for all of them.
     pub fn for_lease(&self, lease: LeaseName) -> Config {
         Config {
             lease,

@@ -209,6 +209,11 @@ impl LeaseState {
         self.hand_over.as_ref()?.to.as_ref()
     }
 
+    /// True from a handover's start until its statement is answered.
+    pub fn is_handing_over(&self) -> bool {
+        self.hand_over.is_some()
+    }
+
     /// This contender's announcement as a candidate
     /// ([`crate::Candidate::announcement`]), what the driver binds to an
     /// [`Operation::Announce`]; `None` with the lowest rank.

@@ -4,7 +4,9 @@
 //!
 //! `cargo test -p picolease-core --features mutants --test check_mutants`
 
-use picolease_core::check::{check, replay, Bounds, Budget, Property, SetupMutation, Violation};
+use picolease_core::check::{
+    check, replay, Bounds, Budget, Property, SetupMutation, Violation, RANKED_SET_YIELD,
+};
 use picolease_core::Mutation;
 
 /// The checker at `bounds` stops at a violation of one of `expected`, and
@@ -269,4 +271,29 @@ fn a_yield_to_a_lower_rank_is_found() {
     let mut bounds = Bounds::with_ranks(2);
     bounds.mutation = Mutation::YieldToAnyCandidate;
     finds_at(&bounds, &[Property::Preference]);
+}
+
+/// (l) Ranked lease sets (`Bounds::ranked`): an outranked node's yield
+/// is a planned handover, which here does not stop the lease's work. The
+/// yield lies deeper than an exhaustive search of the space reaches, so
+/// the path to it (`RANKED_SET_YIELD`) is replayed: n1's term starts
+/// while n0's work still runs, and the replay stops there.
+#[test]
+fn a_set_that_yields_to_a_better_member_with_its_work_running_is_caught() {
+    let mut bounds = Bounds::for_set(2, 1);
+    bounds.ranked = true;
+    bounds.faults = 1;
+    bounds.mutation = Mutation::SetHandOverKeepsWork;
+    let r = replay(RANKED_SET_YIELD, &bounds).expect("a valid trace");
+    let found = r.violation.as_ref().expect("the planted bug is caught");
+    println!("{r}");
+    assert!(
+        [
+            Property::Gating,
+            Property::StopLead,
+            Property::MutualExclusion
+        ]
+        .contains(&found.property),
+        "{r}"
+    );
 }

@@ -7,7 +7,7 @@
 //! The deeper check is `#[ignore]`d; run it with
 //! `cargo test -p picolease-core --features sim --test check_set -- --ignored --nocapture`.
 
-use picolease_core::check::{check, replay, Bounds, BoundsError, Budget};
+use picolease_core::check::{check, replay, Bounds, BoundsError, Budget, RANKED_SET_YIELD};
 
 /// Searches `bounds` to its depth: no violation, and the search completed
 /// (the depth bound, not a budget, stopped it).
@@ -144,6 +144,53 @@ fn a_set_hand_over_replays_to_the_successors_term() {
     let trace = format!("{led};n0:handover;db:n0;n0:recv;n1:recv;db:n1;n1:recv;db:n1;n1:recv");
     let r = replay(&trace, &bounds).expect("a valid trace");
     assert_eq!(r.violation, None, "{r}");
+    let end = &r.steps.last().unwrap().state;
+    assert!(end.contains("n1 holds s0@2"), "{r}");
+    assert!(end.contains("n0 holds nothing"), "{r}");
+}
+
+/// Ranked members (DESIGN §9 "Preferred members", `Bounds::ranked`): node
+/// `n` has priority `n + 1`, carried by its membership row, so node 1
+/// outranks node 0 and is handed whatever node 0 holds. `leases` leases,
+/// `faults` faults, to `depth`: every property per lease, and every
+/// hand-over a yield to a higher rank.
+fn bounded_ranked(leases: usize, faults: usize, depth: usize) {
+    let mut bounds = Bounds::for_set(2, leases);
+    bounds.ranked = true;
+    bounds.faults = faults;
+    bounds.depth = depth;
+    clean(&bounds);
+}
+
+/// 2 ranked nodes × 1 lease with one fault (a crash, restart or
+/// shutdown: the better node's restart is what has the other lead first
+/// and then yield), every interleaving to depth 19 (CI; 954,440 states, about
+/// 20 s). The yield itself lies deeper: `a_ranked_yield_replays_to_the_better_members_term`.
+#[test]
+fn ranked_members_hold_every_property_with_one_fault_to_depth_19() {
+    bounded_ranked(1, 1, 19);
+}
+
+/// [`RANKED_SET_YIELD`] replayed on the real `LeaseSet`s and the model
+/// database, every property (preference included) checked after each
+/// step.
+#[test]
+fn a_ranked_yield_replays_to_the_better_members_term() {
+    let mut bounds = Bounds::for_set(2, 1);
+    bounds.ranked = true;
+    bounds.faults = 1;
+    let r = replay(RANKED_SET_YIELD, &bounds).expect("a valid trace");
+    assert_eq!(r.violation, None, "{r}");
+    let at = |k: usize| &r.steps[k].state;
+    assert!(at(15).contains("n0 holds s0@1"), "{r}");
+    assert!(
+        r.steps[34].effects.iter().any(|e| e.contains("HandedOver")),
+        "{r}"
+    );
+    assert!(
+        r.steps[35].effects.iter().any(|e| e.contains("HandOver")),
+        "{r}"
+    );
     let end = &r.steps.last().unwrap().state;
     assert!(end.contains("n1 holds s0@2"), "{r}");
     assert!(end.contains("n0 holds nothing"), "{r}");

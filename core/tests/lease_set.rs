@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use picolease_core::set::member_row_name;
 use picolease_core::sql::{LeaseRow, MEMBER_PREFIX};
 use picolease_core::{
     Batch, BatchKind, BatchReply, Demotion, Epoch, Failure, HolderId, Instant, Leadership,
-    LeaseName, LeaseSet, Reply, RequestId, Role, SetCommand, SetConfig,
+    LeaseName, LeaseSet, Rank, Reply, RequestId, Role, SetCommand, SetConfig,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -894,6 +895,243 @@ fn leaving_hands_each_held_lease_to_the_member_that_ranks_first_then_finishes() 
     assert!(
         finished,
         "the set finishes once every statement is answered"
+    );
+    assert!(s.is_finished());
+}
+
+/// A live membership row of `holder` with priority `priority` (DESIGN §9
+/// "Preferred members": the rank rides in the row's name).
+fn member_row(holder: &str, priority: u32) -> LeaseRow {
+    let rank = Rank::new(priority, None).unwrap();
+    LeaseRow {
+        name: member_row_name(&HolderId::new(holder).unwrap(), &rank).unwrap(),
+        holder: Some(holder.into()),
+        epoch: Epoch::new(1),
+        expires_in_ms: Some(9_000),
+    }
+}
+
+/// [`holding`], then the survey after the renewal at 5 s reads `rows`.
+fn holding_then_survey(rows: Vec<LeaseRow>) -> (LeaseSet, Vec<SetCommand>) {
+    let mut s = holding();
+    s.handle_timeout(ms(5_000));
+    drain(&mut s);
+    s.handle_reply(
+        ms(5_001),
+        RequestId(6),
+        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
+    );
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(7, BatchKind::Survey, &[], 7_501)]
+    );
+    s.handle_reply(ms(5_002), RequestId(7), BatchReply::Survey(rows));
+    let commands = drain(&mut s);
+    (s, commands)
+}
+
+/// Answers every statement `sent` carries (and those they lead to) as
+/// done, confirming each work stop; returns the hand-overs run, in
+/// order, as (lease, reservation).
+fn answer_all(s: &mut LeaseSet, mut sent: Vec<SetCommand>) -> Vec<(String, Option<HolderId>)> {
+    let mut handed = Vec::new();
+    for _ in 0..16 {
+        for command in std::mem::take(&mut sent) {
+            match command {
+                SetCommand::StopWork { lease, .. } => {
+                    s.handle_work_stopped(ms(5_010), lease.as_str());
+                }
+                SetCommand::Execute { request, batch, .. } => {
+                    assert_ne!(batch.kind, BatchKind::Acquire, "{batch:?}");
+                    if batch.kind == BatchKind::HandOver {
+                        let (l, to) = s.hand_over_in_flight().expect("a hand-over in flight");
+                        handed.push((l.as_str().to_string(), to.cloned()));
+                        s.handle_row_reply(ms(5_011), request, Reply::Accepted);
+                    } else {
+                        let names = batch.items.iter().map(|(n, _)| n.as_str().into());
+                        s.handle_reply(ms(5_011), request, BatchReply::Matched(names.collect()));
+                    }
+                }
+                _ => {}
+            }
+            sent.extend(drain(s));
+        }
+    }
+    handed
+}
+
+#[test]
+fn a_ranked_node_carries_its_rank_in_its_membership_rows_name() {
+    let mut config = template();
+    config.rank = Rank::new(3, Some("1.28.0")).unwrap();
+    let mut s = LeaseSet::new(config, vec![name("a")], ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    drain(&mut s);
+    s.handle_reply(ms(1), RequestId(1), BatchReply::Survey(vec![]));
+    // The key: priority 3, "a version", 1.28.0.0, "a release".
+    let key = [
+        "00000003", "1", "00000001", "0000001c", "00000000", "00000000", "1",
+    ]
+    .concat();
+    let row = format!("{MEMBER_PREFIX}me {key} 1.28.0");
+    assert_eq!(s.member_row().as_str(), row);
+    assert_eq!(
+        drain(&mut s),
+        vec![execute(2, BatchKind::Acquire, &[(&row, None)], 2_501)]
+    );
+    // A holder id too long to carry the rank is refused by name.
+    let mut long = template();
+    long.holder = HolderId::new(&"h".repeat(200)).unwrap();
+    long.rank = Rank::new(1, Some("1.2.3")).unwrap();
+    let err = LeaseSet::new(long, vec![name("a")], ms(0)).unwrap_err();
+    assert!(err.to_string().contains("membership row"), "{err}");
+}
+
+#[test]
+fn a_member_that_outranks_this_node_is_handed_every_held_lease() {
+    let (mut s, commands) = holding_then_survey(vec![member_row("x", 1)]);
+    assert!(s.is_outranked(ms(5_002)));
+    assert_eq!(s.contenders(ms(5_002)), vec![HolderId::new("x").unwrap()]);
+    assert_eq!(s.target(ms(5_002)), Some(0));
+    // Both works stop for a handover (not a release), nothing is written
+    // while they run.
+    let stops: Vec<(String, Demotion)> = commands
+        .iter()
+        .filter_map(|c| match c {
+            SetCommand::StopWork { lease, reason, .. } => Some((lease.as_str().into(), *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stops,
+        vec![
+            ("a".into(), Demotion::HandedOver),
+            ("b".into(), Demotion::HandedOver)
+        ]
+    );
+    assert!(
+        !commands
+            .iter()
+            .any(|c| matches!(c, SetCommand::Execute { .. })),
+        "{commands:?}"
+    );
+    // Each goes by its own hand-over statement, reserved for x's node;
+    // the node reaches for nothing meanwhile or after.
+    let x = HolderId::reserved_for("x").unwrap();
+    assert_eq!(
+        answer_all(&mut s, commands),
+        vec![("a".into(), Some(x.clone())), ("b".into(), Some(x))]
+    );
+    assert_eq!(s.held().count(), 0);
+    s.handle_timeout(ms(7_500));
+    let later = drain(&mut s);
+    assert!(
+        later.iter().all(|c| !matches!(c,
+            SetCommand::Execute { batch, .. } if batch.kind == BatchKind::Acquire)),
+        "{later:?}"
+    );
+}
+
+/// Drives `s` at `now`: answers every statement at once (a survey with
+/// `rows`, every acquire won at epoch 1, renewals and releases matched,
+/// hand-overs accepted) and confirms every work stop, until the set has
+/// nothing more to do at `now`.
+fn answer_at(s: &mut LeaseSet, now: Instant, rows: &[LeaseRow]) {
+    for _ in 0..32 {
+        let commands = drain(s);
+        if commands.is_empty() {
+            return;
+        }
+        for command in commands {
+            match command {
+                SetCommand::StopWork { lease, .. } => s.handle_work_stopped(now, lease.as_str()),
+                SetCommand::Execute { request, batch, .. } => {
+                    let names = batch.items.iter().map(|(n, _)| n.as_str().to_string());
+                    match batch.kind {
+                        BatchKind::Survey => {
+                            s.handle_reply(now, request, BatchReply::Survey(rows.to_vec()))
+                        }
+                        BatchKind::Acquire => s.handle_reply(
+                            now,
+                            request,
+                            BatchReply::Acquired(names.map(|n| acquired(&n, 1)).collect()),
+                        ),
+                        BatchKind::HandOver => s.handle_row_reply(now, request, Reply::Accepted),
+                        _ => s.handle_reply(now, request, BatchReply::Matched(names.collect())),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A set of `a` and `b` with `rank` that surveyed twice, reading `rows`
+/// the second time (at 2.5 s), and took its share.
+fn ranked(rank: Rank, rows: &[LeaseRow]) -> LeaseSet {
+    let mut config = template();
+    config.rank = rank;
+    let mut s = LeaseSet::new(config, vec![name("a"), name("b")], ms(0)).unwrap();
+    s.handle_timeout(ms(0));
+    answer_at(&mut s, ms(1), &[]);
+    s.handle_timeout(ms(2_500));
+    answer_at(&mut s, ms(2_501), rows);
+    s
+}
+
+#[test]
+fn only_members_of_the_best_rank_share_and_lower_ones_change_nothing() {
+    // A member of lower rank than the others counts for nothing; two of
+    // the best rank share as before.
+    let s = ranked(
+        Rank::new(2, None).unwrap(),
+        &[member_row("low", 1), member_row("peer", 2)],
+    );
+    let at = ms(2_600);
+    assert!(!s.is_outranked(at));
+    assert_eq!(
+        s.contenders(at),
+        vec![HolderId::new("me").unwrap(), HolderId::new("peer").unwrap()]
+    );
+    assert_eq!(s.members(at).len(), 3);
+    assert_eq!(s.target(at), Some(1));
+    assert_eq!(s.held().count(), 1);
+}
+
+#[test]
+fn a_better_member_on_this_nodes_own_node_gets_the_leases_by_release() {
+    // `me#new` runs on node `me`, as this holder does: a reservation for
+    // that node would read as this holder's own, so the leases are
+    // released and the better member takes them as free rows.
+    let (mut s, commands) = holding_then_survey(vec![member_row("me#new", 5)]);
+    assert!(s.is_outranked(ms(5_002)));
+    let reasons: Vec<Demotion> = commands
+        .iter()
+        .filter_map(|c| match c {
+            SetCommand::StopWork { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons, vec![Demotion::Released, Demotion::Released]);
+    assert_eq!(answer_all(&mut s, commands), vec![]);
+    assert_eq!(s.held().count(), 0);
+}
+
+#[test]
+fn leaving_hands_to_the_best_ranked_other_member() {
+    // This node outranks both others and holds both leases; leaving, they
+    // go to the better of the others, y, and none to x.
+    let mut s = ranked(
+        Rank::new(9, None).unwrap(),
+        &[member_row("x", 0), member_row("y", 4)],
+    );
+    assert_eq!(s.held().count(), 2);
+    assert_eq!(s.handle_leave(ms(2_600)), 2);
+    let leave = drain(&mut s);
+    let y = HolderId::reserved_for("y").unwrap();
+    assert_eq!(
+        answer_all(&mut s, leave),
+        vec![("a".into(), Some(y.clone())), ("b".into(), Some(y))]
     );
     assert!(s.is_finished());
 }

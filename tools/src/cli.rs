@@ -209,10 +209,12 @@ pub enum Command {
         handover: bool,
         /// Rank the nodes: node N has priority N+1, followers announce
         /// themselves and a leader yields to a better live candidate
-        /// (DESIGN §3 "Preferred holders"); also checks that every yield
-        /// goes to a node that outranks its holder. Lone lease only; no
-        /// twins; bounded by depth (default 30).
-        #[arg(long, conflicts_with_all = ["leases", "failover", "handover"])]
+        /// (DESIGN §3 "Preferred holders"); with --leases, membership rows
+        /// carry the ranks and an outranked member hands its leases to a
+        /// better one (DESIGN §9 "Preferred members"). Also checks that
+        /// every yield goes to a node that outranks its holder. No twins;
+        /// bounded by depth (default 30).
+        #[arg(long, conflicts_with_all = ["failover", "handover"])]
         ranked: bool,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
         /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"
@@ -292,7 +294,10 @@ pub struct RunArgs {
     /// holders"): a leader hands the lease over, by its own handover, to a
     /// live candidate of higher priority, or of equal priority and a newer
     /// --version-tag. 0 (the default) with no --version-tag announces
-    /// nothing. One lease only (a set refuses it).
+    /// nothing. With several names the membership row carries the rank:
+    /// the leases are shared among the live members of the best rank, and
+    /// a member that a live one outranks hands its leases to those (DESIGN
+    /// §9 "Preferred members").
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub priority: u32,
     /// This node's version (1.28.0, v2.1, 1.29.0-rc.1; up to 64 bytes): at

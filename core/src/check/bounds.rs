@@ -69,7 +69,9 @@ pub struct Bounds {
     /// holders"): every follower announces itself, and a
     /// leader yields to a better live candidate by its own handover. Every
     /// such handover must go to a node of higher rank ([`Property::Preference`]).
-    /// Lone lease only, and apart from [`Bounds::handover`] (so every
+    /// In a set (leases > 0) the membership rows carry the ranks, and
+    /// a node a live member outranks hands its leases to it (DESIGN §9
+    /// "Preferred members"). Apart from [`Bounds::handover`] (so every
     /// handover is a yield).
     ///
     /// [`Property::Preference`]: super::Property::Preference
@@ -117,9 +119,9 @@ pub enum BoundsError {
     /// A database failover asked of a set check.
     #[error("failover: the checker fails the database over under a lone lease only (leases 0)")]
     FailoverOfSet,
-    /// Ranks asked of a set check, or with planned handovers.
+    /// Ranks asked with planned handovers.
     #[error(
-        "ranked: the checker ranks the nodes of a lone lease only (leases 0), without --handover"
+        "ranked: the checker ranks the nodes without --handover only (every handover is a yield)"
     )]
     Ranked,
     /// Depth 0 or above [`MAX_DEPTH`].
@@ -328,7 +330,7 @@ impl Bounds {
         if self.failover && leases > 0 {
             return Err(BoundsError::FailoverOfSet);
         }
-        if self.ranked && (leases > 0 || self.handover) {
+        if self.ranked && self.handover {
             return Err(BoundsError::Ranked);
         }
         if depth == 0 || depth > MAX_DEPTH {

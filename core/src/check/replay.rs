@@ -182,3 +182,17 @@ fn play<M: Model>(
     }
     Ok(out)
 }
+
+/// A path of a lease set's yield to a better member, as steps of the
+/// checker over `Bounds::for_set(2, 1)` with `ranked` and one fault: n0
+/// leads `s0` before it sees n1 (n1's first survey still in flight), n1's
+/// membership row (priority 2) is written, n0's next survey reads it and
+/// n0, outranked, stops its work and hands `s0` to n1, which takes it at
+/// the next epoch. It is deeper (44 steps) than an exhaustive search of
+/// that space reaches, so the tests replay it, with and without a planted
+/// bug (`core/tests/check_set.rs`, `check_mutants.rs`).
+pub const RANKED_SET_YIELD: &str = "tick:db;n0:timer;tick:n0;tick:n0;db:n0;n1:timer;tick:n1;\
+    tick:db;tick:n0;n0:recv;db:n0;n0:recv;db:n0;n0:recv;db:n0;n0:recv;db:n1;n1:recv;db:n1;\
+    n1:recv;tick:n1;tick:n1;tick:db;tick:n0;tick:db;tick:n0;n1:timer;tick:n1;tick:db;tick:n0;\
+    n0:timer;db:n0;n0:recv;db:n0;n0:recv;db:n0;n0:recv;db:n1;n1:recv;n1:recv;db:n1;n1:recv;\
+    db:n1;n1:recv";

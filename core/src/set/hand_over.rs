@@ -6,6 +6,9 @@
 //! the node a lease is handed to takes it in `plan.rs::take_offered`.
 
 use super::{share, BatchKind, LeaseSet, Seen};
+
+/// How many leases an outranked node hands over at once.
+pub const YIELD_WINDOW: usize = 8;
 use crate::names::{HolderId, LeaseName};
 use crate::time::Instant;
 
@@ -40,8 +43,8 @@ impl LeaseSet {
 
     /// Leave the set's contention by handing every lease this node leads
     /// over, then shut down: "hand over, then exit" (`run`'s SIGUSR1 with
-    /// several names). Each lease goes to the live member (another holder
-    /// than this one, by the last survey) that ranks first for it
+    /// several names). Each lease goes to the live member of the best rank
+    /// among the others (by the last survey) that ranks first for it
     /// ([`share::preference`], the rendezvous order the share uses), so it
     /// lands where the share will keep it once this node is gone; with no
     /// other live member it is released. Then [`LeaseSet::handle_shutdown`]:
@@ -56,20 +59,14 @@ impl LeaseSet {
         if self.shutting_down {
             return 0;
         }
-        let others: Vec<HolderId> = self
-            .members(now)
-            .into_iter()
-            .filter(|h| *h != self.template.holder)
-            .collect();
+        let others = self.successors(now);
         let mut handed = 0;
         for i in 0..self.member {
             let slot = &self.slots[i];
             if slot.yielding || !slot.machine.leadership().is_leader() {
                 continue;
             }
-            let to = others
-                .iter()
-                .max_by_key(|h| share::preference(h, slot.name.as_str()))
+            let to = Self::successor_for(&others, slot.name.as_str())
                 .and_then(|h| HolderId::reserved_for(h.node()).ok());
             handed += usize::from(to.is_some());
             self.slots[i].machine.handle_hand_over(now, to);
@@ -77,6 +74,57 @@ impl LeaseSet {
         }
         self.handle_shutdown(now);
         handed
+    }
+
+    /// The live members other than this node of the best rank among them,
+    /// by the last survey: where this node's leases go when it leaves or
+    /// is outranked.
+    fn successors(&self, now: Instant) -> Vec<HolderId> {
+        let others: Vec<_> = self
+            .ranked_members(now)
+            .into_iter()
+            .filter(|(h, _)| *h != self.template.holder)
+            .collect();
+        let best = others.iter().map(|(_, r)| r).max().cloned();
+        others
+            .into_iter()
+            .filter(|(_, r)| Some(r) == best.as_ref())
+            .map(|(h, _)| h)
+            .collect()
+    }
+
+    /// The one of `successors` that ranks first for `lease`.
+    fn successor_for<'a>(successors: &'a [HolderId], lease: &str) -> Option<&'a HolderId> {
+        successors
+            .iter()
+            .max_by_key(|h| share::preference(h, lease))
+    }
+
+    /// A live member outranks this node (DESIGN §9 "Preferred members"):
+    /// the leases in `held` go to the best members, each by its own
+    /// planned handover to the member that ranks first for it, at most
+    /// [`YIELD_WINDOW`] at a time so the others stay led (and renewed)
+    /// until their turn. A lease whose successor runs on this node's own
+    /// node is released instead: a reservation names a node, and this node
+    /// would read it as its own.
+    pub(super) fn hand_to_better(&mut self, now: Instant, held: &[usize]) {
+        let better = self.successors(now);
+        let handing = (0..self.member)
+            .filter(|&i| self.slots[i].machine.is_handing_over())
+            .count();
+        let mine = self.template.holder.node().to_string();
+        for &i in held.iter().take(YIELD_WINDOW.saturating_sub(handing)) {
+            let to = Self::successor_for(&better, self.slots[i].name.as_str())
+                .filter(|h| h.node() != mine)
+                .and_then(|h| HolderId::reserved_for(h.node()).ok());
+            if to.is_some() {
+                self.slots[i].machine.handle_hand_over(now, to);
+            } else {
+                self.slots[i].yielding = true;
+                self.slots[i].machine.handle_shutdown(now);
+            }
+            self.drain(now, i);
+        }
     }
 
     /// The lease and the reservation of the [`BatchKind::HandOver`] in

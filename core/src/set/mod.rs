@@ -11,6 +11,7 @@
 
 mod batch;
 mod hand_over;
+mod membership;
 mod plan;
 mod protocol;
 pub mod share;
@@ -19,6 +20,7 @@ mod survey;
 mod view;
 
 pub use batch::MAX_BATCH;
+pub use membership::{member_row_name, read_member_row};
 pub use protocol::{Batch, BatchKind, BatchReply, SetCommand};
 
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +33,7 @@ use crate::config::SetConfig;
 use crate::error::ConfigError;
 use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::{Command, Failure, Leadership, Operation, Reply, RequestId};
+use crate::rank::Rank;
 use crate::sql::MEMBER_PREFIX;
 use crate::state::LeaseState;
 use crate::time::Instant;
@@ -49,6 +52,18 @@ enum Seen {
     /// it (a stale row of the survey, an acquire answered "held"), `None`
     /// when it was healthy (renewed on time) at the last survey.
     Held { until: Option<Instant> },
+}
+
+/// Another live node of the set, as the last survey read its membership
+/// row.
+#[derive(Clone, Debug)]
+pub(crate) struct Member {
+    pub(crate) holder: HolderId,
+    rank: Rank,
+    /// The membership row's name (a release notice names it).
+    row: String,
+    /// The row's expiry.
+    pub(crate) until: Instant,
 }
 
 #[derive(Clone, Debug)]
@@ -111,8 +126,8 @@ pub struct LeaseSet {
     /// other rows it believes free may be taken too, so it surveys before
     /// choosing again rather than trying them one batch at a time.
     resurvey: bool,
-    /// Live members other than this node, with their rows' expiry.
-    members: Vec<(HolderId, Instant)>,
+    /// Live members other than this node.
+    members: Vec<Member>,
     /// Instants at which a row seen by the last survey lapses: the share
     /// is planned again then.
     wakeups: Vec<Instant>,
@@ -151,7 +166,7 @@ impl LeaseSet {
                 max: MAX_LEASES,
             });
         }
-        let member_name = LeaseName::new(&format!("{MEMBER_PREFIX}{}", template.holder))?;
+        let member_name = LeaseName::new(&member_row_name(&template.holder, &template.rank)?)?;
         let mut index = HashMap::with_capacity(leases.len() + 1);
         let mut slots = Vec::with_capacity(leases.len() + 1);
         for (i, name) in leases
@@ -269,16 +284,53 @@ impl LeaseSet {
     /// The live members this node knows of (itself included), by holder
     /// id, as of `now`.
     pub fn members(&self, now: Instant) -> Vec<HolderId> {
-        let mut live: Vec<HolderId> = self
+        self.ranked_members(now)
+            .into_iter()
+            .map(|(h, _)| h)
+            .collect()
+    }
+
+    /// The live members this node knows of (itself included) with the
+    /// rank their membership rows carry, by holder id, as of `now`.
+    pub fn ranked_members(&self, now: Instant) -> Vec<(HolderId, Rank)> {
+        let mut live: Vec<(HolderId, Rank)> = self
             .members
             .iter()
-            .filter(|(_, until)| *until > now)
-            .map(|(h, _)| h.clone())
-            .chain(std::iter::once(self.template.holder.clone()))
+            .filter(|m| m.until > now)
+            .map(|m| (m.holder.clone(), m.rank.clone()))
+            .chain(std::iter::once((
+                self.template.holder.clone(),
+                self.template.rank.clone(),
+            )))
             .collect();
-        live.sort();
-        live.dedup();
+        live.sort_by(|a, b| a.0.cmp(&b.0));
+        live.dedup_by(|a, b| a.0 == b.0);
         live
+    }
+
+    /// The live members the share is split among as of `now`: those of
+    /// the best rank (DESIGN §9 "Preferred members"), by holder id. This
+    /// node is among them unless a live member outranks it.
+    pub fn contenders(&self, now: Instant) -> Vec<HolderId> {
+        let live = self.ranked_members(now);
+        let best = live
+            .iter()
+            .map(|(_, r)| r)
+            .max()
+            .cloned()
+            .unwrap_or_default();
+        live.into_iter()
+            .filter(|(_, r)| *r == best)
+            .map(|(h, _)| h)
+            .collect()
+    }
+
+    /// Whether a live member outranks this node as of `now`: then its
+    /// share is nothing, and it hands what it holds to the best members.
+    pub fn is_outranked(&self, now: Instant) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.until > now && crate::rank::yields_to(&self.template.rank, &m.rank))
     }
 
     /// While leading, the local instant at which `lease`'s term ends unless
@@ -374,10 +426,10 @@ impl LeaseSet {
             return;
         }
         for lease in leases {
-            if let Some(holder) = lease.strip_prefix(MEMBER_PREFIX) {
+            if lease.starts_with(MEMBER_PREFIX) {
                 // A node left cleanly: its share is free now, not at its
                 // membership row's expiry.
-                self.members.retain(|(h, _)| h.as_str() != holder);
+                self.members.retain(|m| m.row != lease);
             } else if let Some(&i) = self.index.get(lease) {
                 if i != self.member && !self.slots[i].machine.leadership().is_leader() {
                     // A lease this node does not try for may have been

@@ -15,11 +15,12 @@ impl LeaseSet {
         if self.surveys < 2 {
             return None;
         }
-        let live = self.members(now);
-        let rank = live
-            .iter()
-            .position(|h| *h == self.template.holder)
-            .unwrap_or(0);
+        // The share is split among the live members of the best rank; a
+        // node a live member outranks aims for nothing.
+        let live = self.contenders(now);
+        let Some(rank) = live.iter().position(|h| *h == self.template.holder) else {
+            return Some(0);
+        };
         #[cfg(feature = "mutants")]
         if self.mutation == crate::state::Mutation::SetShareRoundsDown {
             return Some(self.member / live.len().max(1));
@@ -92,6 +93,10 @@ impl LeaseSet {
             .filter(|&i| self.slots[i].machine.leadership().is_leader() && !self.slots[i].yielding)
             .collect();
         if held.len() > target {
+            if self.is_outranked(now) {
+                self.hand_to_better(now, &held);
+                return;
+            }
             let mut surplus = held;
             // A lease handed to this node goes last: the handover named
             // this node, so the share moves another one instead.
@@ -204,10 +209,11 @@ impl LeaseSet {
         }
     }
 
-    /// Recomputes which leases this node ranks first for, when the live
-    /// members changed: O(leases × members), once per membership change.
+    /// Recomputes which leases this node ranks first for among the
+    /// contenders, when they changed: O(leases × members), once per
+    /// membership change.
     fn rank_first_for(&mut self, now: Instant) {
-        let live = self.members(now);
+        let live = self.contenders(now);
         if live == self.ranked_among && self.ranks_first.len() == self.member {
             return;
         }

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LeaseSet, Seen};
-use crate::names::HolderId;
+use super::{read_member_row, LeaseSet, Member, Seen};
 use crate::sql::{LeaseRow, MEMBER_PREFIX};
 use crate::time::Instant;
 
@@ -55,15 +54,21 @@ impl LeaseSet {
         for row in rows {
             let left = row.expires_in_ms.unwrap_or(0);
             let until = sent_at + Duration::from_millis(left.max(0).unsigned_abs());
-            if let Some(holder) = row.name.strip_prefix(MEMBER_PREFIX) {
-                if holder == self.template.holder.as_str() || row.holder.is_none() || left <= 0 {
+            if row.name.starts_with(MEMBER_PREFIX) {
+                let Some((holder, rank)) = read_member_row(&row.name, row.holder.as_deref()) else {
+                    continue;
+                };
+                if holder == self.template.holder || left <= 0 {
                     continue;
                 }
-                if let Ok(holder) = HolderId::new(holder) {
-                    self.members.push((holder, until));
-                    if until < sent_at + stale {
-                        self.wakeups.push(until);
-                    }
+                self.members.push(Member {
+                    holder,
+                    rank,
+                    row: row.name.clone(),
+                    until,
+                });
+                if until < sent_at + stale {
+                    self.wakeups.push(until);
                 }
                 continue;
             }

@@ -1,11 +1,10 @@
 //! What the model checker reads of a lease set to tell states apart
 //! (feature `sim`): every field that can change what the set does next,
 //! borrowed, so fingerprinting allocates nothing. The caches derived from
-//! other fields (`ranks_first`, `index`) and the preferences (fixed by the
-//! holder id) are left out.
+//! other fields (`ranks_first`, `index`) and the preferences and members'
+//! ranks (fixed by the holder id) are left out.
 
-use super::{BatchKind, LeaseSet, Seen};
-use crate::names::HolderId;
+use super::{BatchKind, LeaseSet, Member, Seen};
 use crate::protocol::{Operation, RequestId};
 use crate::state::LeaseState;
 use crate::time::Instant;
@@ -18,7 +17,7 @@ pub(crate) struct SetView<'a> {
     pub(crate) next_survey: Instant,
     pub(crate) surveys: u32,
     pub(crate) resurvey: bool,
-    pub(crate) members: &'a [(HolderId, Instant)],
+    pub(crate) members: &'a [Member],
     pub(crate) wakeups: &'a [Instant],
     pub(crate) shutting_down: bool,
     pub(crate) finished: bool,

@@ -50,6 +50,10 @@ pub struct SetSimConfig {
     pub hand_overs: Vec<(Duration, usize, usize, usize)>,
     /// "Hand over, then exit": (when, node) ([`LeaseSet::handle_leave`]).
     pub leaves: Vec<(Duration, usize)>,
+    /// Per node: its priority ([`SetConfig::rank`]); a node missing here
+    /// has priority 0. The share is split among the running nodes of the
+    /// highest priority (DESIGN §9 "Preferred members").
+    pub priorities: Vec<u32>,
     /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
     pub notify: bool,
     /// How long gated work takes to stop after `StopWork`.
@@ -79,6 +83,7 @@ impl SetSimConfig {
             shutdowns: Vec::new(),
             hand_overs: Vec::new(),
             leaves: Vec::new(),
+            priorities: Vec::new(),
             notify: true,
             work_stop: Duration::from_millis(1),
             duration: Duration::from_secs(20),
@@ -98,6 +103,8 @@ pub struct ShareSample {
     pub unheld: usize,
     /// Per node: its holder id.
     pub holders: Vec<String>,
+    /// Per node: its priority.
+    pub priorities: Vec<u32>,
 }
 
 /// What a run produced.
@@ -129,15 +136,27 @@ impl SetReport {
             // within one of the others), by its rank among the running
             // nodes' holder ids; a lease still due to move because of a
             // rank shift is not settled yet.
+            // Only the running nodes of the highest priority share; the
+            // others hold nothing.
+            let priority = |node: usize| sample.priorities.get(node).copied().unwrap_or(0);
+            let best = (0..sample.held.len())
+                .filter(|&n| sample.held[n].is_some())
+                .map(priority)
+                .max();
+            let outranked_hold = (0..sample.held.len())
+                .any(|n| Some(priority(n)) < best && sample.held[n].is_some_and(|h| h > 0));
             let mut running: Vec<(&str, usize)> = sample
                 .held
                 .iter()
                 .zip(&sample.holders)
-                .filter_map(|(held, holder)| held.map(|h| (holder.as_str(), h)))
+                .enumerate()
+                .filter(|&(n, _)| Some(priority(n)) == best)
+                .filter_map(|(_, (held, holder))| held.map(|h| (holder.as_str(), h)))
                 .collect();
             running.sort_unstable();
             let leases = sample.unheld + running.iter().map(|r| r.1).sum::<usize>();
             let balanced = !running.is_empty()
+                && !outranked_hold
                 && running.iter().enumerate().all(|(rank, &(_, held))| {
                     held == crate::set::share::target(leases, running.len(), rank)
                 });
@@ -276,7 +295,12 @@ impl SetSimulation {
         let mut config = SetConfig::with_ttl(self.nodes[node].holder.clone(), self.config.ttl)
             .interval(self.config.interval);
         config.seed = self.config.seed ^ node as u64;
+        config.rank = crate::rank::Rank::new(self.priority(node), None)?;
         Ok(config)
+    }
+
+    fn priority(&self, node: usize) -> u32 {
+        self.config.priorities.get(node).copied().unwrap_or(0)
     }
 
     fn schedule(&mut self, at: u64, event: Event) {
@@ -495,6 +519,7 @@ impl SetSimulation {
                     held,
                     unheld,
                     holders,
+                    priorities: (0..self.nodes.len()).map(|n| self.priority(n)).collect(),
                 });
                 let next = self.now + self.config.interval.as_nanos() as u64;
                 self.schedule(next, Event::Sample);

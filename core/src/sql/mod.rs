@@ -28,10 +28,13 @@ use crate::names::{Epoch, HolderId, LeaseName, TableName};
 use crate::protocol::{Operation, Reply};
 
 /// The reserved name prefix of membership rows: a node's membership is the
-/// lease named `picolease.member:<holder id>`, acquired, renewed and
-/// released like any lease (by the same batch statements), and reported
-/// by [`Statements::survey`] while live.
+/// lease named `picolease.member:<holder id>` (followed by its rank, if it
+/// has one: [`member_row_name`]), acquired, renewed and released like any
+/// lease (by the same batch statements), and reported by
+/// [`Statements::survey`] while live.
 pub const MEMBER_PREFIX: &str = "picolease.member:";
+
+pub use crate::set::{member_row_name, read_member_row};
 
 /// PostgreSQL: what a driver runs on each new direct connection so that
 /// the **server** gives up on a silently dropped client within 8 s (TCP

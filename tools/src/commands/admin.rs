@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picolease::sql::{LeaseRow, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
+use picolease::sql::{read_member_row, LeaseRow, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
 use picolease::sqlite::Location;
-use picolease::Candidate;
+use picolease::{Candidate, Rank};
 use picolease::{LeaseName, TableName};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -77,24 +77,29 @@ pub(crate) fn candidates(rows: &[LeaseRow]) -> Vec<(String, Candidate, i64)> {
 }
 
 /// `picolease status --members [--json]`: the live members of lease sets
-/// (membership rows held and unexpired), by holder id.
+/// (membership rows held and unexpired), by holder id, with the rank a
+/// ranked member's row carries (DESIGN §9 "Preferred members").
 pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
     let rows = backend.status(table)?;
     let candidates = candidates(&rows);
-    let members: Vec<(String, i64)> = rows
+    let members: Vec<(String, Rank, i64)> = rows
         .into_iter()
         .filter_map(|row| {
-            let holder = row.name.strip_prefix(MEMBER_PREFIX)?.to_string();
-            let left = row
-                .expires_in_ms
-                .filter(|&left| left > 0 && row.holder.is_some())?;
-            Some((holder, left))
+            let (holder, rank) = read_member_row(&row.name, row.holder.as_deref())?;
+            let left = row.expires_in_ms.filter(|&left| left > 0)?;
+            Some((holder.as_str().to_string(), rank, left))
         })
         .collect();
     if json {
-        let members = members
-            .iter()
-            .map(|(holder, left)| serde_json::json!({ "holder": holder, "expires_in_ms": left }));
+        // A ranked member also carries "priority" and "version_tag".
+        let members = members.iter().map(|(holder, rank, left)| {
+            let mut member = serde_json::json!({ "holder": holder, "expires_in_ms": left });
+            if !rank.is_lowest() {
+                member["priority"] = rank.priority().into();
+                member["version_tag"] = rank.tag().into();
+            }
+            member
+        });
         let candidates = candidates.iter().map(|(lease, c, left)| {
             serde_json::json!({
                 "holder": c.holder.as_str(),
@@ -117,13 +122,17 @@ pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitC
     if !members.is_empty() {
         let width = members
             .iter()
-            .map(|(h, _)| h.len())
+            .map(|(h, _, _)| h.len())
             .max()
             .unwrap_or(6)
             .max(6);
         line(&format!("{:width$}  LEFT", "MEMBER"));
-        for (holder, left) in &members {
-            line(&format!("{holder:width$}  {left}ms"));
+        for (holder, rank, left) in &members {
+            let rank = match rank.is_lowest() {
+                true => String::new(),
+                false => format!("  ({rank})"),
+            };
+            line(&format!("{holder:width$}  {left}ms{rank}"));
         }
     }
     if !candidates.is_empty() {

@@ -199,10 +199,10 @@ fn print_report(report: &Report, bounds: &Bounds) {
         worlds.push("a leader may hand its lease over to the next node".to_string());
     }
     if bounds.ranked {
-        worlds.push(
-            "node N has priority N+1: followers announce, a leader yields to a better candidate"
-                .to_string(),
-        );
+        worlds.push(match bounds.leases {
+            0 => "node N has priority N+1: followers announce, a leader yields to a better candidate",
+            _ => "node N has priority N+1, carried by its membership row: an outranked member hands its leases to a better one",
+        }.to_string());
     }
     if bounds.notify {
         worlds.push("release notices".to_string());
@@ -232,9 +232,13 @@ fn print_report(report: &Report, bounds: &Bounds) {
             violation.property, violation.depth, violation.detail
         ));
         line(&format!(
-            "  replay: picolease simulate --nodes {} --replay '{}'{}",
+            "  replay: picolease simulate --nodes {} --replay '{}'{}{}",
             report.nodes,
             violation.trace,
+            match report.leases {
+                0 => String::new(),
+                n => format!(" --leases {n}"),
+            },
             if bounds.ranked { " --ranked" } else { "" }
         ));
     }

@@ -71,11 +71,6 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         )));
     }
     let rank = Rank::new(args.priority, args.version_tag.as_deref()).map_err(CliError::usage)?;
-    if names.len() > 1 && !rank.is_lowest() {
-        return Err(CliError::usage(
-            "--priority and --version-tag apply to one lease: a lease set does not yet prefer candidates",
-        ));
-    }
     let lease = names[0].clone();
     // A `--node` is a stable name two processes may share: the stored id
     // adds this process's incarnation (DESIGN §3).
@@ -117,10 +112,14 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     };
 
     if names.len() > 1 {
+        // The membership row's name carries the rank: refused here if it
+        // would not fit (DESIGN §9 "Preferred members").
+        let template = config.without_lease();
+        template.validate().map_err(CliError::usage)?;
         let prepared = super::run_set::Prepared {
             node,
             holder,
-            template: config.without_lease(),
+            template,
             grace,
             listener,
         };

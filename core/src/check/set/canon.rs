@@ -148,8 +148,10 @@ impl Ctx<'_> {
         if let Some(k) = name.strip_prefix('s').and_then(|k| k.parse::<i64>().ok()) {
             return k;
         }
+        // A ranked node's row name carries its rank after a space (the
+        // checker's holder ids have none); the rank follows the node.
         match name.strip_prefix(MEMBER_PREFIX) {
-            Some(h) => 1_000_000 + self.holder(Some(h)),
+            Some(h) => 1_000_000 + self.holder(h.split(' ').next()),
             None => -3,
         }
     }
@@ -250,8 +252,8 @@ impl Ctx<'_> {
             i64::from(v.finished),
             v.members.len() as i64,
         ]);
-        for (h, until) in v.members {
-            out.extend([self.holder(Some(h.as_str())), self.local(n, *until)]);
+        for m in v.members {
+            out.extend([self.holder(Some(m.holder.as_str())), self.local(n, m.until)]);
         }
         out.push(v.wakeups.len() as i64);
         out.extend(v.wakeups.iter().map(|&t| self.local(n, t)));

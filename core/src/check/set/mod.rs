@@ -129,7 +129,10 @@ pub(super) fn new_set(
     holder: HolderId,
     now: Instant,
 ) -> Result<LeaseSet, ConfigError> {
-    let config = setup.bounds.lease_config(holder)?.without_lease();
+    let mut config = setup.bounds.lease_config(holder)?.without_lease();
+    if setup.bounds.ranked {
+        config.rank = super::world::node_rank(config.holder.as_str());
+    }
     #[allow(unused_mut)]
     let mut set = LeaseSet::new(config, setup.names.clone(), now)?;
     #[cfg(feature = "mutants")]

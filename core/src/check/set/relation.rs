@@ -10,7 +10,7 @@ use super::{new_set, Anchors, SetDelivery, SetNode, SetRequest, SetWorld};
 use crate::check::channel::Channel;
 use crate::check::contender::Contender;
 use crate::check::invariants::violation;
-use crate::check::world::{Log, Setup, World};
+use crate::check::world::{node_rank, Log, Setup, World};
 use crate::check::Property;
 use crate::check::Violation;
 use crate::error::ConfigError;
@@ -381,6 +381,7 @@ impl World<SetNode> {
     ) -> Option<Violation> {
         let mut found = None;
         let mut stopped: Vec<LeaseName> = Vec::new();
+        let ranked = self.ranked;
         loop {
             let n = &mut self.nodes[i];
             let now = n.now();
@@ -404,6 +405,23 @@ impl World<SetNode> {
                     let successor = (batch.kind == BatchKind::HandOver)
                         .then(|| set.hand_over_in_flight().and_then(|(_, to)| to.cloned()))
                         .flatten();
+                    // With ranked nodes every hand-over is a yield: to a
+                    // node of strictly higher rank.
+                    let problem = successor.as_ref().filter(|_| ranked).and_then(|to| {
+                        let own = node_rank(n.holder.as_str());
+                        let theirs = node_rank(to.as_str());
+                        (!crate::rank::yields_to(&own, &theirs)).then(|| {
+                            (
+                                Property::Preference,
+                                format!(
+                                    "{} (priority {}) handed over to {to} (priority {})",
+                                    n.holder,
+                                    own.priority(),
+                                    theirs.priority()
+                                ),
+                            )
+                        })
+                    });
                     n.to_db.push(SetRequest {
                         node: i,
                         incarnation: n.incarnation,
@@ -412,7 +430,7 @@ impl World<SetNode> {
                         batch,
                         successor,
                     });
-                    None
+                    problem
                 }
                 SetCommand::Cancel { request } => {
                     n.abandoned_upto = request.0;
