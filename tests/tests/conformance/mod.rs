@@ -977,6 +977,12 @@ macro_rules! conformance_tests {
                 crate::$backend,
             >(stringify!($backend));
         }
+        #[test]
+        fn a_preferred_member_is_handed_every_lease() {
+            crate::conformance::set::a_preferred_member_is_handed_every_lease::<crate::$backend>(
+                stringify!($backend),
+            );
+        }
     };
     (@all $backend:ty) => {
         conformance_tests!(@cases $backend;

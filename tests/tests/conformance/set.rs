@@ -416,3 +416,63 @@ pub fn a_set_lease_handed_over_goes_to_the_named_node<B: SetBackend>(database: &
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
+
+/// Preferred members (DESIGN §9 "Preferred members"), through the
+/// library: two sets share four leases; a third set whose template has a
+/// higher rank joins; the two hand every lease they lead to it (each
+/// publishing the follower with reason `handover`), it leads all four at
+/// later epochs, and never a lease is led by two. When it shuts down the
+/// two share the four again. Prints how long the joiner took.
+pub fn a_preferred_member_is_handed_every_lease<B: SetBackend>(database: &str) {
+    let db = B::fresh("set_prefer");
+    let leases = set_leases(4);
+    let start = |holder: &str, priority: u32| {
+        let mut template = db.config(holder).without_lease();
+        template.rank = picolease::Rank::new(priority, None).unwrap();
+        db.start_set(template, leases.clone(), Options::default())
+            .unwrap_or_else(|e| panic!("{database}: the set starts: {e:?}"))
+            .0
+    };
+    let a = start("prefer-a", 0);
+    let b = start("prefer-b", 0);
+    let patience = B::TTL * 10;
+    wait("two leases each", patience, || {
+        held(&a, &leases).len() == 2 && held(&b, &leases).len() == 2
+    });
+    let mut a_changes = a.view().subscribe();
+    let joined = Instant::now();
+    let c = start("prefer-c", 3);
+    let took = wait("the preferred member leads all four", patience, || {
+        held(&c, &leases).len() == 4
+    });
+    println!("{database}: the preferred member led all four leases {took:?} after it started");
+    assert!(held(&a, &leases).is_empty() && held(&b, &leases).is_empty());
+    // a's two leases went by handover, not by release or lapse.
+    let mut handed = 0;
+    while handed < 2 {
+        let left = patience.saturating_sub(joined.elapsed());
+        let t = a_changes
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("{database}: a publishes its handovers: {e:?}"));
+        if !t.leadership.is_leader() && t.leadership.reason.is_some() {
+            assert_eq!(
+                t.leadership.reason,
+                Some(picolease::Demotion::HandedOver),
+                "{database}: {t:?}"
+            );
+            handed += 1;
+        }
+    }
+    c.shutdown().unwrap();
+    wait("two leases each again", patience, || {
+        held(&a, &leases).len() == 2 && held(&b, &leases).len() == 2
+    });
+    for l in &leases {
+        assert!(
+            !(held(&a, &leases).contains(l) && held(&b, &leases).contains(l)),
+            "{database}: {l} led by both"
+        );
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
