@@ -448,10 +448,18 @@ impl Mirror {
                     .iter()
                     .take(usize::from(rows % 5))
                     .map(|row| LeaseRow {
-                        name: match row.who % 6 {
+                        name: match row.who % 7 {
                             w @ 0..=2 => LEASES[usize::from(w)].to_string(),
                             3 => format!("{MEMBER_PREFIX}other"),
                             4 => format!("{MEMBER_PREFIX}me"),
+                            // A member that outranks this node: it hands
+                            // every lease it leads over (DESIGN §9
+                            // "Preferred members").
+                            5 => crate::set::member_row_name(
+                                &HolderId::new("other").expect("a valid id"),
+                                &crate::Rank::new(5, Some("2.0")).expect("a valid rank"),
+                            )
+                            .expect("fits"),
                             _ => "outside".to_string(),
                         },
                         holder: row
