@@ -414,42 +414,16 @@ impl<R: RealDb> Comparison<'_, R> {
                     .copied()
                     .unwrap_or(HOLDERS[*who]);
                 let epoch = self.epoch(lease, *epoch);
-                let me = HolderId::new(holder).unwrap();
-                let successor = HolderId::new(HOLDERS[*to]).unwrap().reservation();
-                let operation = Operation::HandOver { epoch };
-                let model =
-                    self.model
-                        .hand_over(lease, holder, epoch, &successor, RESERVATION_MS, now);
-                let real = self.sql.hand_over.run_to(
-                    self.real,
-                    holder,
-                    lease,
-                    ttl_ms,
-                    Some(epoch),
-                    &successor,
-                );
+                let (model, real) = self.hand_over_both(holder, lease, epoch, *to, ttl_ms);
                 (
-                    BatchOutcome::HandedOver(s.decode_reply(operation, &me, &model)),
-                    BatchOutcome::HandedOver(s.decode_reply(operation, &me, &real)),
+                    BatchOutcome::HandedOver(model),
+                    BatchOutcome::HandedOver(real),
                 )
             }
             BatchOp::RequestHandOver { lease, epoch, to } => {
                 let lease = BATCH_LEASES[*lease];
                 let epoch = self.epoch(lease, *epoch);
-                let node = to.map_or(String::new(), |to| {
-                    HolderId::new(HOLDERS[to]).unwrap().node().to_string()
-                });
-                self.model.request_hand_over(lease, &node, epoch, now);
-                let request = picolease_core::sql::hand_over_request_name(lease);
-                let rows = self.sql.request_hand_over.run_to(
-                    self.real,
-                    "",
-                    &request,
-                    ttl_ms,
-                    Some(epoch),
-                    &node,
-                );
-                assert!(rows.is_empty(), "the request returns no rows: {rows:?}");
+                self.request_hand_over_both(lease, epoch, *to, ttl_ms);
                 (BatchOutcome::Requested, BatchOutcome::Requested)
             }
             BatchOp::Renew { who, items } | BatchOp::Release { who, items } => {

@@ -693,6 +693,57 @@ impl<'r, R: RealDb> Comparison<'r, R> {
         })
     }
 
+    /// `holder` hands `lease` over at `epoch` to the node of holder
+    /// `HOLDERS[to]`, on both sides; both replies, decoded.
+    pub fn hand_over_both(
+        &mut self,
+        holder: &str,
+        lease: &str,
+        epoch: Epoch,
+        to: usize,
+        ttl_ms: i64,
+    ) -> (Result<Reply, RowError>, Result<Reply, RowError>) {
+        let s = self.sql.statements.clone();
+        let me = HolderId::new(holder).unwrap();
+        let successor = HolderId::new(HOLDERS[to]).unwrap().reservation();
+        let operation = Operation::HandOver { epoch };
+        let now = self.model_now;
+        let model = self
+            .model
+            .hand_over(lease, holder, epoch, &successor, RESERVATION_MS, now);
+        let real =
+            self.sql
+                .hand_over
+                .run_to(self.real, holder, lease, ttl_ms, Some(epoch), &successor);
+        (
+            s.decode_reply(operation, &me, &model),
+            s.decode_reply(operation, &me, &real),
+        )
+    }
+
+    /// An operator asks the holder of `lease` at `epoch` to hand it to the
+    /// node of `HOLDERS[to]` (`None`: to the best candidate), on both
+    /// sides; the request returns no rows.
+    pub fn request_hand_over_both(
+        &mut self,
+        lease: &str,
+        epoch: Epoch,
+        to: Option<usize>,
+        ttl_ms: i64,
+    ) {
+        let node = to.map_or(String::new(), |to| {
+            HolderId::new(HOLDERS[to]).unwrap().node().to_string()
+        });
+        self.model
+            .request_hand_over(lease, &node, epoch, self.model_now);
+        let request = picolease_core::sql::hand_over_request_name(lease);
+        let rows =
+            self.sql
+                .request_hand_over
+                .run_to(self.real, "", &request, ttl_ms, Some(epoch), &node);
+        assert!(rows.is_empty(), "the request returns no rows: {rows:?}");
+    }
+
     /// Runs `op` on both sides with the given ttl; returns both outcomes.
     pub fn step(&mut self, op: Op, ttl_ms: i64) -> (Outcome, Outcome) {
         let s = self.sql.statements.clone();
@@ -757,43 +808,13 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 to,
             } => {
                 let epoch = self.epoch(LEASES[lease], epoch);
-                let (holder, lease) = (HOLDERS[who], LEASES[lease]);
-                let me = HolderId::new(holder).unwrap();
-                let successor = HolderId::new(HOLDERS[to]).unwrap().reservation();
-                let operation = Operation::HandOver { epoch };
-                let model =
-                    self.model
-                        .hand_over(lease, holder, epoch, &successor, RESERVATION_MS, now);
-                let real = self.sql.hand_over.run_to(
-                    self.real,
-                    holder,
-                    lease,
-                    ttl_ms,
-                    Some(epoch),
-                    &successor,
-                );
-                (
-                    Outcome::Reply(s.decode_reply(operation, &me, &model)),
-                    Outcome::Reply(s.decode_reply(operation, &me, &real)),
-                )
+                let (model, real) =
+                    self.hand_over_both(HOLDERS[who], LEASES[lease], epoch, to, ttl_ms);
+                (Outcome::Reply(model), Outcome::Reply(real))
             }
             Op::RequestHandOver { lease, epoch, to } => {
                 let epoch = self.epoch(LEASES[lease], epoch);
-                let lease = LEASES[lease];
-                let node = to.map_or(String::new(), |to| {
-                    HolderId::new(HOLDERS[to]).unwrap().node().to_string()
-                });
-                self.model.request_hand_over(lease, &node, epoch, now);
-                let request = picolease_core::sql::hand_over_request_name(lease);
-                let rows = self.sql.request_hand_over.run_to(
-                    self.real,
-                    "",
-                    &request,
-                    ttl_ms,
-                    Some(epoch),
-                    &node,
-                );
-                assert!(rows.is_empty(), "the request returns no rows: {rows:?}");
+                self.request_hand_over_both(LEASES[lease], epoch, to, ttl_ms);
                 (Outcome::Requested, Outcome::Requested)
             }
             Op::WithdrawHandOver { lease, epoch } => {
