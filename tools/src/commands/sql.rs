@@ -34,7 +34,9 @@
 //! (`["a","b"]`), `[name, epoch]` pairs for `renew_batch` and
 //! `release_batch` (`[["a",3],["b",5]]`), each sorted byte-wise by name (the
 //! lock order on PostgreSQL). A set's membership row is the lease named
-//! `picolease.member:<holder id>`, acquired and renewed in the same
+//! `picolease.member:<holder id>` (a ranked member appends a space, its
+//! 42-character rank key and, with a tag, a space and the tag: DESIGN §9
+//! "Preferred members"), acquired and renewed in the same
 //! batches; `survey` lists the live ones, and the other rows that are free,
 //! have less than `stale_ms` left (picolease uses ttl − 2·interval, at
 //! least one interval) or are reserved for a successor (holder ending in
@@ -201,7 +203,7 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         ),
         Printed::of(
             "survey",
-            "lease sets: name, holder, epoch, expires_in_ms, by name, of live membership rows (picolease.member:<holder id>) and of other rows free, with less than stale_ms left (picolease: ttl - 2*interval, at least one interval) or reserved for a successor (holder ending in '#')",
+            "lease sets: name, holder, epoch, expires_in_ms, by name, of live membership rows (picolease.member:<holder id>[ <rank key>[ <version tag>]]) and of other rows free, with less than stale_ms left (picolease: ttl - 2*interval, at least one interval) or reserved for a successor (holder ending in '#')",
             statements.survey(),
         ),
     ]
