@@ -310,19 +310,7 @@ impl World {
                     let successor = n.lease.as_ref().and_then(|l| l.successor().cloned());
                     let problem = match (&successor, operation) {
                         (Some(to), Operation::HandOver { .. }) if ranked => {
-                            let own = super::world::node_rank(n.holder.as_str());
-                            let theirs = super::world::node_rank(to.as_str());
-                            (!crate::rank::yields_to(&own, &theirs)).then(|| {
-                                (
-                                    Property::Preference,
-                                    format!(
-                                        "{} (priority {}) handed over to {to} (priority {})",
-                                        n.holder,
-                                        own.priority(),
-                                        theirs.priority()
-                                    ),
-                                )
-                            })
+                            super::world::preference_problem(&n.holder, to)
                         }
                         _ => None,
                     };

@@ -215,6 +215,28 @@ pub(super) fn node_rank(holder: &str) -> crate::Rank {
     crate::Rank::new(u32::try_from(node + 1).unwrap_or(0), None).unwrap_or_default()
 }
 
+/// With ranked nodes every handover is a yield: the **preference**
+/// violation, if `holder` hands over to `to` without `to`'s node
+/// outranking its own. Checked on every hand-over a lone lease's machine
+/// or a set sends.
+pub(super) fn preference_problem(
+    holder: &HolderId,
+    to: &HolderId,
+) -> Option<(super::Property, String)> {
+    let own = node_rank(holder.as_str());
+    let theirs = node_rank(to.as_str());
+    (!crate::rank::yields_to(&own, &theirs)).then(|| {
+        (
+            super::Property::Preference,
+            format!(
+                "{holder} (priority {}) handed over to {to} (priority {})",
+                own.priority(),
+                theirs.priority()
+            ),
+        )
+    })
+}
+
 /// `(node, incarnation)` of a holder id the checker made.
 pub(super) fn parse_holder(holder: &str) -> Option<(usize, u32)> {
     if let Some(nonce) = holder.strip_prefix(TWIN).and_then(|h| h.strip_prefix('#')) {

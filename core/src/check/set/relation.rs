@@ -10,7 +10,7 @@ use super::{new_set, Anchors, SetDelivery, SetNode, SetRequest, SetWorld};
 use crate::check::channel::Channel;
 use crate::check::contender::Contender;
 use crate::check::invariants::violation;
-use crate::check::world::{node_rank, Log, Setup, World};
+use crate::check::world::{preference_problem, Log, Setup, World};
 use crate::check::Property;
 use crate::check::Violation;
 use crate::error::ConfigError;
@@ -407,21 +407,10 @@ impl World<SetNode> {
                         .flatten();
                     // With ranked nodes every hand-over is a yield: to a
                     // node of strictly higher rank.
-                    let problem = successor.as_ref().filter(|_| ranked).and_then(|to| {
-                        let own = node_rank(n.holder.as_str());
-                        let theirs = node_rank(to.as_str());
-                        (!crate::rank::yields_to(&own, &theirs)).then(|| {
-                            (
-                                Property::Preference,
-                                format!(
-                                    "{} (priority {}) handed over to {to} (priority {})",
-                                    n.holder,
-                                    own.priority(),
-                                    theirs.priority()
-                                ),
-                            )
-                        })
-                    });
+                    let problem = successor
+                        .as_ref()
+                        .filter(|_| ranked)
+                        .and_then(|to| preference_problem(&n.holder, to));
                     n.to_db.push(SetRequest {
                         node: i,
                         incarnation: n.incarnation,
