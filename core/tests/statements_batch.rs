@@ -6,7 +6,7 @@ use picolease_core::sql::{
     batch_names, batch_pairs, BatchBindings, Cell, Dialect, LeaseRow, Param, Statements, Value,
     MEMBER_PREFIX,
 };
-use picolease_core::{Epoch, HolderId, Reply, RowError, TableName};
+use picolease_core::{Epoch, HolderId, Operation, Reply, RowError, TableName};
 
 fn placeholders(sql: &str, dialect: Dialect) -> usize {
     match dialect {
@@ -426,4 +426,38 @@ fn print_the_batch_sql() {
             eprintln!("{:?} {:?}\n{}\n", s.dialect(), st.params(), st.sql());
         }
     }
+}
+
+/// On MySQL the acquire's read-back is a second statement, its clock read
+/// later than the write's: a release that committed while the write waited
+/// for its row lock reads as free with no time left, not taken. That is a
+/// row held by nobody, tried again, not an unsound row (a CI run on
+/// MariaDB saw it as a fault when a set of one's leader shut down beside
+/// two waiting contenders).
+#[test]
+fn on_mysql_a_row_released_during_the_acquire_is_free_not_unsound() {
+    let s = Statements::new(Dialect::Mysql, &TableName::default());
+    let me = HolderId::new("me").unwrap();
+    let free = Reply::Held {
+        holder: None,
+        epoch: Epoch::new(4),
+        expires_in: std::time::Duration::ZERO,
+    };
+    assert_eq!(
+        s.decode_acquire_batch(
+            &me,
+            &[vec![text("a"), Cell::Null, Cell::Int(4), Cell::Int(-2)]]
+        )
+        .unwrap(),
+        vec![("a".to_string(), free.clone())]
+    );
+    assert_eq!(
+        s.decode_reply(
+            Operation::Acquire,
+            &me,
+            &[vec![Cell::Null, Cell::Int(4), Cell::Int(0)]]
+        )
+        .unwrap(),
+        free
+    );
 }

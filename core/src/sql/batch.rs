@@ -441,6 +441,7 @@ impl Builder<'_> {
 /// The rows of [`super::Statements::acquire_batch`]: `name` then the
 /// single acquire's `holder, epoch, expires_in_ms`, decoded as it does.
 pub(super) fn acquire_batch(
+    dialect: Dialect,
     me: &HolderId,
     rows: &[Vec<Cell>],
 ) -> Result<Vec<(String, Reply)>, RowError> {
@@ -448,7 +449,8 @@ pub(super) fn acquire_batch(
         .map(|row| {
             decode::expect_columns("acquire batch", row, 4)?;
             let name = decode::name(&row[0])?;
-            let reply = decode::acquire_row(me, &row[1..]).map_err(|e| e.for_lease(&name))?;
+            let reply =
+                decode::acquire_row(dialect, me, &row[1..]).map_err(|e| e.for_lease(&name))?;
             Ok((name, reply))
         })
         .collect()

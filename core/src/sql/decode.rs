@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::Dialect;
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId};
 use crate::protocol::{Operation, Reply};
@@ -123,6 +124,7 @@ fn millis(ms: i64) -> Duration {
 }
 
 pub(super) fn reply(
+    dialect: Dialect,
     operation: Operation,
     me: &HolderId,
     rows: &[Vec<Cell>],
@@ -137,7 +139,7 @@ pub(super) fn reply(
                 });
             };
             expect_columns("acquire", row, 3)?;
-            acquire_row(me, row)
+            acquire_row(dialect, me, row)
         }
         Operation::Renew { .. } => match rows {
             [] => Ok(Reply::Rejected),
@@ -222,7 +224,11 @@ fn preferred_candidate(cell: &Cell) -> Reply {
 /// The acquire's `holder, epoch, expires_in_ms` (three cells, already
 /// counted): ours is `Acquired`, another's `Held`. Shared by the single and
 /// the batch acquire.
-pub(super) fn acquire_row(me: &HolderId, row: &[Cell]) -> Result<Reply, RowError> {
+pub(super) fn acquire_row(
+    dialect: Dialect,
+    me: &HolderId,
+    row: &[Cell],
+) -> Result<Reply, RowError> {
     let holder = opt_text("", "holder", &row[0])?;
     let epoch = epoch("", &row[1])?;
     let expires_in = int("", "expires_at", &row[2])?;
@@ -245,7 +251,14 @@ pub(super) fn acquire_row(me: &HolderId, row: &[Cell]) -> Result<Reply, RowError
         // a server change (DESIGN §3 "Failover"), nobody's until it ends.
         // A free row with no time left is always taken, so only a grace
         // row (time left) or an unsound one (never taken over) gets here.
-        None if expires_in > 0 => Ok(Reply::Held {
+        //
+        // On MySQL the read-back is a second statement with a later clock:
+        // the write reads its clock when it starts, before it waits for a
+        // releasing transaction's row lock. A release that commits during
+        // that wait has time left to the write (so it is not taken) and
+        // none to the read-back. The row is free and not ours: `Held` by
+        // nobody with no time left, tried again at the next attempt.
+        None if expires_in > 0 || dialect == Dialect::Mysql => Ok(Reply::Held {
             holder: None,
             epoch,
             expires_in: millis(expires_in),

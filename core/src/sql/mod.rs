@@ -624,7 +624,7 @@ impl Statements {
         me: &HolderId,
         rows: &[Vec<Cell>],
     ) -> Result<Reply, RowError> {
-        decode::reply(operation, me, rows)
+        decode::reply(self.dialect, operation, me, rows)
     }
 
     /// Interprets the rows of [`Statements::status`].
@@ -641,7 +641,7 @@ impl Statements {
         me: &HolderId,
         rows: &[Vec<Cell>],
     ) -> Result<Vec<(String, Reply)>, RowError> {
-        batch::acquire_batch(me, rows)
+        batch::acquire_batch(self.dialect, me, rows)
     }
 
     /// Interprets the rows of [`Statements::renew_batch`] and
