@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::connect::MysqlConnector;
 use super::error::MysqlError;
 use super::wake::WakeLock;
-use crate::server::backoff::Backoff;
+use crate::server::backoff::Reconnect;
 use crate::server::{answer, batch_name, operation_name, ran_name, Binding};
 use crate::set::{Answer, Ran};
 
@@ -32,9 +32,6 @@ struct LinkState {
     idle: Option<Conn>,
     /// The server's id of the connection a statement is running on.
     busy: Option<u32>,
-    /// The table has been created (or found) once.
-    table_ready: bool,
-    backoff: Backoff,
 }
 
 /// The statement connection of one driver.
@@ -45,6 +42,7 @@ pub(crate) struct Link {
     /// A lone lease's release wake-up, when it has one (`wake.rs`).
     wake: Option<Arc<WakeLock>>,
     state: Mutex<LinkState>,
+    reconnect: Reconnect,
 }
 
 impl Link {
@@ -63,9 +61,8 @@ impl Link {
             state: Mutex::new(LinkState {
                 idle: None,
                 busy: None,
-                table_ready: false,
-                backoff: Backoff::new(backoff_cap),
             }),
+            reconnect: Reconnect::new(backoff_cap),
         }
     }
 
@@ -87,57 +84,32 @@ impl Link {
         deadline: Instant,
         timeout: Duration,
     ) -> Result<Conn, MysqlError> {
-        let (wait_until, table_ready) = {
+        {
             let mut state = self.state();
             if let Some(conn) = state.idle.take() {
                 state.busy = Some(conn.id());
                 return Ok(conn);
             }
-            (state.backoff.next_attempt(), state.table_ready)
-        };
-        if let Some(at) = wait_until {
-            if at >= deadline {
-                let state = self.state();
-                return Err(MysqlError::Connect {
-                    reason: format!(
-                        "backing off for {:?} after {} failed attempts (last: {})",
-                        at.saturating_duration_since(Instant::now()),
-                        state.backoff.failures,
-                        state.backoff.last_reason
-                    ),
-                });
-            }
-            tokio::time::sleep_until(at).await;
         }
-        let attempt = async {
+        let attempt = |table_ready: bool| async move {
             let mut conn = self.connector.connect(timeout).await?;
             if self.auto_create && !table_ready {
                 create_table(&mut conn, &self.statements).await?;
             }
             Ok::<_, MysqlError>(conn)
         };
-        let outcome = match tokio::time::timeout_at(deadline, attempt).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(MysqlError::Timeout {
-                during,
-                after: timeout,
-            }),
+        let backing_off = |reason| MysqlError::Connect { reason };
+        let timed_out = || MysqlError::Timeout {
+            during,
+            after: timeout,
         };
-        let mut state = self.state();
-        match outcome {
-            Ok(conn) => {
-                tracing::debug!(table = %self.statements.table(), id = conn.id(), "picolease: connected");
-                state.backoff.succeeded();
-                state.table_ready = true;
-                state.busy = Some(conn.id());
-                Ok(conn)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "picolease: could not connect");
-                state.backoff.failed(e.to_string());
-                Err(e)
-            }
-        }
+        let conn = self
+            .reconnect
+            .connect(deadline, attempt, backing_off, timed_out)
+            .await?;
+        tracing::debug!(table = %self.statements.table(), id = conn.id(), "picolease: connected");
+        self.state().busy = Some(conn.id());
+        Ok(conn)
     }
 
     /// Gives `conn` back after a statement, or drops it (retired) after
@@ -145,9 +117,8 @@ impl Link {
     async fn give_back(&self, mut conn: Conn, error: Option<&MysqlError>) {
         if let Some(error) = error {
             if error.retires_session() {
-                let mut state = self.state();
-                state.busy = None;
-                state.backoff.failed(error.to_string());
+                self.state().busy = None;
+                self.reconnect.failed(error.to_string());
                 tracing::info!(error = %error, table = %self.statements.table(), "picolease: retiring the session; the next statement connects afresh");
                 return;
             }
@@ -258,11 +229,8 @@ impl crate::server::Link for Link {
     /// kill the connection on the server, so its statement stops and its
     /// transaction rolls back there too.
     fn abandon(&self, ran: Ran, timeout: Duration) -> MysqlError {
-        let busy = {
-            let mut state = self.state();
-            state.backoff.failed("a statement timed out".into());
-            state.busy.take()
-        };
+        self.reconnect.failed("a statement timed out".into());
+        let busy = self.state().busy.take();
         if let Some(id) = busy {
             let connector = self.connector.clone();
             // Never waited for: the server may be unreachable.

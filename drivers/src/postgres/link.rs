@@ -24,7 +24,7 @@ use super::connect::Connect;
 use super::error::PgError;
 use super::pooler::Pooler;
 use super::server_change::ServerWatch;
-use crate::server::backoff::Backoff;
+use crate::server::backoff::Reconnect;
 use crate::server::{batch_name, operation_name};
 
 /// The `application_name` of [`super::PgConnector`]'s connections unless
@@ -139,13 +139,6 @@ async fn prepare_into(
         .map(drop)
 }
 
-struct LinkState {
-    current: Option<Arc<Session>>,
-    /// The table has been created (or found) once: no need to again.
-    table_ready: bool,
-    backoff: Backoff,
-}
-
 /// The connection of one driver, shared between the driver loop and the
 /// statement in flight (at most one, so nothing contends for it).
 pub(crate) struct Link {
@@ -155,7 +148,9 @@ pub(crate) struct Link {
     /// Send every statement unnamed (`query_typed`): a transaction pooler
     /// is in the way, said by the connector or met ([`PgError::Pooler`]).
     unnamed: AtomicBool,
-    state: Mutex<LinkState>,
+    /// The live session, if any.
+    current: Mutex<Option<Arc<Session>>>,
+    reconnect: Reconnect,
     /// The server's incarnation as of the last connection.
     server: ServerWatch,
 }
@@ -192,18 +187,15 @@ impl Link {
             server: ServerWatch::new(&statements),
             statements,
             auto_create,
-            state: Mutex::new(LinkState {
-                current: None,
-                table_ready: false,
-                backoff: Backoff::new(backoff_cap),
-            }),
+            current: Mutex::new(None),
+            reconnect: Reconnect::new(backoff_cap),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, LinkState> {
+    fn current(&self) -> MutexGuard<'_, Option<Arc<Session>>> {
         // A panic while holding this lock cannot leave it inconsistent (each
         // critical section is a single assignment), so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn table(&self) -> String {
@@ -294,31 +286,14 @@ impl Link {
         deadline: Instant,
         timeout: Duration,
     ) -> Result<Arc<Session>, PgError> {
-        let (wait_until, table_ready) = {
-            let mut state = self.state();
-            if let Some(session) = &state.current {
-                if !session.client.is_closed() {
-                    return Ok(session.clone());
-                }
-                state.current = None;
+        {
+            let mut current = self.current();
+            match &*current {
+                Some(session) if !session.client.is_closed() => return Ok(session.clone()),
+                _ => *current = None,
             }
-            (state.backoff.next_attempt(), state.table_ready)
-        };
-        if let Some(at) = wait_until {
-            if at >= deadline {
-                let state = self.state();
-                return Err(PgError::Connect {
-                    reason: format!(
-                        "backing off for {:?} after {} failed attempts (last: {})",
-                        at.saturating_duration_since(Instant::now()),
-                        state.backoff.failures,
-                        state.backoff.last_reason
-                    ),
-                });
-            }
-            tokio::time::sleep_until(at).await;
         }
-        let attempt = async {
+        let attempt = |table_ready: bool| async move {
             let client = self
                 .connector
                 .connect()
@@ -331,29 +306,19 @@ impl Link {
             self.server.observe(&client, &self.statements, pooled).await;
             Ok::<_, PgError>(client)
         };
-        let outcome = match tokio::time::timeout_at(deadline, attempt).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(PgError::Timeout {
-                during,
-                after: timeout,
-            }),
+        let backing_off = |reason| PgError::Connect { reason };
+        let timed_out = || PgError::Timeout {
+            during,
+            after: timeout,
         };
-        let mut state = self.state();
-        match outcome {
-            Ok(client) => {
-                tracing::debug!(table = %self.statements.table(), "picolease: connected");
-                let session = Arc::new(Session::new(client));
-                state.backoff.succeeded();
-                state.table_ready = true;
-                state.current = Some(session.clone());
-                Ok(session)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "picolease: could not connect");
-                state.backoff.failed(e.to_string());
-                Err(e)
-            }
-        }
+        let client = self
+            .reconnect
+            .connect(deadline, attempt, backing_off, timed_out)
+            .await?;
+        tracing::debug!(table = %self.statements.table(), "picolease: connected");
+        let session = Arc::new(Session::new(client));
+        *self.current() = Some(session.clone());
+        Ok(session)
     }
 
     /// Drops `session` after a statement on it failed for a reason that is
@@ -361,14 +326,13 @@ impl Link {
     /// of its own is replaced, never retried for ever). The next statement
     /// connects afresh, after the backoff this failure adds to.
     fn retire(&self, session: &Arc<Session>, error: &PgError) {
-        let mut state = self.state();
-        if state
-            .current
+        let mut current = self.current();
+        if current
             .as_ref()
             .is_some_and(|current| Arc::ptr_eq(current, session))
         {
-            state.current = None;
-            state.backoff.failed(error.to_string());
+            *current = None;
+            self.reconnect.failed(error.to_string());
             tracing::info!(error = %error, table = %self.statements.table(), "picolease: retiring the session; the next statement connects afresh");
         }
     }
@@ -378,7 +342,7 @@ impl Link {
     /// dropped; returns its cancel token so the server-side query can be
     /// cancelled.
     pub(crate) fn abandon(&self) -> Option<CancelToken> {
-        let session = self.state().current.take()?;
+        let session = self.current().take()?;
         Some(session.client.cancel_token())
     }
 

@@ -1,8 +1,12 @@
 //! How long a driver waits before connecting again: capped, jittered,
-//! doubling per consecutive failure.
+//! doubling per consecutive failure; and the one reconnection both server
+//! links use ([`Reconnect`]).
 
 use std::collections::hash_map::RandomState;
+use std::fmt::Display;
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -65,6 +69,82 @@ impl Backoff {
     pub(crate) fn succeeded(&mut self) {
         self.failures = 0;
         self.retry_at = None;
+    }
+}
+
+/// A statement link's reconnection, the same for PostgreSQL and MySQL:
+/// wait out the backoff (or say it runs past the statement's deadline),
+/// connect within the deadline, create the table on the first connection
+/// when asked, and count the outcome in the backoff.
+pub(crate) struct Reconnect {
+    state: Mutex<(Backoff, bool)>,
+}
+
+impl Reconnect {
+    pub(crate) fn new(cap: Duration) -> Self {
+        Reconnect {
+            state: Mutex::new((Backoff::new(cap), false)),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, (Backoff, bool)> {
+        // Each critical section is one update: poisoning cannot leave the
+        // state inconsistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A failure of the session that counts towards the backoff.
+    pub(crate) fn failed(&self, reason: String) {
+        self.state().0.failed(reason);
+    }
+
+    /// Connects with `attempt`, told whether the table was already found
+    /// or created on an earlier connection, once the backoff allows and
+    /// by `deadline`. Past it, `timed_out`; a backoff that ends after it,
+    /// `backing_off` with the reason.
+    pub(crate) async fn connect<T, E, F>(
+        &self,
+        deadline: Instant,
+        attempt: impl FnOnce(bool) -> F,
+        backing_off: impl FnOnce(String) -> E,
+        timed_out: impl FnOnce() -> E,
+    ) -> Result<T, E>
+    where
+        E: Display,
+        F: Future<Output = Result<T, E>>,
+    {
+        let (wait_until, table_ready) = {
+            let state = self.state();
+            (state.0.next_attempt(), state.1)
+        };
+        if let Some(at) = wait_until {
+            if at >= deadline {
+                let state = self.state();
+                return Err(backing_off(format!(
+                    "backing off for {:?} after {} failed attempts (last: {})",
+                    at.saturating_duration_since(Instant::now()),
+                    state.0.failures,
+                    state.0.last_reason
+                )));
+            }
+            tokio::time::sleep_until(at).await;
+        }
+        let outcome = match tokio::time::timeout_at(deadline, attempt(table_ready)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(timed_out()),
+        };
+        let mut state = self.state();
+        match &outcome {
+            Ok(_) => {
+                state.0.succeeded();
+                state.1 = true;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "picolease: could not connect");
+                state.0.failed(e.to_string());
+            }
+        }
+        outcome
     }
 }
 
