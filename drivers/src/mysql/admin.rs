@@ -1,13 +1,17 @@
 //! Administrative statements on MySQL, for the CLI and for operators:
-//! create the table, read the leases, force a lease free. Each connects
-//! with the [`MysqlConnector`] given, runs, and disconnects.
+//! create the table, read the leases, force a lease free, ask for a
+//! handover. Each connects with the [`MysqlConnector`] given, runs, and
+//! disconnects; all but `init` are `server/admin.rs`'s, run on that
+//! connection.
 
+use mysql_async::Conn;
 use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements};
-use picolease_core::{Epoch, LeaseName, RowError, TableName};
+use picolease_core::{Epoch, LeaseName, TableName};
 
 use super::connect::MysqlConnector;
 use super::error::MysqlError;
 use super::link::{create_table, run};
+use crate::server::admin::{self, AdminSession};
 
 /// Creates the lease table and its `(name, epoch)` index if missing.
 pub async fn init(connector: &MysqlConnector, table: &TableName) -> Result<(), MysqlError> {
@@ -22,14 +26,10 @@ pub async fn status(
     connector: &MysqlConnector,
     table: &TableName,
 ) -> Result<Vec<LeaseRow>, MysqlError> {
-    let statements = Statements::new(Dialect::Mysql, table);
-    let rows = query(connector, table, "status", statements.status(), None).await?;
-    statements
-        .decode_status(&rows)
-        .map_err(|source| MysqlError::Row {
-            table: table.to_string(),
-            source,
-        })
+    let mut conn = connector.connect_client().await?;
+    let outcome = admin::status(&mut Session::new(&mut conn, table), &statements(table)).await;
+    let _ = conn.disconnect().await;
+    outcome
 }
 
 /// Frees `lease` whoever holds it (its holder demotes at its next renewal
@@ -40,34 +40,11 @@ pub async fn force_release(
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<Epoch>, MysqlError> {
-    let statements = Statements::new(Dialect::Mysql, table);
-    let row_error = |source: RowError| MysqlError::Row {
-        table: table.to_string(),
-        source: source.for_lease(lease.as_str()),
-    };
-    let rows = query(
-        connector,
-        table,
-        "force release",
-        statements.force_release(),
-        Some(lease),
-    )
-    .await?;
-    let released = statements.decode_force_release(&rows).map_err(row_error)?;
-    if released.is_none() {
-        // No such lease, or a malformed row the statement refused to
-        // touch: reading it tells which.
-        let rows = query(
-            connector,
-            table,
-            "force release",
-            statements.lease_row(),
-            Some(lease),
-        )
-        .await?;
-        statements.decode_status(&rows).map_err(row_error)?;
-    }
-    Ok(released)
+    let mut conn = connector.connect_client().await?;
+    let mut session = Session::new(&mut conn, table);
+    let outcome = admin::force_release(&mut session, &statements(table), lease).await;
+    let _ = conn.disconnect().await;
+    outcome
 }
 
 /// One lease's row on `conn`, if it exists, as [`status`] reads every
@@ -78,21 +55,8 @@ pub async fn lease_row(
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<LeaseRow>, MysqlError> {
-    let statements = Statements::new(Dialect::Mysql, table);
-    let bindings = Bindings {
-        lease: lease.as_str(),
-        ..Bindings::default()
-    };
-    let rows = run_statement(conn, statements.lease_row(), &bindings, None)
-        .await
-        .map_err(|e| MysqlError::from_statement("status", &table.to_string(), &e))?;
-    let mut rows = statements
-        .decode_status(&rows)
-        .map_err(|source| MysqlError::Row {
-            table: table.to_string(),
-            source: source.for_lease(lease.as_str()),
-        })?;
-    Ok(rows.pop())
+    let mut session = Session::new(conn, table);
+    admin::lease_row(&mut session, &statements(table), lease, "status").await
 }
 
 /// Asks the holder of term `epoch` of `lease` to hand it over to node `to`
@@ -105,9 +69,13 @@ pub async fn request_hand_over(
     epoch: Epoch,
     to: &str,
 ) -> Result<(), MysqlError> {
-    let statements = Statements::new(Dialect::Mysql, table);
+    let statements = statements(table);
     let statement = statements.request_hand_over();
-    on_request(connector, table, statement, "hand over", lease, epoch, to).await
+    let mut conn = connector.connect_client().await?;
+    let mut session = Session::new(&mut conn, table);
+    let outcome = admin::on_request(&mut session, statement, "hand over", lease, epoch, to).await;
+    let _ = conn.disconnect().await;
+    outcome
 }
 
 /// Withdraws the request to hand term `epoch` of `lease` over, as
@@ -118,43 +86,51 @@ pub async fn withdraw_hand_over(
     lease: &LeaseName,
     epoch: Epoch,
 ) -> Result<(), MysqlError> {
-    let statements = Statements::new(Dialect::Mysql, table);
+    let statements = statements(table);
     let statement = statements.withdraw_hand_over();
-    on_request(
-        connector,
-        table,
-        statement,
-        "withdraw hand over",
-        lease,
-        epoch,
-        "",
-    )
-    .await
-}
-
-/// Runs `statement` (`what`, for errors) on the request row of `lease`
-/// for term `epoch`, naming node `to`, on a connection of its own.
-async fn on_request(
-    connector: &MysqlConnector,
-    table: &TableName,
-    statement: &Statement,
-    what: &'static str,
-    lease: &LeaseName,
-    epoch: Epoch,
-    to: &str,
-) -> Result<(), MysqlError> {
-    let request = picolease_core::sql::hand_over_request_name(lease.as_str());
-    let bindings = Bindings {
-        lease: &request,
-        successor: to,
-        ..Bindings::default()
-    };
+    let what = "withdraw hand over";
     let mut conn = connector.connect_client().await?;
-    let outcome = run_statement(&mut conn, statement, &bindings, Some(epoch)).await;
+    let mut session = Session::new(&mut conn, table);
+    let outcome = admin::on_request(&mut session, statement, what, lease, epoch, "").await;
     let _ = conn.disconnect().await;
     outcome
-        .map(drop)
-        .map_err(|e| MysqlError::from_statement(what, &table.to_string(), &e))
+}
+
+fn statements(table: &TableName) -> Statements {
+    Statements::new(Dialect::Mysql, table)
+}
+
+/// A connection as an administrative session: each statement with its
+/// read-back in one transaction ([`run_statement`]); the table named in
+/// errors.
+struct Session<'c> {
+    conn: &'c mut Conn,
+    table: String,
+}
+
+impl<'c> Session<'c> {
+    fn new(conn: &'c mut Conn, table: &TableName) -> Self {
+        Session {
+            conn,
+            table: table.to_string(),
+        }
+    }
+}
+
+impl AdminSession for Session<'_> {
+    type Error = MysqlError;
+
+    async fn rows(
+        &mut self,
+        during: &'static str,
+        statement: &Statement,
+        bindings: &Bindings<'_>,
+        epoch: Option<Epoch>,
+    ) -> Result<Vec<Vec<Cell>>, MysqlError> {
+        run_statement(self.conn, statement, bindings, epoch)
+            .await
+            .map_err(|e| MysqlError::from_statement(during, &self.table, &e))
+    }
 }
 
 /// Runs one protocol statement on `conn` as the driver runs it: with its
@@ -173,25 +149,4 @@ pub async fn run_statement(
         .read_back()
         .map(|read| read.statement().bind(bindings, epoch).collect());
     run(conn, statement, values, read_values).await
-}
-
-/// Runs `statement` (with its read-back, in one transaction) bound to
-/// `lease`, on a connection of its own.
-async fn query(
-    connector: &MysqlConnector,
-    table: &TableName,
-    during: &'static str,
-    statement: &Statement,
-    lease: Option<&LeaseName>,
-) -> Result<Vec<Vec<Cell>>, MysqlError> {
-    let bindings = Bindings {
-        lease: lease.map_or("", LeaseName::as_str),
-        holder: "",
-        ttl_millis: 0,
-        ..Bindings::default()
-    };
-    let mut conn = connector.connect_client().await?;
-    let outcome = run_statement(&mut conn, statement, &bindings, None).await;
-    let _ = conn.disconnect().await;
-    outcome.map_err(|e| MysqlError::from_statement(during, &table.to_string(), &e))
 }

@@ -1,13 +1,15 @@
 //! Administrative statements, for the CLI and for operators: create the
-//! table, read the leases, force a lease free. Each takes a connected
-//! client (see [`PgConnector::connect_client`](super::PgConnector::connect_client)).
+//! table, read the leases, force a lease free, ask for a handover. Each
+//! takes a connected client (see [`PgConnector::connect_client`](super::PgConnector::connect_client));
+//! all but `init` are `server/admin.rs`'s, run on it.
 
 use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements};
-use picolease_core::{Epoch, LeaseName, RowError, TableName};
+use picolease_core::{Epoch, LeaseName, TableName};
 use tokio_postgres::Client;
 
 use super::cells::{rows_to_cells, typed};
 use super::error::PgError;
+use crate::server::admin::{self, AdminSession};
 
 /// Creates the lease table if it does not exist (`init`), and the unique
 /// index on `(name, epoch)` that orders fenced transactions before a
@@ -15,26 +17,14 @@ use super::error::PgError;
 /// see [`Statements::create_index`]). Idempotent, and safe to run from
 /// several nodes at once.
 pub async fn init(client: &Client, table: &TableName) -> Result<(), PgError> {
-    create_table(client, &Statements::new(Dialect::Postgres, table)).await
+    create_table(client, &statements(table)).await
 }
 
 /// Every lease in the table, by name, with time left on the database's
 /// clock. A missing table is [`PgError::MissingTable`]; a malformed row is
 /// [`PgError::Row`] naming it.
 pub async fn status(client: &Client, table: &TableName) -> Result<Vec<LeaseRow>, PgError> {
-    let statements = Statements::new(Dialect::Postgres, table);
-    let rows = client
-        .query_typed(statements.status().sql(), &[])
-        .await
-        .map_err(|e| PgError::from_statement("status", &table.to_string(), &e))?;
-    let cells = rows_to_cells(&rows)
-        .map_err(|e| PgError::from_statement("status", &table.to_string(), &e))?;
-    statements
-        .decode_status(&cells)
-        .map_err(|source| PgError::Row {
-            table: table.to_string(),
-            source,
-        })
+    admin::status(&mut Session(client, table.to_string()), &statements(table)).await
 }
 
 /// One lease's row, if it exists, as [`status`] reads every row: for a
@@ -45,29 +35,13 @@ pub async fn lease_row(
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<LeaseRow>, PgError> {
-    read_row(client, table, lease, "status").await
-}
-
-/// [`lease_row`], with `during` naming the command in a failure.
-async fn read_row(
-    client: &Client,
-    table: &TableName,
-    lease: &LeaseName,
-    during: &'static str,
-) -> Result<Option<LeaseRow>, PgError> {
-    let statements = Statements::new(Dialect::Postgres, table);
-    let bindings = Bindings {
-        lease: lease.as_str(),
-        ..Bindings::default()
-    };
-    let rows = query(client, table, during, statements.lease_row(), &bindings).await?;
-    let mut rows = statements
-        .decode_status(&rows)
-        .map_err(|source| PgError::Row {
-            table: table.to_string(),
-            source: source.for_lease(lease.as_str()),
-        })?;
-    Ok(rows.pop())
+    admin::lease_row(
+        &mut Session(client, table.to_string()),
+        &statements(table),
+        lease,
+        "status",
+    )
+    .await
 }
 
 /// Frees `lease` whoever holds it, bumping the epoch so the old holder's
@@ -82,27 +56,12 @@ pub async fn force_release(
     table: &TableName,
     lease: &LeaseName,
 ) -> Result<Option<Epoch>, PgError> {
-    let statements = Statements::new(Dialect::Postgres, table);
-    // The statements bind only the lease name.
-    let bindings = Bindings {
-        lease: lease.as_str(),
-        holder: "",
-        ttl_millis: 0,
-        ..Bindings::default()
-    };
-    let row_error = |source: RowError| PgError::Row {
-        table: table.to_string(),
-        source: source.for_lease(lease.as_str()),
-    };
-    let during = "force release";
-    let rows = query(client, table, during, statements.force_release(), &bindings).await?;
-    let released = statements.decode_force_release(&rows).map_err(row_error)?;
-    if released.is_none() {
-        // No such lease, or a malformed row the statement refused to
-        // touch: reading it tells which.
-        read_row(client, table, lease, during).await?;
-    }
-    Ok(released)
+    admin::force_release(
+        &mut Session(client, table.to_string()),
+        &statements(table),
+        lease,
+    )
+    .await
 }
 
 /// Asks the holder of term `epoch` of `lease` to hand it over to node `to`
@@ -117,9 +76,17 @@ pub async fn request_hand_over(
     epoch: Epoch,
     to: &str,
 ) -> Result<(), PgError> {
-    let statements = Statements::new(Dialect::Postgres, table);
+    let statements = statements(table);
     let statement = statements.request_hand_over();
-    on_request(client, table, statement, "hand over", lease, epoch, to).await
+    admin::on_request(
+        &mut Session(client, table.to_string()),
+        statement,
+        "hand over",
+        lease,
+        epoch,
+        to,
+    )
+    .await
 }
 
 /// Withdraws the request to hand term `epoch` of `lease` over, if the
@@ -132,13 +99,13 @@ pub async fn withdraw_hand_over(
     lease: &LeaseName,
     epoch: Epoch,
 ) -> Result<(), PgError> {
-    let statements = Statements::new(Dialect::Postgres, table);
+    let statements = statements(table);
     let statement = statements.withdraw_hand_over();
-    on_request(
-        client,
-        table,
+    let what = "withdraw hand over";
+    admin::on_request(
+        &mut Session(client, table.to_string()),
         statement,
-        "withdraw hand over",
+        what,
         lease,
         epoch,
         "",
@@ -146,48 +113,34 @@ pub async fn withdraw_hand_over(
     .await
 }
 
-/// Runs `statement` (`what`, for errors) on the request row of `lease`
-/// for term `epoch`, naming node `to`.
-async fn on_request(
-    client: &Client,
-    table: &TableName,
-    statement: &Statement,
-    what: &'static str,
-    lease: &LeaseName,
-    epoch: Epoch,
-    to: &str,
-) -> Result<(), PgError> {
-    let request = picolease_core::sql::hand_over_request_name(lease.as_str());
-    let bindings = Bindings {
-        lease: &request,
-        successor: to,
-        ..Bindings::default()
-    };
-    let values: Vec<_> = statement.bind(&bindings, Some(epoch)).collect();
-    client
-        .query_typed(statement.sql(), &typed(statement, &values))
-        .await
-        .map_err(|e| PgError::from_statement(what, &table.to_string(), &e))?;
-    Ok(())
+fn statements(table: &TableName) -> Statements {
+    Statements::new(Dialect::Postgres, table)
 }
 
-/// Runs `statement` unnamed with typed parameters (one round trip, and
-/// nothing left on the session for a pooler to mix up), and returns its
-/// rows as cells.
-async fn query(
-    client: &Client,
-    table: &TableName,
-    during: &'static str,
-    statement: &Statement,
-    bindings: &Bindings<'_>,
-) -> Result<Vec<Vec<Cell>>, PgError> {
-    let fail = |e: tokio_postgres::Error| PgError::from_statement(during, &table.to_string(), &e);
-    let values: Vec<_> = statement.bind(bindings, None).collect();
-    let rows = client
-        .query_typed(statement.sql(), &typed(statement, &values))
-        .await
-        .map_err(fail)?;
-    rows_to_cells(&rows).map_err(fail)
+/// A client as an administrative session: each statement unnamed with
+/// typed parameters (one round trip, and nothing left on the session for
+/// a pooler to mix up), its rows as cells; the table named in errors.
+struct Session<'c>(&'c Client, String);
+
+impl AdminSession for Session<'_> {
+    type Error = PgError;
+
+    async fn rows(
+        &mut self,
+        during: &'static str,
+        statement: &Statement,
+        bindings: &Bindings<'_>,
+        epoch: Option<Epoch>,
+    ) -> Result<Vec<Vec<Cell>>, PgError> {
+        let fail = |e: tokio_postgres::Error| PgError::from_statement(during, &self.1, &e);
+        let values: Vec<_> = statement.bind(bindings, epoch).collect();
+        let rows = self
+            .0
+            .query_typed(statement.sql(), &typed(statement, &values))
+            .await
+            .map_err(fail)?;
+        rows_to_cells(&rows).map_err(fail)
+    }
 }
 
 /// Runs `CREATE TABLE IF NOT EXISTS`, then creates the fence index on

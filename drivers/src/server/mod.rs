@@ -2,12 +2,15 @@
 //! MySQL's alike: one tokio task per lone lease or lease set
 //! (`driver.rs`), each lease's work behind its gate (`gate.rs`), the
 //! handle's side of the task (`task.rs`), the reconnect backoff
-//! (`backoff.rs`). A database brings only its statement connection (a
-//! `Link`), its fence and, where it has them, release notices.
+//! (`backoff.rs`), the administrative statements (`admin.rs`). A database
+//! brings only its statement connection (a `Link`), its fence, how one
+//! statement runs on an administrative session and, where it has them,
+//! release notices.
 //!
 //! Of all this only [`LeaderContext`] is public, as each driver's
 //! `LeaderContext` (`postgres::LeaderContext`, `mysql::LeaderContext`).
 
+pub(crate) mod admin;
 pub(crate) mod backoff;
 pub(crate) mod builder;
 pub(crate) mod driver;
