@@ -408,29 +408,9 @@ fn shutdown_stops_every_work_and_releases_each_lease_once_its_work_has_stopped()
 
 #[test]
 fn a_node_over_its_share_gives_the_surplus_up_without_stealing() {
-    let mut s = holding();
     // A second member appears in the survey: the share is one each.
-    s.handle_timeout(ms(5_000));
-    drain(&mut s);
-    s.handle_reply(
-        ms(5_001),
-        RequestId(6),
-        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
-    );
-    // The survey due since 5001 ms goes out with the renewal's answer.
-    assert_eq!(
-        drain(&mut s),
-        vec![execute(7, BatchKind::Survey, &[], 7_501)]
-    );
-    let other = LeaseRow {
-        name: format!("{MEMBER_PREFIX}other"),
-        holder: Some("other".to_string()),
-        epoch: Epoch::new(1),
-        expires_in_ms: Some(9_000),
-    };
-    s.handle_reply(ms(5_003), RequestId(7), BatchReply::Survey(vec![other]));
+    let (mut s, commands) = holding_then_survey(vec![member_row("other", 0)]);
     assert_eq!(s.target(ms(5_003)), Some(1));
-    let commands = drain(&mut s);
     // Exactly one lease is given up (stop first; its release waits), the
     // one this node prefers least; the other is kept.
     assert_eq!(commands.len(), 2, "{commands:?}");
@@ -810,25 +790,9 @@ fn a_row_the_survey_reads_reserved_for_this_node_is_taken_whatever_the_share() {
 
 #[test]
 fn leaving_hands_each_held_lease_to_the_member_that_ranks_first_then_finishes() {
-    let mut s = holding();
     // Another live member, x, appears in the survey after the renewal.
-    s.handle_timeout(ms(5_000));
-    drain(&mut s);
-    s.handle_reply(
-        ms(5_001),
-        RequestId(6),
-        BatchReply::Matched(vec!["a".into(), "b".into(), member()]),
-    );
-    drain(&mut s);
-    let x = LeaseRow {
-        name: format!("{MEMBER_PREFIX}x"),
-        holder: Some("x".into()),
-        epoch: Epoch::new(1),
-        expires_in_ms: Some(9_000),
-    };
-    s.handle_reply(ms(5_002), RequestId(7), BatchReply::Survey(vec![x]));
     // Two members, two leases: this node gives one up for the share.
-    let surplus = drain(&mut s);
+    let (mut s, surplus) = holding_then_survey(vec![member_row("x", 0)]);
     let given_up: Vec<&LeaseName> = surplus
         .iter()
         .filter_map(|c| match c {

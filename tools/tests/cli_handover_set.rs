@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use nix::sys::signal::Signal;
 use support::{assert_never_led_twice, counts, held, picolease, signal, wait_event, wait_for};
-use support::{Log, PATIENCE};
+use support::{stop_cleanly, Log, PATIENCE};
 
 const NAMES: &str = "s{0..3}";
 const TTL: &str = "2s";
@@ -96,13 +96,7 @@ fn set_handover(db: &str, table: &str, database: &str) {
         "picolease_transitions_total{{lease=\"{lease}\",to=\"follower\",reason=\"handover\"}}"
     );
     assert_eq!(series(&transition), Some(1.0), "{database}: {body}");
-    for node in &nodes {
-        signal(node, Signal::SIGTERM);
-    }
-    for node in &mut nodes {
-        assert_eq!(node.child.wait().unwrap().code(), Some(0));
-        node.reader.take().unwrap().join().unwrap();
-    }
+    stop_cleanly(&mut nodes);
     let events = log.lock().unwrap().clone();
     assert_never_led_twice(&events, None);
 }
@@ -187,13 +181,7 @@ fn leave(db: &str, table: &str, database: &str, by: Signal, extra: &[&str]) {
     println!(
         "{database}: n0 left on {by}; each of its leases led again {gaps:?} ms after its handover line"
     );
-    for node in &nodes[1..] {
-        signal(node, Signal::SIGTERM);
-    }
-    for node in &mut nodes[1..] {
-        assert_eq!(node.child.wait().unwrap().code(), Some(0));
-        node.reader.take().unwrap().join().unwrap();
-    }
+    stop_cleanly(&mut nodes[1..]);
     let all = log.lock().unwrap().clone();
     assert_never_led_twice(&all, None);
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use nix::sys::signal::Signal;
 use support::{assert_never_led_twice, counts, held, now_ms, picolease, signal, wait_for};
-use support::{Log, PATIENCE};
+use support::{stop_cleanly, Log, PATIENCE};
 
 const NAMES: &str = "p{0..5}";
 /// Interval 500 ms.
@@ -121,13 +121,7 @@ fn preferred_member_joins(db: &str, table: &str, database: &str) {
     wait_for("three leases each again", PATIENCE, || {
         counts(&log, &gone) == [3, 3]
     });
-    for node in &nodes[..2] {
-        signal(node, Signal::SIGTERM);
-    }
-    for node in &mut nodes[..2] {
-        assert_eq!(node.child.wait().unwrap().code(), Some(0));
-        node.reader.take().unwrap().join().unwrap();
-    }
+    stop_cleanly(&mut nodes[..2]);
     let all = log.lock().unwrap().clone();
     assert_never_led_twice(&all, None);
 }

@@ -327,6 +327,26 @@ fn held<S: RunningSet>(set: &S, leases: &[LeaseName]) -> Vec<LeaseName> {
         .collect()
 }
 
+/// Waits until `a` and `b` lead two of the four `leases` each again, and
+/// checks that no lease is led by both.
+fn two_each_again<S: RunningSet>(
+    database: &str,
+    a: &S,
+    b: &S,
+    leases: &[LeaseName],
+    patience: Duration,
+) {
+    wait("two leases each again", patience, || {
+        held(a, leases).len() == 2 && held(b, leases).len() == 2
+    });
+    for l in leases {
+        assert!(
+            !(held(a, leases).contains(l) && held(b, leases).contains(l)),
+            "{database}: {l} led by both"
+        );
+    }
+}
+
 /// Polls `done` every 10 ms for up to `limit`; how long it took.
 fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();
@@ -400,19 +420,11 @@ pub fn a_set_lease_handed_over_goes_to_the_named_node<B: SetBackend>(database: &
         Some(format!("{to}#").as_str()),
         "{database}: {seen:?}"
     );
-    wait("two leases each again", patience, || {
-        held(&a, &leases).len() == 2 && held(&b, &leases).len() == 2
-    });
+    two_each_again(database, &a, &b, &leases, patience);
     assert!(
         held(&b, &leases).contains(&lease),
         "{database}: b keeps {lease}"
     );
-    for l in &leases {
-        assert!(
-            !(held(&a, &leases).contains(l) && held(&b, &leases).contains(l)),
-            "{database}: {l} led by both"
-        );
-    }
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
@@ -464,15 +476,7 @@ pub fn a_preferred_member_is_handed_every_lease<B: SetBackend>(database: &str) {
         }
     }
     c.shutdown().unwrap();
-    wait("two leases each again", patience, || {
-        held(&a, &leases).len() == 2 && held(&b, &leases).len() == 2
-    });
-    for l in &leases {
-        assert!(
-            !(held(&a, &leases).contains(l) && held(&b, &leases).contains(l)),
-            "{database}: {l} led by both"
-        );
-    }
+    two_each_again(database, &a, &b, &leases, patience);
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
