@@ -2,11 +2,15 @@
 //! without polling.
 //!
 //! SQLite has no NOTIFY. A commit in WAL mode appends to `<file>-wal` (and
-//! a checkpoint writes `<file>`), so a thread blocked on an inotify watch of
-//! the database's directory learns of every commit to the file within
-//! microseconds, at no cost while nothing is written. It only wakes the
-//! lease thread; the lease thread then checks `PRAGMA data_version` and
-//! reads the row, and the core decides (DESIGN §4).
+//! a checkpoint writes `<file>`), so an inotify watch of the database's
+//! directory reports every commit to the file within microseconds, at no
+//! cost while nothing is written. The loop's own thread waits on the watch
+//! beside its control messages (`inbox.rs`), so a commit wakes it once;
+//! it then checks `PRAGMA data_version` and reads the row, and the core
+//! decides (DESIGN §4). (A thread of its own that forwarded each event
+//! cost a second wake-up on the way to a handover, and woke on the
+//! node's own commits too: `bench`'s SQLite clean handover took about
+//! 80 µs more with it.)
 //!
 //! Where inotify is missing (another OS, a filesystem that does not report
 //! other hosts' writes), the lease thread polls `PRAGMA data_version`
@@ -27,21 +31,12 @@
 //! under the watch), and nothing here could test it; it is not written.
 
 use std::path::Path;
-#[cfg(all(target_os = "linux", not(picolease_portable)))]
-use std::sync::atomic::{AtomicBool, Ordering};
-#[cfg(all(target_os = "linux", not(picolease_portable)))]
-use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(all(target_os = "linux", not(picolease_portable)))]
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 #[cfg(all(target_os = "linux", not(picolease_portable)))]
 use rustix::fs::inotify;
-
-/// How often the watching thread looks up from its wait to see whether it
-/// should stop (its only cost while nothing is written).
-#[cfg(all(target_os = "linux", not(picolease_portable)))]
-const STOP_CHECK: Duration = Duration::from_secs(1);
 
 /// How a driver (a lone lease's or a set's) learns that another
 /// connection wrote to the file.
@@ -57,27 +52,23 @@ pub(crate) enum Notices {
 }
 
 /// What a driver's thread learns of other connections' commits from:
-/// the file watch, which sends it a message, or else a poll of the change
-/// counter at `poll`. The driver looks only while the core's last
-/// `WatchChanges` command said to (a running follower, or a set short of
-/// its share with nothing left to try).
+/// the file watch, which it waits on beside its control messages, or else
+/// a poll of the change counter at `poll`. The driver looks only while
+/// the core's last `WatchChanges` command said to (a running follower, or
+/// a set short of its share with nothing left to try).
 pub(crate) struct ChangeSource {
-    /// The running watch, if any.
+    /// The watch, if any.
     pub(crate) watch: Option<FileWatch>,
     /// How often to poll when there is no watch (`None`: never).
     pub(crate) poll: Option<Duration>,
 }
 
 impl ChangeSource {
-    /// Starts the watch `notices` asks for on `location` (a file only),
-    /// calling `wake` on a change; falls back to polling.
-    pub(crate) fn start(
-        notices: Notices,
-        location: &super::open::Location,
-        wake: impl Fn() -> bool + Send + 'static,
-    ) -> Self {
+    /// Starts the watch `notices` asks for on `location` (a file only);
+    /// falls back to polling.
+    pub(crate) fn start(notices: Notices, location: &super::open::Location) -> Self {
         let watch = match (notices, location) {
-            (Notices::Watch, super::open::Location::File(path)) => FileWatch::start(path, wake),
+            (Notices::Watch, super::open::Location::File(path)) => FileWatch::start(path),
             _ => None,
         };
         let poll = match notices {
@@ -93,32 +84,25 @@ impl ChangeSource {
     pub(crate) fn is_on(&self) -> bool {
         self.watch.is_some() || self.poll.is_some()
     }
-
-    /// The watch's wake-up was taken: the next write wakes the driver again.
-    pub(crate) fn taken(&self) {
-        if let Some(watch) = &self.watch {
-            watch.taken();
-        }
-    }
 }
 
-/// A running watch of one database file; stops its thread when dropped.
+/// An inotify watch of one database file (its directory, for the file and
+/// its WAL). Its events queue in the kernel until [`FileWatch::drain`]
+/// reads them; the loop waits on [`FileWatch::fd`] while it watches and
+/// drains unread events before each wait while it does not, so the queue
+/// stays short.
 #[cfg(all(target_os = "linux", not(picolease_portable)))]
 pub(crate) struct FileWatch {
-    stop: Arc<AtomicBool>,
-    /// Set by the watching thread when it wakes the lease thread, cleared
-    /// by the lease thread when it handles the wake-up: at most one wake-up
-    /// is ever queued.
-    pending: Arc<AtomicBool>,
+    fd: OwnedFd,
+    /// The database file's name and its WAL's, in the watched directory.
+    names: [std::ffi::OsString; 2],
 }
 
 #[cfg(all(target_os = "linux", not(picolease_portable)))]
 impl FileWatch {
-    /// Watches the directory of `file` for writes to `file` or its WAL and
-    /// calls `wake` (at most one pending at a time); `wake` returns false
-    /// once nobody listens, which ends the thread. `None` when inotify is
-    /// unavailable: the caller polls instead.
-    pub(crate) fn start(file: &Path, wake: impl Fn() -> bool + Send + 'static) -> Option<Self> {
+    /// Watches the directory of `file` for writes to `file` or its WAL.
+    /// `None` when inotify is unavailable: the caller polls instead.
+    pub(crate) fn start(file: &Path) -> Option<Self> {
         let dir = match file.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
             _ => std::path::PathBuf::from("."),
@@ -137,59 +121,39 @@ impl FileWatch {
                 | inotify::WatchFlags::MOVED_TO,
         )
         .ok()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let pending = Arc::new(AtomicBool::new(false));
-        let watch = FileWatch {
-            stop: Arc::clone(&stop),
-            pending: Arc::clone(&pending),
-        };
-        let ours = move |event: &inotify::Event<'_>| {
-            event.file_name().is_some_and(|n| {
-                let n = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(n.to_bytes());
-                n == name.as_os_str() || n == wal.as_os_str()
-            })
-        };
-        std::thread::Builder::new()
-            .name("picolease-files".into())
-            .spawn(move || {
-                let timeout = Timespec::try_from(STOP_CHECK).unwrap_or(Timespec {
-                    tv_sec: 1,
-                    tv_nsec: 0,
-                });
-                let mut buffer = [std::mem::MaybeUninit::uninit(); 4096];
-                while !stop.load(Ordering::Acquire) {
-                    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-                    if poll(&mut fds, Some(&timeout)).is_err() {
-                        continue;
-                    }
-                    let mut changed = false;
-                    let mut events = inotify::Reader::new(&fd, &mut buffer);
-                    loop {
-                        match events.next() {
-                            Ok(event) => changed |= ours(&event),
-                            Err(rustix::io::Errno::INTR) => continue,
-                            Err(_) => break,
-                        }
-                    }
-                    if changed && !pending.swap(true, Ordering::AcqRel) && !wake() {
-                        return;
-                    }
+        Some(FileWatch {
+            fd,
+            names: [name, wal],
+        })
+    }
+
+    /// The descriptor that becomes readable when an event is queued.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Reads every queued event; true when one was a write to the file or
+    /// its WAL (not another file of the directory).
+    pub(crate) fn drain(&self) -> bool {
+        let mut buffer = [std::mem::MaybeUninit::uninit(); 4096];
+        let mut events = inotify::Reader::new(&self.fd, &mut buffer);
+        let mut ours = false;
+        loop {
+            match events.next() {
+                Ok(event) => {
+                    ours |= event.file_name().is_some_and(|n| {
+                        let n = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                            n.to_bytes(),
+                        );
+                        self.names.iter().any(|name| n == name.as_os_str())
+                    })
                 }
-            })
-            .ok()?;
-        Some(watch)
-    }
-
-    /// The lease thread took the wake-up: the next write wakes it again.
-    pub(crate) fn taken(&self) {
-        self.pending.store(false, Ordering::Release);
-    }
-}
-
-#[cfg(all(target_os = "linux", not(picolease_portable)))]
-impl Drop for FileWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+                Err(rustix::io::Errno::INTR) => continue,
+                // Nothing more queued (`AGAIN`), or the watch failed: the
+                // engine's own timeouts are the fallback.
+                Err(_) => return ours,
+            }
+        }
     }
 }
 
@@ -201,13 +165,8 @@ pub(crate) enum FileWatch {}
 #[cfg(not(all(target_os = "linux", not(picolease_portable))))]
 impl FileWatch {
     /// There is no watch here: the caller polls `PRAGMA data_version`.
-    pub(crate) fn start(_file: &Path, _wake: impl Fn() -> bool + Send + 'static) -> Option<Self> {
+    pub(crate) fn start(_file: &Path) -> Option<Self> {
         None
-    }
-
-    /// Never called: there is no value to call it on.
-    pub(crate) fn taken(&self) {
-        match *self {}
     }
 }
 
@@ -217,7 +176,7 @@ mod tests {
     use crate::sqlite::open::Location;
 
     fn source(notices: Notices, file: &Path) -> ChangeSource {
-        ChangeSource::start(notices, &Location::File(file.to_path_buf()), || true)
+        ChangeSource::start(notices, &Location::File(file.to_path_buf()))
     }
 
     /// Where the Linux-only pieces are built, a file is watched (inotify)

@@ -47,6 +47,7 @@ mod error;
 mod fence;
 mod gate;
 mod handle;
+mod inbox;
 mod open;
 mod options;
 mod set;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::changes::{ChangeSource, Notices};
 use super::error::Error;
 use super::gate::Work;
+use super::inbox::Outbox;
 use super::open::Database;
 use super::worker::{run, Connection, ConnectionJob, Control, Runner};
 
@@ -17,7 +18,7 @@ pub(crate) struct DriverThread {
     handle: Option<JoinHandle<Result<(), Error>>>,
     /// What runs on it, for the error should it panic.
     what: String,
-    control: mpsc::Sender<Control>,
+    control: Outbox,
 }
 
 impl DriverThread {
@@ -33,11 +34,8 @@ impl DriverThread {
     ) -> Result<Self, Error> {
         let timeout = runner.engine.config().request_timeout;
         let (table, watchdog) = super::watchdog::open_watched(database, timeout)?;
-        let (control, inbox) = mpsc::channel();
-        let waker = control.clone();
-        let changes = ChangeSource::start(notices, &database.location, move || {
-            waker.send(Control::FileChanged).is_ok()
-        });
+        let (control, inbox) = super::inbox::channel()?;
+        let changes = ChangeSource::start(notices, &database.location);
         let connection = Connection { table, watchdog };
         let handle = std::thread::Builder::new()
             .name(name)
@@ -52,7 +50,7 @@ impl DriverThread {
 
     /// Says `control` to the loop; false once it has stopped.
     pub(crate) fn send(&self, control: Control) -> bool {
-        self.control.send(control).is_ok()
+        self.control.send(control)
     }
 
     /// Registers work on every lease (started at once where held).
@@ -122,31 +120,6 @@ impl DriverThread {
                 })
             }),
             None => Ok(()),
-        }
-    }
-}
-
-/// A driver thread's wait for its handle: the next control message within
-/// `wait`, `None` when none came. Once the handle is gone (`handle_gone`
-/// is then set), `shutdown` is returned once, as if the handle had asked,
-/// and later waits merely sleep.
-pub(crate) fn receive<C>(
-    inbox: &mpsc::Receiver<C>,
-    wait: Duration,
-    handle_gone: &mut bool,
-    shutdown: impl FnOnce() -> C,
-) -> Option<C> {
-    use std::sync::mpsc::RecvTimeoutError;
-    if *handle_gone {
-        std::thread::sleep(wait);
-        return None;
-    }
-    match inbox.recv_timeout(wait) {
-        Ok(control) => Some(control),
-        Err(RecvTimeoutError::Timeout) => None,
-        Err(RecvTimeoutError::Disconnected) => {
-            *handle_gone = true;
-            Some(shutdown())
         }
     }
 }

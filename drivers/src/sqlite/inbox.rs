@@ -1,0 +1,264 @@
+//! What wakes the SQLite loop: its handle's control messages and, while
+//! the core asks it to watch, the file watch, both waited on by the loop's
+//! own thread, so another connection's commit reaches the loop with one
+//! wake-up (`changes.rs` says what forwarding it from a second thread
+//! cost).
+//!
+//! Control messages travel on a channel. Under the crate's Linux predicate
+//! (`changes.rs`) every send also rings an eventfd, the "bell", so that
+//! the loop can wait in one `poll` on the bell and the inotify watch;
+//! elsewhere there is no watch and the loop waits on the channel alone.
+
+use std::sync::mpsc;
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
+use std::sync::Arc;
+use std::time::Duration;
+
+#[cfg(all(target_os = "linux", not(picolease_portable)))]
+use rustix::fd::OwnedFd;
+
+use super::changes::ChangeSource;
+use super::worker::Control;
+
+/// A new channel to a loop: the handle's end and the loop's.
+pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::Error> {
+    let (sender, receiver) = mpsc::channel();
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    let bell = Arc::new(
+        rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )
+        .map_err(|e| super::error::Error::Spawn(format!("cannot create an eventfd: {e}")))?,
+    );
+    Ok((
+        Outbox {
+            sender: Some(sender),
+            #[cfg(all(target_os = "linux", not(picolease_portable)))]
+            bell: Arc::clone(&bell),
+        },
+        Inbox {
+            receiver,
+            #[cfg(all(target_os = "linux", not(picolease_portable)))]
+            bell,
+            handle_gone: false,
+        },
+    ))
+}
+
+/// The handle's end: sends control messages and wakes the loop.
+pub(crate) struct Outbox {
+    /// `None` only while dropping: the loop must see the channel closed
+    /// when the bell rings.
+    sender: Option<mpsc::Sender<Control>>,
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    bell: Arc<OwnedFd>,
+}
+
+impl Outbox {
+    /// Says `control` to the loop; false once it has stopped.
+    pub(crate) fn send(&self, control: Control) -> bool {
+        let sent = self
+            .sender
+            .as_ref()
+            .is_some_and(|sender| sender.send(control).is_ok());
+        self.ring();
+        sent
+    }
+
+    /// Wakes the loop (a no-op where it waits on the channel itself).
+    fn ring(&self) {
+        #[cfg(all(target_os = "linux", not(picolease_portable)))]
+        {
+            // Fails only when the counter would overflow: the loop is
+            // then already due to wake.
+            let _ = rustix::io::write(&*self.bell, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+impl Drop for Outbox {
+    /// The loop learns that its handle is gone (and shuts down) from the
+    /// closed channel: close it, then wake the loop to look.
+    fn drop(&mut self) {
+        drop(self.sender.take());
+        self.ring();
+    }
+}
+
+/// The loop's end.
+pub(crate) struct Inbox {
+    receiver: mpsc::Receiver<Control>,
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    bell: Arc<OwnedFd>,
+    /// Set once the handle is gone; the loop then hears `Shutdown` once.
+    handle_gone: bool,
+}
+
+impl Inbox {
+    /// The next control message within `wait`, or
+    /// [`Control::FileChanged`] when `changes`' watch saw a write to the
+    /// database while `watching`; `None` when neither came. Once the
+    /// handle is gone, [`Control::Shutdown`] is returned once, as if the
+    /// handle had asked, and later waits merely sleep.
+    pub(crate) fn receive(
+        &mut self,
+        wait: Duration,
+        changes: &ChangeSource,
+        watching: bool,
+    ) -> Option<Control> {
+        if self.handle_gone {
+            std::thread::sleep(wait);
+            return None;
+        }
+        #[cfg(all(target_os = "linux", not(picolease_portable)))]
+        {
+            self.poll(wait, changes, watching)
+        }
+        #[cfg(not(all(target_os = "linux", not(picolease_portable))))]
+        {
+            // There is no watch here (`changes.rs`): the channel alone.
+            let _ = (changes, watching);
+            match self.receiver.recv_timeout(wait) {
+                Ok(control) => Some(control),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => self.gone(),
+            }
+        }
+    }
+
+    /// The handle is gone: shut down, as if it had asked.
+    fn gone(&mut self) -> Option<Control> {
+        self.handle_gone = true;
+        Some(Control::Shutdown)
+    }
+
+    /// A message already queued, if any.
+    fn queued(&mut self) -> Option<Option<Control>> {
+        match self.receiver.try_recv() {
+            Ok(control) => Some(Some(control)),
+            Err(mpsc::TryRecvError::Empty) => None,
+            Err(mpsc::TryRecvError::Disconnected) => Some(self.gone()),
+        }
+    }
+
+    /// One `poll` on the bell and, while watching, the file watch.
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    fn poll(&mut self, wait: Duration, changes: &ChangeSource, watching: bool) -> Option<Control> {
+        use rustix::event::{PollFd, PollFlags, Timespec};
+        if let Some(queued) = self.queued() {
+            return queued;
+        }
+        let watch = changes.watch.as_ref();
+        if !watching {
+            // Not waited on: forget what was written meanwhile.
+            watch.map(super::changes::FileWatch::drain);
+        }
+        let timeout = Timespec {
+            tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
+        let bell = PollFd::new(&*self.bell, PollFlags::IN);
+        let (rang, written) = match watch.filter(|_| watching) {
+            Some(watch) => {
+                let mut fds = [bell, PollFd::from_borrowed_fd(watch.fd(), PollFlags::IN)];
+                // An interrupted wait returns early; the loop waits again.
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+            }
+            None => {
+                let mut fds = [bell];
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                (!fds[0].revents().is_empty(), false)
+            }
+        };
+        if rang {
+            // Resets the counter; a ring that raced with it left its
+            // message queued, which the next line reads.
+            let _ = rustix::io::read(&*self.bell, &mut [0u8; 8]);
+            if let Some(queued) = self.queued() {
+                return queued;
+            }
+        }
+        if written && watch.is_some_and(super::changes::FileWatch::drain) {
+            return Some(Control::FileChanged);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::changes::Notices;
+    use crate::sqlite::open::Location;
+
+    /// A wait long enough that reaching it means the wake-up was lost.
+    const LONG: Duration = Duration::from_secs(20);
+
+    fn unwatched() -> ChangeSource {
+        ChangeSource::start(Notices::Off, &Location::Memory)
+    }
+
+    #[test]
+    fn a_message_sent_during_the_wait_ends_it() {
+        let (outbox, mut inbox) = channel().unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(outbox.send(Control::GiveUp(
+                picolease_core::LeaseName::new("l").unwrap()
+            )));
+            outbox
+        });
+        let got = inbox.receive(LONG, &unwatched(), false);
+        assert!(matches!(got, Some(Control::GiveUp(lease)) if lease.as_str() == "l"));
+        drop(sender.join().unwrap());
+    }
+
+    #[test]
+    fn a_dropped_handle_is_a_shutdown_once_then_nothing() {
+        let (outbox, mut inbox) = channel().unwrap();
+        let dropper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(outbox);
+        });
+        assert!(matches!(
+            inbox.receive(LONG, &unwatched(), false),
+            Some(Control::Shutdown)
+        ));
+        dropper.join().unwrap();
+        assert!(inbox
+            .receive(Duration::from_millis(1), &unwatched(), false)
+            .is_none());
+    }
+
+    /// While watching, another writer's commit to the file (here: a write
+    /// to its WAL) wakes the wait; while not watching it is forgotten,
+    /// and so is a write to another file of the directory.
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    #[test]
+    fn a_write_to_the_database_wakes_only_a_watching_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.db");
+        let changes = ChangeSource::start(Notices::Watch, &Location::File(file.clone()));
+        let (_outbox, mut inbox) = channel().unwrap();
+        let wal = dir.path().join("a.db-wal");
+        std::fs::write(&wal, b"frame").unwrap();
+        assert!(inbox
+            .receive(Duration::from_millis(5), &changes, false)
+            .is_none());
+        std::fs::write(dir.path().join("other.db"), b"x").unwrap();
+        assert!(inbox
+            .receive(Duration::from_millis(5), &changes, true)
+            .is_none());
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            std::fs::write(&wal, b"frame 2").unwrap();
+        });
+        assert!(matches!(
+            inbox.receive(LONG, &changes, true),
+            Some(Control::FileChanged)
+        ));
+        writer.join().unwrap();
+    }
+}
