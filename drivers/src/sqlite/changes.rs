@@ -133,7 +133,8 @@ impl FileWatch {
     }
 
     /// Reads every queued event; true when one was a write to the file or
-    /// its WAL (not another file of the directory).
+    /// its WAL (not another file of the directory), or when the kernel's
+    /// queue overflowed and such a write may have been dropped.
     pub(crate) fn drain(&self) -> bool {
         let mut buffer = [std::mem::MaybeUninit::uninit(); 4096];
         let mut events = inotify::Reader::new(&self.fd, &mut buffer);
@@ -141,6 +142,7 @@ impl FileWatch {
         loop {
             match events.next() {
                 Ok(event) => {
+                    ours |= event.events().contains(inotify::ReadFlags::QUEUE_OVERFLOW);
                     ours |= event.file_name().is_some_and(|n| {
                         let n = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
                             n.to_bytes(),
