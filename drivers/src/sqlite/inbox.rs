@@ -1,8 +1,8 @@
 //! What wakes the SQLite loop: its handle's control messages and, while
 //! the core asks it to watch, the file watch, both waited on by the loop's
-//! own thread, so another connection's commit reaches the loop with one
-//! wake-up (`changes.rs` says what forwarding it from a second thread
-//! cost).
+//! own thread, so another connection's commit reaches the loop with no
+//! second thread in between (`changes.rs` says what forwarding it from
+//! one cost).
 //!
 //! Control messages travel on a channel. Under the crate's Linux predicate
 //! (`changes.rs`) every send also rings an eventfd, the "bell", so that
@@ -20,7 +20,9 @@ use rustix::fd::OwnedFd;
 use super::changes::ChangeSource;
 use super::worker::Control;
 
-/// A new channel to a loop: the handle's end and the loop's.
+/// A new channel to a loop: the handle's end and the loop's. Fails only
+/// when the process cannot open another file descriptor (the eventfd):
+/// the driver then does not start, as when its thread cannot be spawned.
 pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::Error> {
     let (sender, receiver) = mpsc::channel();
     #[cfg(all(target_os = "linux", not(picolease_portable)))]
@@ -134,6 +136,7 @@ impl Inbox {
     }
 
     /// A message already queued, if any.
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
     fn queued(&mut self) -> Option<Option<Control>> {
         match self.receiver.try_recv() {
             Ok(control) => Some(Some(control)),
@@ -146,6 +149,10 @@ impl Inbox {
     #[cfg(all(target_os = "linux", not(picolease_portable)))]
     fn poll(&mut self, wait: Duration, changes: &ChangeSource, watching: bool) -> Option<Control> {
         use rustix::event::{PollFd, PollFlags, Timespec};
+        // Silences the rings of messages already queued (taken below), so
+        // that they do not end the next wait at once; a send after this
+        // rings again.
+        self.silence();
         if let Some(queued) = self.queued() {
             return queued;
         }
@@ -173,9 +180,9 @@ impl Inbox {
             }
         };
         if rang {
-            // Resets the counter; a ring that raced with it left its
-            // message queued, which the next line reads.
-            let _ = rustix::io::read(&*self.bell, &mut [0u8; 8]);
+            // A ring that raced with the silence left its message queued,
+            // which the next line reads.
+            self.silence();
             if let Some(queued) = self.queued() {
                 return queued;
             }
@@ -184,6 +191,12 @@ impl Inbox {
             return Some(Control::FileChanged);
         }
         None
+    }
+
+    /// Resets the bell's counter (a no-op when it is not ringing).
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    fn silence(&self) {
+        let _ = rustix::io::read(&*self.bell, &mut [0u8; 8]);
     }
 }
 
@@ -230,6 +243,46 @@ mod tests {
         assert!(inbox
             .receive(Duration::from_millis(1), &unwatched(), false)
             .is_none());
+    }
+
+    /// Messages taken while the loop was busy leave no ring behind: the
+    /// next wait lasts its whole time instead of ending at once.
+    #[test]
+    fn messages_already_taken_do_not_end_the_next_wait() {
+        let (outbox, mut inbox) = channel().unwrap();
+        assert!(outbox.send(Control::HandOverToPreferred));
+        assert!(outbox.send(Control::HandOverToPreferred));
+        for _ in 0..2 {
+            assert!(matches!(
+                inbox.receive(LONG, &unwatched(), false),
+                Some(Control::HandOverToPreferred)
+            ));
+        }
+        let wait = Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        assert!(inbox.receive(wait, &unwatched(), false).is_none());
+        assert!(started.elapsed() >= wait, "the wait ended early");
+    }
+
+    /// A message and a write that arrive together: the message first, the
+    /// write at the next wait, at once.
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    #[test]
+    fn a_message_and_a_write_together_are_both_heard() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.db");
+        let changes = ChangeSource::start(Notices::Watch, &Location::File(file));
+        let (outbox, mut inbox) = channel().unwrap();
+        std::fs::write(dir.path().join("a.db-wal"), b"frame").unwrap();
+        assert!(outbox.send(Control::HandOverToPreferred));
+        assert!(matches!(
+            inbox.receive(LONG, &changes, true),
+            Some(Control::HandOverToPreferred)
+        ));
+        assert!(matches!(
+            inbox.receive(LONG, &changes, true),
+            Some(Control::FileChanged)
+        ));
     }
 
     /// While watching, another writer's commit to the file (here: a write

@@ -44,7 +44,12 @@ pub(crate) enum Control {
     AddWork(Work),
     /// Run a closure on the connection, between two statements.
     Run(ConnectionJob),
-    /// Another connection wrote to the database file (the file watch).
+    /// Another connection wrote to the database file (the file watch,
+    /// which exists only under the Linux predicate of `changes.rs`).
+    #[cfg_attr(
+        not(all(target_os = "linux", not(picolease_portable))),
+        allow(dead_code)
+    )]
     FileChanged,
 }
 
@@ -159,6 +164,7 @@ pub(crate) fn run(
     }
     // A file event whose check found no commit yet: look again shortly.
     let mut recheck = Recheck::default();
+    let mut was_watching = false;
     let now = runner.now();
     runner.engine.handle_timeout(now);
     loop {
@@ -172,6 +178,20 @@ pub(crate) fn run(
         }
         if runner.engine.is_finished() {
             break;
+        }
+        // Watching starts: the events of a commit published since the
+        // last look were drained unread (`inbox.rs`), and it may send no
+        // later one, so look now, as after an event.
+        let started_watching = runner.watching() && !was_watching;
+        was_watching = runner.watching();
+        if started_watching && changes.is_on() {
+            let changed = check_for_change(&mut runner, &connection.table, &mut data_version);
+            recheck.after_check(true, changed);
+            if changed {
+                let now = runner.now();
+                runner.engine.handle_timeout(now);
+                continue;
+            }
         }
         // Without a file watch, a node the core has asked to watch (it can
         // use a release) polls the change counter this often.
