@@ -181,18 +181,11 @@ pub(crate) fn run(
         }
         // Watching starts: the events of a commit published since the
         // last look were drained unread (`inbox.rs`), and it may send no
-        // later one, so look now, as after an event.
-        let started_watching = runner.watching() && !was_watching;
-        was_watching = runner.watching();
-        if started_watching && changes.is_on() {
-            let changed = check_for_change(&mut runner, &connection.table, &mut data_version);
-            recheck.after_check(true, changed);
-            if changed {
-                let now = runner.now();
-                runner.engine.handle_timeout(now);
-                continue;
-            }
+        // later one, so look soon, as after an event that found nothing.
+        if runner.watching() && !was_watching && changes.is_on() {
+            recheck.after_check(true, false);
         }
+        was_watching = runner.watching();
         // Without a file watch, a node the core has asked to watch (it can
         // use a release) polls the change counter this often.
         let polling = changes.poll.filter(|_| runner.watching());
