@@ -8,7 +8,7 @@
 //!
 //! `cargo test -p picolease-tests --test sqlite_blocked -- --nocapture`
 
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use picolease::sqlite::{Database, SqliteLease};
@@ -30,11 +30,13 @@ fn a_leader_blocked_by_another_writer_demotes_at_its_deadline() {
         Duration::from_secs(2),
     )
     .interval(Duration::from_millis(600));
-    let work_ended: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let ended = Arc::clone(&work_ended);
+    // The work reports when it returned. The follower publication does not
+    // wait for the work (the deadline wins over it), so the test waits for
+    // this report rather than reading it when the publication arrives.
+    let (ended, work_ended) = mpsc::channel::<Instant>();
     let builder = SqliteLease::builder(config, Database::file(&path)).while_leader(move |ctx| {
         while !ctx.sleep(Duration::from_millis(20)) {}
-        ended.lock().unwrap().push(Instant::now());
+        let _ = ended.send(Instant::now());
     });
     let mut transitions = builder.subscribe();
     let a = builder.start().unwrap();
@@ -86,10 +88,8 @@ fn a_leader_blocked_by_another_writer_demotes_at_its_deadline() {
     );
 
     // The gated work had stopped by the deadline.
-    let stopped = *work_ended
-        .lock()
-        .unwrap()
-        .last()
+    let stopped = work_ended
+        .recv_timeout(Duration::from_secs(5))
         .expect("the work of the term ended");
     let work_late = stopped.saturating_duration_since(deadline);
     eprintln!(
