@@ -247,6 +247,13 @@ async fn a_pg_set_reconnects_after_a_reset_and_a_stall() {
         held,
         "a kept its terms through the reset"
     );
+    // The listener comes back after its retry delay: wait for it.
+    wait_until(
+        "both connections made again",
+        Duration::from_secs(10),
+        || proxy.accepted() >= 4,
+    )
+    .await;
     assert_eq!(proxy.accepted(), 4, "both connections made again, once");
 
     // A stall: a's batches time out (and are cancelled), its leases lapse

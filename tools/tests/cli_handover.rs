@@ -688,6 +688,38 @@ fn candidates(place: &Place) -> Vec<(String, String, u64)> {
         .collect()
 }
 
+/// When the lease expires, as `status --json` sees it now: the time the
+/// test's clock reads plus the row's time left.
+fn expiry(place: &Place) -> Option<u64> {
+    let out = place.picolease(&["status", "--json"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let rows: Vec<Value> = serde_json::from_str(stdout.trim()).unwrap();
+    let row = rows.iter().find(|r| r["name"] == LEASE)?;
+    let left = row["expires_in_ms"].as_i64()?;
+    Some(now_ms() + left.max(0) as u64)
+}
+
+/// Waits until the holder has renewed twice since the call: the second
+/// renewal began after the first one's commit, so it read every row
+/// committed before the call (a single renewal seen to commit after the
+/// call may have read before it, on a server whose statement began
+/// earlier). A renewal moves the expiry by about an interval; the
+/// status reads' own jitter is a few milliseconds.
+fn renewed_twice(place: &Place) {
+    let mut last = expiry(place).expect("the lease is held");
+    let mut renewals = 0;
+    support::wait_for("two renewals", PATIENCE, || {
+        if let Some(now) = expiry(place) {
+            if now > last + INTERVAL.as_millis() as u64 / 2 {
+                renewals += 1;
+                last = now;
+            }
+        }
+        renewals >= 2
+    });
+}
+
 fn preferred_nodes(place: &Place, database: &str) {
     let mut fleet = Fleet::new(place);
     let a = fleet.start_with("a", &["--priority", "1", "--version-tag", "1.2.0"]);
@@ -807,8 +839,9 @@ fn hand_over_then_exit(place: &Place, database: &str) {
             .iter()
             .any(|(holder, _, _)| holder.starts_with("b#"))
     });
-    // `a`'s renewal reads `b` within an interval of its listing.
-    std::thread::sleep(INTERVAL + INTERVAL / 2);
+    // SIGUSR1 hands the lease to the candidate `a`'s last renewal read:
+    // wait for a renewal that began after `b` was listed.
+    renewed_twice(place);
 
     // SIGUSR1: `a` stops CMD, hands the lease to `b` (which it outranks:
     // no yield, an order) and exits 0.

@@ -26,6 +26,10 @@ use support::{len, signal, wait_event, Log, Node};
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 const HANDOVERS: usize = 20;
+/// How late a reader thread may stamp a line it was given: a quarter of
+/// the linger (`DEFAULT_LINGER`, 20 ms), by which the old `run` printed a
+/// released leader's `follower` line late.
+const READER_LAG: Duration = Duration::from_millis(5);
 
 /// Runs `sql` on the server of `url` (nothing on SQLite: each test's
 /// file is new, in a directory of its own).
@@ -142,14 +146,17 @@ fn handovers_print_in_order(url: &'static str, table: &str, names: &str, lease: 
         let successor = wait_event(&log, mark, |e| of_lease(e) && e.kind() == "leader");
         assert_ne!(successor.node, leader.node);
         assert!(successor.epoch() > leader.epoch());
+        // Each stream has a reader thread of its own, which a loaded
+        // machine may run late: within `READER_LAG`, the order of two
+        // reads says nothing about the order of the two writes.
         assert!(
-            released.read_at < successor.read_at,
+            released.read_at < successor.read_at + READER_LAG,
             "round {round}: node {}'s follower was read {:?} after node {}'s leader",
             leader.node,
             released.read_at - successor.read_at,
             successor.node,
         );
-        gaps.push(successor.read_at - released.read_at);
+        gaps.push(successor.read_at.checked_duration_since(released.read_at));
         let mut stopped = nodes[leader.node].take().expect("the leader runs");
         assert_eq!(stopped.child.wait().unwrap().code(), Some(0));
         stopped.reader.take().unwrap().join().unwrap();
@@ -165,13 +172,19 @@ fn handovers_print_in_order(url: &'static str, table: &str, names: &str, lease: 
     let events = log.lock().unwrap().clone();
     let of: Vec<_> = events.into_iter().filter(|e| of_lease(e)).collect();
     support::check_terms(&of, &[]);
+    let late = gaps.iter().filter(|gap| gap.is_none()).count();
+    let mut gaps: Vec<Duration> = gaps.into_iter().flatten().collect();
     gaps.sort();
     eprintln!(
-        "{HANDOVERS} handovers of {lease:?} on {url}: follower read before the successor's leader by {:?} (median), {:?} (least)",
-        gaps[gaps.len() / 2],
-        gaps[0]
+        "{HANDOVERS} handovers of {lease:?} on {url}: follower read before the successor's leader by {:?} (median), {:?} (least); read after it (within {READER_LAG:?}) {late} times",
+        gaps.get(gaps.len() / 2),
+        gaps.first()
     );
-    assert!(gaps[0] > Duration::ZERO);
+    // A reader's lag is rare: most rounds read the two in their order.
+    assert!(
+        late <= HANDOVERS / 4,
+        "{late} of {HANDOVERS} rounds read out of order"
+    );
 }
 
 #[test]
@@ -200,5 +213,8 @@ fn on_sqlite_a_released_set_leases_follower_line_comes_before_its_successors_lea
     let url = format!("sqlite://{}", dir.path().join("order.db").display());
     // The table's guard wants a 'static URL; one string per test run.
     let url: &'static str = Box::leak(url.into_boxed_str());
+    // Unlike PostgreSQL's, a SQLite set at its share does not watch the
+    // file (DESIGN §4 "Release notices"): the other node takes s0 at its
+    // next survey, within an interval of the release (§9).
     handovers_print_in_order(url, "pl_cli_order_set", "s{0..1}", "s0", true);
 }

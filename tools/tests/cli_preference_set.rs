@@ -52,6 +52,21 @@ fn preferred_member_joins(db: &str, table: &str, database: &str) {
     let took = wait_for("n2 leads all six", PATIENCE, || {
         held(&log, &none).get(&2).is_some_and(|h| h.len() == 6)
     });
+    // Each old holder prints its `handover` once the statement is
+    // accepted, which is also when n2 may take the lease: n2's `leader`
+    // line may come first.
+    wait_for("every old holder's handover line", PATIENCE, || {
+        let events = &log.lock().unwrap()[from..];
+        before.iter().all(|(node, leases)| {
+            leases.iter().all(|lease| {
+                events.iter().any(|e| {
+                    e.node == *node
+                        && e.kind() == "handover"
+                        && e.json["name"].as_str() == Some(lease.as_str())
+                })
+            })
+        })
+    });
     let events = log.lock().unwrap()[from..].to_vec();
     let last_leader = events
         .iter()

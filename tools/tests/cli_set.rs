@@ -44,25 +44,6 @@ fn held(log: &Log) -> BTreeMap<usize, BTreeSet<String>> {
     held
 }
 
-/// No lease is led by two processes at the same point of the merged log.
-fn never_twice(log: &Log) {
-    let mut holder: BTreeMap<String, usize> = BTreeMap::new();
-    for event in log.lock().unwrap().iter() {
-        let name = event.json["name"].as_str().unwrap().to_string();
-        match event.kind() {
-            "leader" => {
-                if let Some(other) = holder.insert(name.clone(), event.node) {
-                    panic!("{name} led by {other} and {} at once", event.node);
-                }
-            }
-            "follower" if holder.get(&name) == Some(&event.node) => {
-                holder.remove(&name);
-            }
-            _ => {}
-        }
-    }
-}
-
 /// GET `path`: the status and the JSON body (`null` when not JSON).
 fn get(addr: &str, path: &str) -> (u16, serde_json::Value) {
     let deadline = Instant::now() + PATIENCE;
@@ -194,7 +175,7 @@ fn two_processes_share_ten_leases_and_hand_them_over_on_sigterm() {
         held(&log).get(&0).map(BTreeSet::len) == Some(10)
     });
     eprintln!("a held all 10 {:?} after b's SIGTERM", stopped.elapsed());
-    never_twice(&log);
+    support::assert_never_led_twice(&log.lock().unwrap(), None);
     signal(&a, Signal::SIGTERM);
     assert_eq!(a.child.wait().unwrap().code(), Some(0));
 }

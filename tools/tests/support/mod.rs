@@ -424,26 +424,23 @@ fn merged_by_stamp(events: &[Event]) -> Vec<&Event> {
 }
 
 /// Fails the test if any lease in `events` was led by two processes at
-/// once; `killed` (the index of the first event after a SIGKILL, and the
-/// process killed) ends that process's terms there.
+/// once; `killed` (a `now_ms()` read after a process killed with SIGKILL
+/// was reaped, and that process) ends the process's terms there.
 ///
-/// Without a kill the events are taken in the order their lines stamp
-/// (`unix_ms`, when the transition happened; a `follower` before a
-/// `leader` of the same millisecond), not in the order the test's reader
-/// threads, one per process, happened to log them: a loaded machine may
-/// run one process's reader a few milliseconds late, after another
-/// process already printed the next holder's `leader` line (seen once in
-/// CI: a set lease given back for the share, `cli_handover_set`). Each
-/// process's own lines of a lease keep their order ([`merged_by_stamp`]).
-pub fn assert_never_led_twice(events: &[Event], killed: Option<(usize, usize)>) {
-    let ordered: Vec<&Event> = match killed {
-        Some(_) => events.iter().collect(),
-        None => merged_by_stamp(events),
-    };
+/// The events are taken in the order their lines stamp (`unix_ms`, when
+/// the transition happened; a `follower` before a `leader` of the same
+/// millisecond), not in the order the test's reader threads, one per
+/// process, happened to log them: a loaded machine may run one process's
+/// reader a few milliseconds late, after another process already printed
+/// the next holder's `leader` line (seen once in CI: a set lease given
+/// back for the share, `cli_handover_set`). Each process's own lines of a
+/// lease keep their order ([`merged_by_stamp`]). A reaped process prints
+/// nothing more, so all its lines stamp at or before `killed`'s time.
+pub fn assert_never_led_twice(events: &[Event], killed: Option<(u64, usize)>) {
     let mut leader: BTreeMap<String, usize> = BTreeMap::new();
-    for (i, event) in ordered.into_iter().enumerate() {
-        if let Some((at, victim)) = killed {
-            if i == at {
+    for event in merged_by_stamp(events) {
+        if let Some((reaped_at, victim)) = killed {
+            if event.unix_ms() > reaped_at {
                 leader.retain(|_, node| *node != victim);
             }
         }
