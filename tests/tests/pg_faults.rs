@@ -130,21 +130,7 @@ async fn a_terminated_backend_is_replaced_and_the_driver_leads_on() {
     let killed = terminate_backends(&admin, &app).await;
     assert!(killed >= 1, "no backend found for {app}");
     // Both connections (statements and LISTEN) come back.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let row = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                &[&app],
-            )
-            .await
-            .unwrap();
-        if row.get::<_, i64>(0) >= 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a did not reconnect");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_sessions(&admin, &app, "TRUE", 2, PATIENCE, "a reconnects").await;
     tokio::time::sleep(TTL / 2).await;
     wait_for(&mut rx, PATIENCE, "a leads on", |l| l.is_leader()).await;
     a.shutdown().await.unwrap();
@@ -256,14 +242,7 @@ async fn a_stuck_statement_is_cancelled_on_the_server() {
     // Several statements have timed out by now; each was cancelled, so at
     // most the current one waits on the lock.
     tokio::time::sleep(TTL).await;
-    let waiting: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
-            &[&app],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let waiting = sessions(&admin, &app, "wait_event_type = 'Lock'").await;
     assert!(
         waiting <= 1,
         "{waiting} backends of the driver wait on the lock"

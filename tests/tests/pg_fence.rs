@@ -171,14 +171,7 @@ async fn wait_expired(admin: &Client, table: &TableName) {
 
 /// How many backends of `app` wait on a lock now.
 async fn lock_waiters(admin: &Client, app: &str) -> i64 {
-    admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
-            &[&app],
-        )
-        .await
-        .unwrap()
-        .get(0)
+    sessions(admin, app, "wait_event_type = 'Lock'").await
 }
 
 async fn drop_all(admin: &Client, table: &TableName) {
@@ -472,17 +465,18 @@ async fn a_stuck_fenced_transaction_blocks_the_successor_no_longer_than_its_boun
     });
     let began_with = ready.await.unwrap();
     let (admin_ref, w_app_ref) = (&admin, &w_app);
-    wait_until("the long statement runs on the server", move || async move {
-        admin_ref
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'SELECT pg_sleep%' AND state = 'active'",
-                &[w_app_ref],
+    wait_until(
+        "the long statement runs on the server",
+        move || async move {
+            sessions(
+                admin_ref,
+                w_app_ref,
+                "query LIKE 'SELECT pg_sleep%' AND state = 'active'",
             )
             .await
-            .unwrap()
-            .get::<_, i64>(0)
-            > 0
-    })
+                > 0
+        },
+    )
     .await;
     proxy.set(Mode::Stall);
 
@@ -531,15 +525,11 @@ async fn a_stuck_fenced_transaction_blocks_the_successor_no_longer_than_its_boun
         "the successor waited {past_deadline:?} past the deadline, bound {began_with:?}"
     );
     assert_eq!(app_row(&admin, &app).await, (0, None), "nothing committed");
-    let sessions: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-            &[&w_app],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(sessions, 0, "the server closed the stuck session");
+    assert_eq!(
+        sessions(&admin, &w_app, "TRUE").await,
+        0,
+        "the server closed the stuck session"
+    );
     drop(proxy);
     drop_all(&admin, &table).await;
 }
@@ -579,15 +569,7 @@ async fn an_idle_fenced_transaction_is_closed_by_the_server_at_about_its_deadlin
     let w_app = format!("fi-w-{pid}");
     let (admin_ref, w_app_ref) = (&admin, &w_app);
     wait_until("the server closes the idle session", move || async move {
-        admin_ref
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-                &[w_app_ref],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-            == 0
+        sessions(admin_ref, w_app_ref, "TRUE").await == 0
     })
     .await;
     let closed = Instant::now();

@@ -137,22 +137,15 @@ async fn notifications_work_on_a_schema_qualified_table() {
     wait_for(&mut rx, PATIENCE, "b follows", |l| l.holder.is_some()).await;
     // b's listening connection connects in parallel: wait until it has
     // subscribed (a NOTIFY sent before is not heard).
-    let listening = Instant::now() + PATIENCE;
-    loop {
-        let row = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE application_name = 'sb' AND query LIKE '%LISTEN %'",
-                &[],
-            )
-            .await
-            .unwrap();
-        if row.get::<_, i64>(0) >= 1 {
-            break;
-        }
-        assert!(Instant::now() < listening, "b never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_sessions(
+        &admin,
+        "sb",
+        "query LIKE '%LISTEN %'",
+        1,
+        PATIENCE,
+        "b listens",
+    )
+    .await;
     a.shutdown().await.unwrap();
     let released = Instant::now();
     wait_for(

@@ -350,6 +350,38 @@ pub async fn terminate_backends(admin: &tokio_postgres::Client, app: &str) -> i6
     row.get(0)
 }
 
+/// How many backends whose application_name is `app` match `condition`
+/// (an SQL condition on `pg_stat_activity`'s columns; `TRUE` for all).
+pub async fn sessions(admin: &tokio_postgres::Client, app: &str, condition: &str) -> i64 {
+    admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND ({condition})"
+            ),
+            &[&app],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Waits until at least `n` backends of `app` match `condition`
+/// ([`sessions`]); panics with `what` after `limit`.
+pub async fn wait_for_sessions(
+    admin: &tokio_postgres::Client,
+    app: &str,
+    condition: &str,
+    n: i64,
+    limit: Duration,
+    what: &str,
+) {
+    let deadline = Instant::now() + limit;
+    while sessions(admin, app, condition).await < n {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Drops a test's table (best effort).
 pub async fn drop_table(admin: &tokio_postgres::Client, table: &TableName) {
     let _ = admin
