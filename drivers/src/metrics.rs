@@ -225,6 +225,11 @@ impl Metrics {
         }
     }
 
+    /// Whether this node leads as of now (the leader gauge alone).
+    pub(crate) fn leads(&self, leads: bool) {
+        self.leader.set(if leads { 1.0 } else { 0.0 });
+    }
+
     /// The leader's time left (zero on a follower).
     pub(crate) fn remaining(&self, left: Option<Duration>) {
         self.remaining
@@ -290,6 +295,16 @@ pub(crate) mod set {
             metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "follower", "reason" => reason.as_str())
                 .increment(1);
         }
+    }
+
+    /// The leader gauge of one lease alone, as of now (a scrape's
+    /// refresh: the term's deadline passed before the loop published it).
+    pub(crate) fn leads(lease: &LeaseName, leads: bool) {
+        metrics::gauge!("picolease_leader", "lease" => lease.as_str().to_string()).set(if leads {
+            1.0
+        } else {
+            0.0
+        });
     }
 
     /// `picolease_handovers_total{lease, result}`, as a lone lease counts

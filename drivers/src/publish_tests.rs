@@ -31,7 +31,7 @@ fn a_subscriber_sees_every_change_in_order_then_closed() {
         .collect();
     assert_eq!(epochs, [1, 2, 3]);
     assert_eq!(sub.try_recv(), Err(RecvError::Closed));
-    assert_eq!(publisher.leadership(), leading(3));
+    assert_eq!(publisher.published(), leading(3));
 }
 
 #[test]
@@ -255,4 +255,96 @@ fn the_snapshot_shows_role_holder_progress_and_success() {
         ..stalled
     }
     .is_wedged());
+}
+
+/// A clock that moves only when told.
+#[derive(Default)]
+struct StillClock(Mutex<Duration>);
+
+impl crate::clock::Clock for StillClock {
+    fn now(&self) -> Duration {
+        *lock(&self.0)
+    }
+}
+
+/// Every reading of leadership turns at the deadline by itself, with no
+/// publication after it (the loop late: resumed, starved, blocked), and
+/// so does a leader published with no deadline to check.
+#[test]
+fn a_leader_reads_as_follower_once_its_deadline_passes_without_a_publication() {
+    let clock = Arc::new(StillClock::default());
+    let publisher = Arc::new(Publisher::new(clock.clone(), lease()));
+    let view = crate::LeaseView::new(attached_config(), Arc::clone(&publisher));
+    publisher.publish(leading(7));
+    assert!(
+        !view.leadership().is_leader(),
+        "a leader with no deadline known is not relied on"
+    );
+    let deadline = Duration::from_secs(10);
+    publisher.set_deadline(Some(deadline));
+    *lock(&clock.0) = deadline - Duration::from_nanos(1);
+    assert!(view.leadership().is_leader());
+    assert!(view.snapshot().is_leader());
+    assert_eq!(view.time_left(), Some(Duration::from_nanos(1)));
+    *lock(&clock.0) = deadline;
+    let read = view.leadership();
+    assert_eq!(
+        read,
+        Leadership {
+            role: Role::Follower,
+            epoch: Some(Epoch::new(7)),
+            holder: None,
+            reason: Some(picolease_core::Demotion::Expired),
+        }
+    );
+    assert!(!view.snapshot().is_leader());
+    assert_eq!(view.snapshot().time_left, Some(Duration::ZERO));
+    assert!(view.leader_until().is_none());
+    assert_eq!(publisher.published(), leading(7), "the loop's word is kept");
+    assert!(
+        view.watch().borrow().is_leader(),
+        "and the watch carries it"
+    );
+}
+
+/// A blocking wait for the end of a term wakes at the deadline, with no
+/// publication to wake it (it used to sleep out its whole timeout).
+#[test]
+fn wait_for_wakes_at_the_deadline() {
+    let publisher = Arc::new(Publisher::new(crate::clock::system(), lease()));
+    publisher.publish(leading(2));
+    let left = Duration::from_millis(100);
+    publisher.set_deadline(Some(publisher.now() + left));
+    let started = std::time::Instant::now();
+    let timeout = Duration::from_secs(30);
+    let met = publisher.wait_for(timeout, |l| !l.is_leader());
+    assert_eq!(
+        met.and_then(|l| l.reason),
+        Some(picolease_core::Demotion::Expired)
+    );
+    let took = started.elapsed();
+    assert!(took >= left && took < timeout / 2, "{took:?}");
+}
+
+/// A scrape's refresh brings the leader gauge to the deadline's word.
+#[cfg(feature = "metrics")]
+#[test]
+fn refreshed_metrics_say_a_leader_past_its_deadline_is_not() {
+    let (publisher, value) = recorded();
+    publisher.publish(leading(4));
+    publisher.set_deadline(Some(publisher.now() + Duration::from_millis(20)));
+    publisher.refresh_metrics();
+    assert_eq!(value(r#"picolease_leader{lease="m"}"#), Some(1.0));
+    std::thread::sleep(Duration::from_millis(25));
+    assert_eq!(
+        value(r#"picolease_leader{lease="m"}"#),
+        Some(1.0),
+        "as of the loop's last step"
+    );
+    publisher.refresh_metrics();
+    assert_eq!(value(r#"picolease_leader{lease="m"}"#), Some(0.0));
+    assert_eq!(
+        value(r#"picolease_lease_remaining_seconds{lease="m"}"#),
+        Some(0.0)
+    );
 }

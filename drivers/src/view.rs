@@ -57,15 +57,68 @@ impl LeaseView {
     }
 
     /// The current leadership state: role, epoch, holder in view and, on
-    /// demotion, the reason.
+    /// demotion, the reason. Checked against the term's deadline when read:
+    /// once the deadline has passed this says follower (reason `expired`)
+    /// even if the driver's loop has not run since (a resumed process, a
+    /// starved thread, a statement blocked in I/O), so gating on
+    /// `leadership().is_leader()` never acts past the deadline.
     pub fn leadership(&self) -> Leadership {
         self.publisher.leadership()
     }
 
     /// A watch receiver of the leadership state, updated on every change
-    /// (usable with or without a tokio runtime).
+    /// the driver's loop publishes (usable with or without a tokio
+    /// runtime).
+    ///
+    /// What it promises: every publication, in the loop's order, and the
+    /// latest one at any moment. What it cannot: a value read from it is
+    /// the loop's last word, so a leader's value can outlive the term's
+    /// deadline for as long as the loop is late to publish the end (it
+    /// publishes `follower` by the deadline plus its own wake-up, but a
+    /// paused or starved process wakes late). To act only while leading,
+    /// read [`LeaseView::leadership`] (checked against the deadline when
+    /// read), wait with [`LeaseView::wait_for`] (which wakes at the
+    /// deadline too), or wait for the change *or* [`LeaseView::leader_until`],
+    /// whichever comes first (async: [`LeaseView::until_not_leader`]).
     pub fn watch(&self) -> watch::Receiver<Leadership> {
         self.publisher.watch()
+    }
+
+    /// While this node leads, the latest moment its term can last: the
+    /// deadline as a [`std::time::Instant`] to sleep until (a renewal
+    /// moves it; read it again after each change). `None` while following
+    /// or once the deadline has passed. (The deadline is kept on the
+    /// suspend-aware clock; the `Instant` is that moment as of now, so
+    /// after a suspend, read it again.)
+    pub fn leader_until(&self) -> Option<std::time::Instant> {
+        let left = self.time_left().filter(|left| !left.is_zero())?;
+        self.leadership()
+            .is_leader()
+            .then(|| std::time::Instant::now() + left)
+    }
+
+    /// Resolves once this node does not lead: at once on a follower, else
+    /// at the published end of the term or at its deadline, whichever
+    /// comes first (the deadline needs no step of the driver's loop).
+    /// Needs a tokio runtime with its timer.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub async fn until_not_leader(&self) {
+        let mut watch = self.watch();
+        loop {
+            let Some(until) = self.leader_until() else {
+                return;
+            };
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(until.into()) => {}
+                changed = watch.changed() => {
+                    if changed.is_err() {
+                        // The driver has finished: it leads no more.
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Every leadership change from now on, in order (bounded; see
@@ -258,6 +311,17 @@ impl Snapshots {
     /// [`LeaseView::renew_latencies`].
     pub fn renew_latencies(&self) -> Vec<Duration> {
         self.publisher.renew_latencies()
+    }
+
+    /// Brings this lease's `picolease_leader` and
+    /// `picolease_lease_remaining_seconds` gauges to this moment: the
+    /// driver sets them at its loop's steps, so a scrape that comes while
+    /// the loop is late (a resumed process, a blocked statement) would
+    /// read a leader past its deadline. Call it in the scrape handler,
+    /// before rendering (as `picolease run --listen` does).
+    #[cfg(feature = "metrics")]
+    pub fn refresh_metrics(&self) {
+        self.publisher.refresh_metrics();
     }
 
     /// Test seam: blocks the driver's loop at its next step, for ever, so

@@ -136,7 +136,11 @@ fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle)
     let status = source.status.snapshot();
     let response = match (path, name) {
         ("/metrics", _) => with(
-            text(200, metrics.render()),
+            // The gauges as of now, not as of the loop's last step.
+            {
+                source.status.refresh_metrics();
+                text(200, metrics.render())
+            },
             "Content-Type",
             "text/plain; version=0.0.4; charset=utf-8",
         ),
@@ -254,10 +258,8 @@ fn respond(request: Request, snapshots: &Snapshots, metrics: &PrometheusHandle) 
     let path = request.url().split('?').next().unwrap_or_default();
     let response = match path {
         "/metrics" => {
-            let snapshot = snapshots.snapshot();
-            // The gauge as of now, not as of the loop's last step.
-            metrics::gauge!("picolease_lease_remaining_seconds", "lease" => snapshot.lease.as_str().to_string())
-                .set(snapshot.time_left.map_or(0.0, |left| left.as_secs_f64()));
+            // The gauges as of now, not as of the loop's last step.
+            snapshots.refresh_metrics();
             with(
                 text(200, metrics.render()),
                 "Content-Type",

@@ -234,10 +234,13 @@ impl<G: TermGate> SetRunner<G> {
                         None => snapshot.held.remove(&lease),
                     };
                 }
+                // The deadline first: a reader never sees a leader whose
+                // deadline it cannot check (it would read it as ended).
+                let deadline = self
+                    .clock_deadline(&lease)
+                    .filter(|_| leadership.is_leader());
                 if let Some(member) = self.members.get_mut(&lease) {
-                    if !leadership.is_leader() {
-                        member.publish_deadline(None);
-                    }
+                    member.publish_deadline(deadline);
                     member.publisher.publish(leadership);
                 }
                 return true;

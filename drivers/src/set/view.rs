@@ -127,8 +127,9 @@ impl SetView {
 
     /// `lease`'s leadership as last published (leader with its epoch, or
     /// follower with the holder and epoch last seen and why it left;
-    /// [`Leadership::unknown`] before anything was), as a lone lease's
-    /// `leadership()`; `None` for a lease outside the set.
+    /// [`Leadership::unknown`] before anything was), checked against the
+    /// lease's deadline when read as a lone lease's
+    /// [`LeaseView::leadership`] is; `None` for a lease outside the set.
     pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
         self.publishers.get(lease).map(|p| p.leadership())
     }
@@ -173,7 +174,11 @@ impl SetView {
 
     /// A watch of the leases this node leads, with their epochs, updated
     /// at every change (usable with or without a tokio runtime); empty
-    /// once the set has finished.
+    /// once the set has finished. As a lone lease's [`LeaseView::watch`],
+    /// it is the loop's last word: a lease can stay in it past its
+    /// deadline while the loop is late. Gate work on
+    /// [`SetView::leadership`], [`SetView::wait_for`] or a lease's
+    /// [`LeaseView::leader_until`], which the deadline ends by itself.
     pub fn watch(&self) -> watch::Receiver<BTreeMap<LeaseName, Epoch>> {
         self.held.clone()
     }
@@ -222,7 +227,9 @@ impl std::fmt::Debug for SetSnapshots {
 }
 
 impl SetSnapshots {
-    /// The set as of its last step.
+    /// The set as of its last step, except that a lease whose deadline
+    /// has passed since is not among the held ones (its deadline ends it
+    /// without a step of the loop, as [`SetView::leadership`] reads it).
     pub fn snapshot(&self) -> SetSnapshot {
         let mut snapshot = self
             .snapshot
@@ -230,12 +237,27 @@ impl SetSnapshots {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         snapshot.last_step = Some(Health::read(&self.health).last_step);
+        snapshot.held.retain(|lease, _| {
+            self.publishers
+                .get(lease)
+                .is_some_and(|p| p.leadership().is_leader())
+        });
         snapshot
     }
 
-    /// `lease`'s leadership as last published ([`SetView::leadership`]).
+    /// `lease`'s leadership as [`SetView::leadership`] reads it.
     pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
         self.publishers.get(lease).map(|p| p.leadership())
+    }
+
+    /// Brings each held lease's `picolease_leader` gauge to this moment,
+    /// as a lone lease's [`crate::Snapshots::refresh_metrics`]: call it in
+    /// the scrape handler, before rendering.
+    #[cfg(feature = "metrics")]
+    pub fn refresh_metrics(&self) {
+        for publisher in self.publishers.values() {
+            publisher.refresh_metrics();
+        }
     }
 
     /// Test seam: blocks the set's loop at its next step, for ever, so

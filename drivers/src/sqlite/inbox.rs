@@ -8,6 +8,18 @@
 //! (`changes.rs`) every send also rings an eventfd, the "bell", so that
 //! the loop can wait in one `poll` on the bell and the inotify watch;
 //! elsewhere there is no watch and the loop waits on the channel alone.
+//!
+//! The wait's end is a timerfd armed at an absolute time on
+//! `CLOCK_BOOTTIME`, never `poll`'s own timeout. A process stopped by
+//! SIGSTOP while it waits in `poll`/`ppoll` has the call restarted at
+//! SIGCONT with the time that was left *when it stopped* (the kernel
+//! writes the remaining timeout back before the stop; measured here: a
+//! 3 s `ppoll` stopped after 0.5 s for 4 s returned 2.5 s after SIGCONT).
+//! A leader paused past its deadline then slept up to an interval more
+//! before it read its clock and said `follower`, while its successor led.
+//! An absolute timer that expired during the stop is readable at once, so
+//! the restarted `poll` returns at SIGCONT (and after a suspend, since the
+//! clock counts it).
 
 use std::sync::mpsc;
 #[cfg(all(target_os = "linux", not(picolease_portable)))]
@@ -33,6 +45,12 @@ pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::Error> {
         )
         .map_err(|e| super::error::Error::Spawn(format!("cannot create an eventfd: {e}")))?,
     );
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    let alarm = rustix::time::timerfd_create(
+        rustix::time::TimerfdClockId::Boottime,
+        rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+    )
+    .map_err(|e| super::error::Error::Spawn(format!("cannot create a timerfd: {e}")))?;
     Ok((
         Outbox {
             sender: Some(sender),
@@ -43,6 +61,8 @@ pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::Error> {
             receiver,
             #[cfg(all(target_os = "linux", not(picolease_portable)))]
             bell,
+            #[cfg(all(target_os = "linux", not(picolease_portable)))]
+            alarm,
             handle_gone: false,
         },
     ))
@@ -93,6 +113,10 @@ pub(crate) struct Inbox {
     receiver: mpsc::Receiver<Control>,
     #[cfg(all(target_os = "linux", not(picolease_portable)))]
     bell: Arc<OwnedFd>,
+    /// Ends a wait at an absolute time on `CLOCK_BOOTTIME` (module docs:
+    /// why not `poll`'s timeout).
+    #[cfg(all(target_os = "linux", not(picolease_portable)))]
+    alarm: OwnedFd,
     /// Set once the handle is gone; the loop then hears `Shutdown` once.
     handle_gone: bool,
 }
@@ -161,21 +185,44 @@ impl Inbox {
             // Not waited on: forget what was written meanwhile.
             watch.map(super::changes::FileWatch::drain);
         }
-        let timeout = Timespec {
-            tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(wait.subsec_nanos()),
+        // Armed at an absolute time, so a wait restarted after SIGCONT (or
+        // a suspend) ends at once once that time has passed.
+        let end = crate::clock::boottime().saturating_add(wait);
+        let at = rustix::time::Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: i64::try_from(end.as_secs()).unwrap_or(i64::MAX),
+                // A zero `it_value` would disarm the timer.
+                tv_nsec: i64::from(end.subsec_nanos().max(1)),
+            },
         };
+        // Arming resets the expiry count: a past wait's expiry does not
+        // end this one. Fails only on a bad descriptor or value (neither
+        // happens); the wait then lasts until a message or a write.
+        let _ = rustix::time::timerfd_settime(
+            &self.alarm,
+            rustix::time::TimerfdTimerFlags::ABSTIME,
+            &at,
+        );
         let bell = PollFd::new(&*self.bell, PollFlags::IN);
+        let alarm = PollFd::new(&self.alarm, PollFlags::IN);
         let (rang, written) = match watch.filter(|_| watching) {
             Some(watch) => {
-                let mut fds = [bell, PollFd::from_borrowed_fd(watch.fd(), PollFlags::IN)];
+                let mut fds = [
+                    bell,
+                    alarm,
+                    PollFd::from_borrowed_fd(watch.fd(), PollFlags::IN),
+                ];
                 // An interrupted wait returns early; the loop waits again.
-                let _ = rustix::event::poll(&mut fds, Some(&timeout));
-                (!fds[0].revents().is_empty(), !fds[1].revents().is_empty())
+                let _ = rustix::event::poll(&mut fds, None);
+                (!fds[0].revents().is_empty(), !fds[2].revents().is_empty())
             }
             None => {
-                let mut fds = [bell];
-                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                let mut fds = [bell, alarm];
+                let _ = rustix::event::poll(&mut fds, None);
                 (!fds[0].revents().is_empty(), false)
             }
         };
