@@ -238,10 +238,11 @@ impl LeaseState {
     /// Whether the driver should look for other connections' commits
     /// (SQLite, which has no NOTIFY: watch the file or poll its change
     /// counter, then hand the row to [`LeaseState::handle_row_observed`]):
-    /// only a running follower can use a release. The core's decision, so
-    /// that no driver asks about roles.
+    /// while electing, a follower can use a release and a leader must hear
+    /// its row taken away (an operator's forced release or handover, an
+    /// adoption). The core's decision, so that no driver asks about roles.
     pub fn wants_changes(&self) -> bool {
-        self.phase == Phase::Electing && self.standing == Standing::Follower
+        self.phase == Phase::Electing
     }
 
     /// True once the machine has finished (shutdown done, or a fatal
@@ -443,7 +444,7 @@ impl LeaseState {
         if let Some(to) = asked {
             self.handle_hand_over(now, to);
         }
-        if self.notice_pending && self.standing == Standing::Follower && self.hand_over.is_none() {
+        if self.notice_pending && self.hand_over.is_none() {
             self.notice_pending = false;
             self.next_attempt = self.next_attempt.min(now);
         }
@@ -498,15 +499,27 @@ impl LeaseState {
         self.preferred.as_ref()
     }
 
-    /// A follower read the lease's row outside the protocol (the SQLite
-    /// driver's change check, after another connection committed): when
-    /// the row shows the lease free, lapsed, or held by this very holder (a
-    /// lost acquire reply), it counts as a release notice and the follower
-    /// tries at once; a row held by another holder with time left changes
-    /// nothing, so a busy database costs a read, never an acquire. The row
-    /// of another lease is ignored.
+    /// The lease's row was read outside the protocol (the SQLite driver's
+    /// change check, after another connection committed). A follower:
+    /// when the row shows the lease free, lapsed, or held by this very
+    /// holder (a lost acquire reply), it counts as a release notice and
+    /// the follower tries at once; a row held by another holder with time
+    /// left changes nothing, so a busy database costs a read, never an
+    /// acquire. A leader: a row that is not its own at its epoch (taken
+    /// away by an operator or an adoption) counts as a release notice,
+    /// which renews at once, so the refused renewal demotes it (`lost`)
+    /// now rather than an interval later; its own row changes nothing.
+    /// The row of another lease is ignored.
     pub fn handle_row_observed(&mut self, now: Instant, row: &LeaseRow) {
         if row.name != self.config.lease.as_str() {
+            return;
+        }
+        if let Standing::Leader { epoch, .. } = self.standing {
+            let ours =
+                row.holder.as_deref() == Some(self.config.holder.as_str()) && row.epoch == epoch;
+            if !ours {
+                self.handle_release_notice(now);
+            }
             return;
         }
         // A row without a holder but with time left is in a grace period
@@ -519,13 +532,20 @@ impl LeaseState {
         }
     }
 
-    /// A follower read the lease's row with a statement sent at `sent_at`
-    /// (a lease set's survey): a free, lapsed or own row counts as a
+    /// The lease's row read with a statement sent at `sent_at` (a lease
+    /// set's survey). A follower: a free, lapsed or own row counts as a
     /// release notice, as in [`LeaseState::handle_row_observed`]; a row
     /// held by another holder with time left schedules the next attempt at
-    /// its expiry, the same rule as an acquire answered "held".
+    /// its expiry, the same rule as an acquire answered "held". A leader:
+    /// as [`LeaseState::handle_row_observed`].
     pub fn handle_row_seen(&mut self, now: Instant, sent_at: Instant, row: &LeaseRow) {
         if row.name != self.config.lease.as_str() || self.phase != Phase::Electing {
+            return;
+        }
+        if matches!(self.standing, Standing::Leader { .. }) {
+            // A leader reads it as a change of the row: its own row at its
+            // epoch changes nothing; any other renews at once.
+            self.handle_row_observed(now, row);
             return;
         }
         let left = row.expires_in_ms.unwrap_or(0);
@@ -598,15 +618,20 @@ impl LeaseState {
         }
     }
 
-    /// Another contender released the lease (a PostgreSQL notification): a
-    /// follower tries at once instead of waiting for its next poll.
+    /// The lease's row was released, handed over or taken (a PostgreSQL
+    /// notification): a follower tries at once instead of waiting for its
+    /// next poll. A leader renews at once: the notice may be of its own
+    /// row taken away (an operator's `release --force` or handover, an
+    /// adoption), and a refused renewal demotes it (`lost`) now, not at
+    /// its next interval; a renewal that is accepted only renewed early,
+    /// which is always safe.
     pub fn handle_release_notice(&mut self, now: Instant) {
         if self.phase != Phase::Electing {
             return;
         }
         // Every input checks the deadline first, this one included.
         self.check_deadline(now);
-        if self.standing != Standing::Follower || self.stepped_aside(now) {
+        if self.stepped_aside(now) {
             return;
         }
         if self.in_flight.is_some() {
@@ -709,6 +734,9 @@ impl LeaseState {
             deadline,
             working: true,
         };
+        // A notice heard while this acquire was in flight asked a
+        // follower to try: the acquire did, and won.
+        self.notice_pending = false;
         self.next_attempt = req.sent_at + self.config.interval;
         self.publish(Leadership {
             role: Role::Leader,

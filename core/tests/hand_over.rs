@@ -76,7 +76,6 @@ fn a_leader_stops_its_work_then_reserves_the_row_and_follows() {
     assert!(s.handle_hand_over(ms(1_000), Some(b())));
     let mut expected = handed_over();
     expected.push(execute(2, Operation::HandOver { epoch: ONE }));
-    expected.push(Command::WatchChanges(true));
     assert_eq!(drain(&mut s), expected);
     // What the driver binds as the reservation, while it is in flight.
     assert_eq!(s.successor(), Some(&b()));
@@ -103,7 +102,6 @@ fn without_a_successor_a_handover_is_a_release_and_the_node_stays() {
     assert!(s.handle_hand_over(ms(1_000), None));
     let mut expected = handed_over();
     expected.push(execute(2, Operation::Release { epoch: ONE }));
-    expected.push(Command::WatchChanges(true));
     assert_eq!(drain(&mut s), expected);
     s.handle_reply(ms(1_003), RequestId(2), Reply::Accepted);
     assert_eq!(drain(&mut s), vec![]);
@@ -169,7 +167,6 @@ fn an_operators_request_on_a_renewal_hands_over_after_accepting_it() {
         );
         let mut expected = handed_over();
         expected.push(execute(3, operation));
-        expected.push(Command::WatchChanges(true));
         assert_eq!(drain(&mut s), expected, "{to:?}");
         // The hand-over may take until the renewed term's deadline.
         assert_eq!(s.poll_timeout(), Some(ms(12_399)));
@@ -182,8 +179,7 @@ fn a_renewal_in_flight_goes_first_and_a_shutdown_meanwhile_still_hands_over() {
     s.handle_timeout(ms(2_500));
     drain(&mut s);
     assert!(s.handle_hand_over(ms(2_501), Some(b())));
-    let mut expected = handed_over();
-    expected.push(Command::WatchChanges(true));
+    let expected = handed_over();
     assert_eq!(drain(&mut s), expected);
     s.handle_shutdown(ms(2_505));
     assert_eq!(drain(&mut s), vec![Command::WatchChanges(false)]);

@@ -162,6 +162,8 @@ fn holding() -> LeaseSet {
     );
     let mut expected = leader("a", 1);
     expected.extend(leader("b", 4));
+    // Leading, it watches the rows: one taken away is heard at once.
+    expected.push(SetCommand::WatchChanges(true));
     assert_eq!(drain(&mut s), expected);
     assert_eq!(s.deadline("a"), Some(ms(2_502 + VALIDITY_MS)));
     s
@@ -341,9 +343,14 @@ fn a_stepped_database_clock_demotes_every_held_lease_with_clock() {
     // The membership row competes again at once (its term was measured
     // on the same clock; it is not a lease and is not published, and has
     // no work); the leases once their work has stopped, in one batch.
+    // Leading nothing, with the leases' work still to stop (nothing to
+    // try for yet), it watches no more.
     assert_eq!(
         commands[4..],
-        [execute(6, BatchKind::Acquire, &[(&member(), None)], 7_000)]
+        [
+            execute(6, BatchKind::Acquire, &[(&member(), None)], 7_000),
+            SetCommand::WatchChanges(false)
+        ]
     );
     s.handle_work_stopped(ms(4_501), "a");
     s.handle_work_stopped(ms(4_501), "b");
@@ -375,6 +382,8 @@ fn shutdown_stops_every_work_and_releases_each_lease_once_its_work_has_stopped()
         &[(&member(), Some(1))],
         5_500,
     ));
+    // Shutting down, it watches no more.
+    expected.push(SetCommand::WatchChanges(false));
     assert_eq!(drain(&mut s), expected);
     s.handle_reply(ms(3_001), RequestId(6), BatchReply::Matched(vec![member()]));
     assert_eq!(drain(&mut s), vec![]);
@@ -504,12 +513,14 @@ fn renewals_go_in_batches_of_max_batch_leases_back_to_back_acquires_in_one() {
     assert_eq!(s.held().count(), 2_500);
 }
 
-/// A set watches for other connections' commits only while it is short of
-/// its share with nothing left to try (a lease it wants is held by another
-/// node, unexpired): `WatchChanges(true)` after the survey that shows it,
-/// `WatchChanges(false)` once the row lapses and the set tries for it.
+/// A set watches for other connections' commits while it is short of its
+/// share with nothing left to try (a lease it wants is held by another
+/// node, unexpired) or leads a lease (a forced release or an adoption may
+/// take it away, DESIGN §4b): `WatchChanges(true)` after the survey that
+/// shows a wanted lease held elsewhere, kept while it leads `a` after
+/// trying for `b`, `WatchChanges(false)` when it shuts down.
 #[test]
-fn a_set_watches_for_releases_only_while_a_lease_it_wants_is_held_elsewhere() {
+fn a_set_watches_while_a_lease_it_wants_is_held_elsewhere_or_it_leads_one() {
     let mut s = set();
     s.handle_timeout(ms(0));
     drain(&mut s);
@@ -558,13 +569,14 @@ fn a_set_watches_for_releases_only_while_a_lease_it_wants_is_held_elsewhere() {
     );
     // Leading `a` changes nothing about `b`: still watching, not told again.
     assert_eq!(drain(&mut s), leader("a", 1));
-    // At `b`'s expiry (seen at 2,502 ms + 3 s) the set tries for it and
-    // stops watching.
+    // At `b`'s expiry (seen at 2,502 ms + 3 s) the set tries for it, and
+    // goes on watching: it leads `a`.
     s.handle_timeout(ms(5_502));
     let commands = drain(&mut s);
-    assert_eq!(
-        commands.last(),
-        Some(&SetCommand::WatchChanges(false)),
+    assert!(
+        !commands
+            .iter()
+            .any(|c| matches!(c, SetCommand::WatchChanges(_))),
         "{commands:?}"
     );
     // Renewals go first; `b`'s acquire follows the renewal's answer.
@@ -581,6 +593,13 @@ fn a_set_watches_for_releases_only_while_a_lease_it_wants_is_held_elsewhere() {
     assert_eq!(
         drain(&mut s),
         vec![execute(7, BatchKind::Acquire, &[("b", None)], 8_003)]
+    );
+    s.handle_shutdown(ms(5_504));
+    let commands = drain(&mut s);
+    assert_eq!(
+        commands.last(),
+        Some(&SetCommand::WatchChanges(false)),
+        "a set shutting down watches no more: {commands:?}"
     );
 }
 
@@ -605,10 +624,9 @@ fn handed_over(lease: &str, epoch: u64) -> SetCommand {
 fn a_hand_over_stops_the_work_then_reserves_the_row_with_its_own_statement() {
     let mut s = holding();
     assert!(s.handle_hand_over(ms(3_000), "a", Some(successor())));
-    // The work stops first; nothing is written while it runs.
-    // Under its share now, the node watches for releases.
-    let mut expected = demoted("a", 1, Demotion::HandedOver);
-    expected.push(SetCommand::WatchChanges(true));
+    // The work stops first; nothing is written while it runs. (It
+    // watches already: it leads `b`.)
+    let expected = demoted("a", 1, Demotion::HandedOver);
     assert_eq!(drain(&mut s), expected, "stop, then the follower");
     assert_eq!(s.deadline("a"), None);
     s.handle_work_stopped(ms(3_010), "a");
@@ -686,7 +704,6 @@ fn an_operators_request_read_by_the_renewal_hands_that_lease_over() {
     // has stopped.)
     let mut expected = demoted("b", 4, Demotion::HandedOver);
     expected.push(execute(7, BatchKind::Survey, &[], 7_502));
-    expected.push(SetCommand::WatchChanges(true));
     assert_eq!(drain(&mut s), expected);
     assert_eq!(s.deadline("a"), Some(ms(5_000 + VALIDITY_MS)));
     s.handle_reply(ms(5_003), RequestId(7), BatchReply::Survey(vec![]));

@@ -60,13 +60,6 @@ fn demoted(epoch: u64, reason: Demotion) -> Vec<Command> {
     ]
 }
 
-/// `commands`, then the follower's [`Command::WatchChanges`]`(true)`: a
-/// running follower watches for releases again.
-fn watching(mut commands: Vec<Command>) -> Vec<Command> {
-    commands.push(Command::WatchChanges(true));
-    commands
-}
-
 fn held(holder: &str, epoch: u64, left_ms: u64) -> Reply {
     Reply::Held {
         holder: Some(HolderId::new(holder).unwrap()),
@@ -80,7 +73,8 @@ fn held(holder: &str, epoch: u64, left_ms: u64) -> Reply {
 fn leading() -> LeaseState {
     let mut s = LeaseState::new(config(), ms(0)).unwrap();
     s.handle_timeout(ms(0));
-    // A running follower watches for releases; a leader does not.
+    // A running node watches the row: a follower for releases, a leader
+    // for its row taken away (DESIGN §4b); neither changes it.
     assert_eq!(
         drain(&mut s),
         vec![execute(1, Operation::Acquire), Command::WatchChanges(true)]
@@ -100,7 +94,6 @@ fn leading() -> LeaseState {
             Command::StartWork {
                 epoch: Epoch::new(1)
             },
-            Command::WatchChanges(false),
         ]
     );
     s
@@ -131,7 +124,6 @@ fn a_rejected_renew_demotes_with_lost_and_competes_again_at_once() {
     s.handle_reply(ms(2_510), RequestId(2), Reply::Rejected);
     let mut expected = demoted(1, Demotion::Lost);
     expected.push(execute(3, Operation::Acquire));
-    expected.push(Command::WatchChanges(true));
     assert_eq!(drain(&mut s), expected);
 }
 
@@ -166,7 +158,7 @@ fn the_leader_demotes_at_its_deadline_even_with_a_renew_in_flight() {
     );
     assert_eq!(s.poll_timeout(), Some(ms(9_899)));
     s.handle_timeout(ms(9_899));
-    assert_eq!(drain(&mut s), watching(demoted(1, Demotion::Expired)));
+    assert_eq!(drain(&mut s), demoted(1, Demotion::Expired));
     // A late success for the in-flight renew does not restore leadership;
     // the machine acquires again (taking its own row back).
     s.handle_reply(ms(9_900), RequestId(4), Reply::Accepted);
@@ -221,7 +213,6 @@ fn stale_and_abandoned_replies_never_make_a_leader() {
             Command::StartWork {
                 epoch: Epoch::new(9)
             },
-            Command::WatchChanges(false),
         ]
     );
     assert_eq!(s.leader_deadline(), Some(ms(2_500 + 9_899)));
@@ -405,10 +396,63 @@ fn an_observed_row_is_a_release_notice_only_when_free_lapsed_or_ours() {
             "{wanted:?}"
         );
     }
-    // A leader ignores it.
+    // A leader: its own row at its epoch changes nothing.
     let mut s = leading();
-    s.handle_row_observed(ms(1_000), &row(&lease, None, None));
+    s.handle_row_observed(ms(1_000), &row(&lease, Some(&mine), Some(8_000)));
     assert_eq!(drain(&mut s), vec![]);
+    // Any other row of its lease (freed by `release --force`, taken, at a
+    // later epoch) renews at once, and the refused renewal demotes it
+    // (`lost`) now, not at its next interval (DESIGN §4b).
+    let later = LeaseRow {
+        epoch: Epoch::new(2),
+        ..row(&lease, Some(&mine), Some(8_000))
+    };
+    for taken in [
+        row(&lease, None, None),
+        row(&lease, Some("other"), Some(9_000)),
+        later,
+    ] {
+        let mut s = leading();
+        s.handle_row_observed(ms(1_000), &taken);
+        let renew = Operation::Renew {
+            epoch: Epoch::new(1),
+        };
+        assert_eq!(drain(&mut s), vec![execute(2, renew)], "{taken:?}");
+        s.handle_reply(ms(1_002), RequestId(2), Reply::Rejected);
+        let mut lost = demoted(1, Demotion::Lost);
+        lost.push(execute(3, Operation::Acquire));
+        assert_eq!(drain(&mut s), lost, "{taken:?}");
+    }
+}
+
+/// A release notice of its own lease reaches a leader too (PostgreSQL's
+/// `LISTEN`: an operator's forced release notifies): it renews at once,
+/// or right after the statement in flight, and the refusal demotes it.
+#[test]
+fn a_release_notice_makes_a_leader_renew_at_once() {
+    let renew = Operation::Renew {
+        epoch: Epoch::new(1),
+    };
+    let mut s = leading();
+    s.handle_release_notice(ms(1_000));
+    assert_eq!(drain(&mut s), vec![execute(2, renew)]);
+    s.handle_reply(ms(1_001), RequestId(2), Reply::Rejected);
+    let mut lost = demoted(1, Demotion::Lost);
+    lost.push(execute(3, Operation::Acquire));
+    assert_eq!(drain(&mut s), lost);
+
+    // With a renewal in flight (sent before the notice's commit, say):
+    // once it is answered, another goes at once.
+    let mut s = leading();
+    s.handle_timeout(ms(2_500));
+    assert_eq!(drain(&mut s), vec![execute(2, renew)]);
+    s.handle_release_notice(ms(2_501));
+    assert_eq!(drain(&mut s), vec![]);
+    s.handle_reply(ms(2_502), RequestId(2), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![execute(3, renew)]);
+    s.handle_reply(ms(2_504), RequestId(3), Reply::Accepted);
+    assert_eq!(drain(&mut s), vec![], "a row still its own: it leads on");
+    assert!(s.leadership().is_leader());
 }
 
 #[test]
@@ -422,6 +466,8 @@ fn shutdown_stops_the_work_then_releases_then_finishes() {
             epoch: Epoch::new(1),
         },
     ));
+    // A node shutting down watches no more.
+    expected.push(Command::WatchChanges(false));
     assert_eq!(drain(&mut s), expected);
     s.handle_reply(ms(1_001), RequestId(2), Reply::Accepted);
     assert_eq!(drain(&mut s), vec![Command::Finished]);
@@ -582,7 +628,6 @@ fn leading_with_stop_lead(g_ms: u64) -> LeaseState {
             Command::StartWork {
                 epoch: Epoch::new(1)
             },
-            Command::WatchChanges(false),
         ]
     );
     s
@@ -633,12 +678,12 @@ fn failing_renewals_stop_the_work_at_deadline_minus_g_and_demote_at_the_deadline
     // The follower publication, without a second StopWork.
     assert_eq!(
         drain(&mut s),
-        watching(vec![Command::Publish(Leadership {
+        vec![Command::Publish(Leadership {
             role: Role::Follower,
             epoch: Some(Epoch::new(1)),
             holder: None,
             reason: Some(Demotion::Expired),
-        })])
+        })]
     );
 }
 
@@ -668,12 +713,15 @@ fn shutdown_after_the_early_stop_does_not_stop_the_work_twice() {
     s.handle_shutdown(ms(8_000));
     assert_eq!(
         drain(&mut s),
-        vec![Command::Publish(Leadership {
-            role: Role::Follower,
-            epoch: Some(Epoch::new(1)),
-            holder: None,
-            reason: Some(Demotion::Released),
-        })]
+        vec![
+            Command::Publish(Leadership {
+                role: Role::Follower,
+                epoch: Some(Epoch::new(1)),
+                holder: None,
+                reason: Some(Demotion::Released),
+            }),
+            Command::WatchChanges(false)
+        ]
     );
 }
 
@@ -759,7 +807,6 @@ fn a_stepped_database_clock_demotes_the_leader_with_clock() {
             reason: Some(Demotion::Clock),
         }),
         execute(2, Operation::Acquire),
-        Command::WatchChanges(true),
     ];
     for step in [10_000, 150, -150, -60_000] {
         assert_eq!(stepped(step), (true, demoted.clone()), "step {step} ms");

@@ -93,7 +93,6 @@ fn yields() -> Vec<Command> {
             reason: Some(Demotion::HandedOver),
         }),
         execute(3, Operation::HandOver { epoch: ONE }),
-        Command::WatchChanges(true),
     ]
 }
 

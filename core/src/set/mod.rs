@@ -401,7 +401,9 @@ impl LeaseSet {
     }
 
     /// Another contender released `lease` (a PostgreSQL notification): if
-    /// it is in the set and this node is under its share, it tries at once.
+    /// it is in the set and this node is under its share, it tries at once;
+    /// if this node leads it, it renews it at once (the notice may be of
+    /// its row taken away), as a lone lease's leader does.
     /// A released membership row means its node left: the share is planned
     /// without it at once.
     pub fn handle_release_notice(&mut self, now: Instant, lease: &str) {
@@ -431,7 +433,13 @@ impl LeaseSet {
                 // membership row's expiry.
                 self.members.retain(|m| m.row != lease);
             } else if let Some(&i) = self.index.get(lease) {
-                if i != self.member && !self.slots[i].machine.leadership().is_leader() {
+                if i != self.member && self.slots[i].machine.leadership().is_leader() {
+                    // A held lease's row changed under it (an operator's
+                    // forced release, an adoption): its machine renews at
+                    // once and a refused renewal demotes it now.
+                    self.slots[i].machine.handle_release_notice(now);
+                    self.drain(now, i);
+                } else if i != self.member {
                     // A lease this node does not try for may have been
                     // handed to it (a hand-over notifies as a release
                     // does): the survey tells, now rather than within an

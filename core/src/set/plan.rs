@@ -47,10 +47,19 @@ impl LeaseSet {
 
     /// Whether the driver should look for other connections' commits as
     /// of `now` (SQLite: watch the file or poll its change counter, then
-    /// [`LeaseSet::handle_survey_request`]): only while this node is under
-    /// its share is there something a release could give it.
+    /// [`LeaseSet::handle_survey_request`]): while this node is under its
+    /// share (a release could give it a lease) or leads any lease (a
+    /// forced release or an adoption could take one away: the survey
+    /// lists the row and the lease's machine renews at once).
     pub fn wants_changes(&self, now: Instant) -> bool {
-        !self.finished && !self.shutting_down && self.deficit(now) > 0
+        !self.finished
+            && !self.shutting_down
+            && (self.deficit(now) > 0
+                || self
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .any(|(i, s)| i != self.member && s.machine.leadership().is_leader()))
     }
 
     /// After every input: plan the share, send the next batch, finish.

@@ -81,6 +81,11 @@ impl LeaseSet {
             listed[i] = true;
             let slot = &mut self.slots[i];
             if slot.machine.leadership().is_leader() {
+                // Listed while held: stale (its renewals are late) or
+                // taken away (a forced release, an adoption). Its machine
+                // renews at once unless the row is still its own.
+                slot.machine.handle_row_seen(now, sent_at, row);
+                self.drain(now, i);
                 continue;
             }
             // Handed over to this node: its to take, whatever the share.
