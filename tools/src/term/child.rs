@@ -79,6 +79,24 @@ const FORWARD: Duration = Duration::from_millis(100);
 /// Where a supervisor sends its events, with the term's lease.
 type EventSink = dyn Fn(&LeaseName, ChildEvent) + Send + Sync;
 
+/// Test seam (hidden; for `tools/tests/cli_term_race.rs`, never for
+/// production): `PICOLEASE_TEST_GUARD_EARLY_MS=N` makes every guard that
+/// `run` starts send its SIGTERM N ms before `deadline − grace` (the guard
+/// is handed the grace plus N), so that at a term's planned end the guard,
+/// not the core, is always the first to stop CMD. Read once, when `run`
+/// builds its [`Gated`].
+const GUARD_EARLY_FOR_TESTS: &str = "PICOLEASE_TEST_GUARD_EARLY_MS";
+
+/// The grace the guard is handed: `grace`, plus the test seam's
+/// [`GUARD_EARLY_FOR_TESTS`] when it is set.
+fn guard_grace(grace: Duration) -> Duration {
+    let early = std::env::var(GUARD_EARLY_FOR_TESTS)
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis);
+    grace + early
+}
+
 /// How long an ended term's work waits for its `follower` line to be
 /// printed: the printer runs on another thread and needs microseconds;
 /// the bound only keeps a stuck stdout from holding the release.
@@ -92,6 +110,9 @@ pub struct Gated {
     command: Vec<String>,
     printed: Option<Arc<Printed>>,
     grace: Duration,
+    /// The grace handed to the guard: `grace`, unless a test moved the
+    /// guard's SIGTERM earlier ([`GUARD_EARLY_FOR_TESTS`]).
+    guard_grace: Duration,
     node: String,
     /// Where events go, with the lease of the term: straight into `run`'s
     /// one queue, so a child's end is queued before the driver (which
@@ -104,6 +125,7 @@ impl std::fmt::Debug for Gated {
         f.debug_struct("Gated")
             .field("command", &self.command)
             .field("grace", &self.grace)
+            .field("guard_grace", &self.guard_grace)
             .field("node", &self.node)
             .finish_non_exhaustive()
     }
@@ -134,6 +156,7 @@ impl Gated {
             command,
             printed,
             grace,
+            guard_grace: guard_grace(grace),
             node,
             events: Box::new(events),
         }
@@ -176,11 +199,16 @@ impl Gated {
         if view.ended(Duration::ZERO) {
             return;
         }
-        let mut guard =
-            match Guard::start(&self.command, self.grace, deadline, view.term(), &self.node) {
-                Ok(guard) => guard,
-                Err(message) => return send(ChildEvent::SpawnFailed(message)),
-            };
+        let mut guard = match Guard::start(
+            &self.command,
+            self.guard_grace,
+            deadline,
+            view.term(),
+            &self.node,
+        ) {
+            Ok(guard) => guard,
+            Err(message) => return send(ChildEvent::SpawnFailed(message)),
+        };
         let pid = match guard.reports.recv() {
             Ok(Report::Pid(pid)) => pid,
             Ok(Report::Error(message)) => return send(ChildEvent::SpawnFailed(message)),
