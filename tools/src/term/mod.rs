@@ -1,8 +1,9 @@
 //! What `run` does for each term, shared by the command and the backends:
 //! CMD under its guard, started and stopped with the term (`child.rs`:
-//! `Gated`, the work every backend runs), and the event lines it prints
-//! (`events.rs`: `Printer`, and `Printed`, which a term's end waits on so
-//! its `follower` line precedes the release).
+//! `Gated`, the work every backend runs; `guard_link.rs`: `run`'s end of
+//! the socket to the guard, `Guard` and the guard's `Report`s), and the
+//! event lines it prints (`events.rs`: `Printer`, and `Printed`, which a
+//! term's end waits on so its `follower` line precedes the release).
 //!
 //! It sits outside `commands/` so that the backends, which run the gated
 //! work, depend on it without depending on the commands that start them:
@@ -10,3 +11,4 @@
 
 pub mod child;
 pub mod events;
+mod guard_link;
