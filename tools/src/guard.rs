@@ -5,7 +5,7 @@
 //! ```text
 //!   picolease run ──socket──▶ picolease __guard ──parent of──▶ CMD (own process group)
 //!   "deadline N" / "stop"      SIGTERM at N − grace,           PR_SET_PDEATHSIG: SIGKILL
-//!   ◀── "pid P" / "exit …"     SIGKILL at N
+//!   ◀── "pid P" / "code C" …   SIGKILL at N
 //! ```
 //!
 //! - `run` hands the guard the leader's deadline (`CLOCK_BOOTTIME`
@@ -24,7 +24,26 @@
 //! - SIGTERM, SIGINT and SIGHUP (a closed terminal) make the guard stop CMD
 //!   as `run` would.
 //!
-//! It reports CMD's pid when it starts and CMD's status when it ends.
+//! It reports CMD's pid when it starts and CMD's status when it ends, and
+//! with the status whether it had signalled CMD's group by then (for any
+//! of the reasons above: its deadline, a `stop`, `run` gone, its own
+//! signal). That is how `run` tells a CMD stopped at the term's planned
+//! end from one that exited by itself, even when the guard's SIGTERM at
+//! `deadline − grace` comes before the core's own stop at the same instant
+//! and CMD exits with a code (143 from a shell's trap, 0 from a graceful
+//! handler) before the term has ended in `run` (DESIGN §4b).
+//!
+//! The protocol, one line each way per message ([`message`]):
+//!
+//! ```text
+//!   run → guard:  deadline NANOS          the term's deadline moved (boottime)
+//!                 stop                    stop CMD now
+//!   guard → run:  pid P                   CMD started
+//!                 error TEXT              CMD could not be started
+//!                 code C | signal NAME    CMD ended before the guard signalled it
+//!                 stopped code C          CMD ended after the guard had
+//!                 stopped signal NAME       signalled its group
+//! ```
 //!
 //! Linux only. The guard's promise needs the parent-death signal (the
 //! third point), which only Linux has (`crate::pdeathsig`), and it waits
@@ -45,6 +64,10 @@ pub mod message {
     pub const CODE: &str = "code";
     /// guard → `run`: CMD was ended by this signal.
     pub const SIGNAL: &str = "signal";
+    /// guard → `run`: put before `code …` or `signal …` when the guard had
+    /// sent CMD's group SIGTERM or SIGKILL before CMD ended (`stopped code
+    /// 143`): CMD did not exit by itself, whatever its status says.
+    pub const STOPPED: &str = "stopped";
     /// guard → `run`: CMD could not be started.
     pub const ERROR: &str = "error";
 }
@@ -151,13 +174,14 @@ mod linux {
         let status = child
             .wait()
             .map_err(|e| CliError::runtime(format!("guard: cannot reap {pid}: {e}")))?;
-        let _ = writeln!(report, "{}", describe(status));
+        let _ = writeln!(report, "{}", describe(status, term.signalled()));
         Ok(ExitCode::SUCCESS)
     }
 
-    /// `code C` or `signal NAME`.
-    fn describe(status: ExitStatus) -> String {
-        match (status.code(), status.signal()) {
+    /// `code C` or `signal NAME`, after `stopped ` when the guard had
+    /// signalled CMD's group before it ended.
+    fn describe(status: ExitStatus, signalled: bool) -> String {
+        let how = match (status.code(), status.signal()) {
             (Some(code), _) => format!("{} {code}", message::CODE),
             (None, Some(signal)) => {
                 let name =
@@ -165,6 +189,11 @@ mod linux {
                 format!("{} {name}", message::SIGNAL)
             }
             (None, None) => format!("{} 1", message::CODE),
+        };
+        if signalled {
+            format!("{} {how}", message::STOPPED)
+        } else {
+            how
         }
     }
 
@@ -203,6 +232,13 @@ mod linux {
                 Some(_) => Duration::ZERO,
                 None => self.deadline.saturating_sub(self.grace),
             }
+        }
+
+        /// True once SIGTERM or SIGKILL went to CMD's group (the last
+        /// SIGKILL, after CMD's leader exited, is not counted: CMD had
+        /// ended by then).
+        fn signalled(&self) -> bool {
+            self.termed || self.killed
         }
 
         fn stop(&mut self, now: Duration) {
@@ -313,8 +349,38 @@ mod linux {
 
         #[test]
         fn statuses_are_described_by_code_or_signal_name() {
-            assert_eq!(describe(ExitStatus::from_raw(7 << 8)), "code 7");
-            assert_eq!(describe(ExitStatus::from_raw(9)), "signal SIGKILL");
+            assert_eq!(describe(ExitStatus::from_raw(7 << 8), false), "code 7");
+            assert_eq!(describe(ExitStatus::from_raw(9), false), "signal SIGKILL");
+        }
+
+        #[test]
+        fn a_status_after_the_guards_own_signal_says_stopped_whatever_cmd_exited_with() {
+            // 143 from a shell's trap, 0 from a graceful handler.
+            let graceful = ExitStatus::from_raw(0);
+            assert_eq!(describe(graceful, true), "stopped code 0");
+            assert_eq!(
+                describe(ExitStatus::from_raw(143 << 8), true),
+                "stopped code 143"
+            );
+            assert_eq!(
+                describe(ExitStatus::from_raw(15), true),
+                "stopped signal SIGTERM"
+            );
+        }
+
+        #[test]
+        fn the_guard_has_signalled_cmd_once_its_sigterm_or_sigkill_is_due() {
+            let group = Pid::from_raw(i32::MAX);
+            let mut term = Term::new(group, ms(200), ms(1_000));
+            term.act(ms(799));
+            assert!(!term.signalled(), "nothing due before deadline − grace");
+            // The group does not exist: the signal fails, but was sent.
+            term.act(ms(800));
+            assert!(term.signalled(), "SIGTERM at deadline − grace");
+            let mut stopped = Term::new(group, ms(200), ms(1_000));
+            stopped.stop(ms(100));
+            stopped.act(ms(100));
+            assert!(stopped.signalled(), "SIGTERM at once on a stop");
         }
     }
 }

@@ -252,6 +252,9 @@ fn handle(printer: &Printer, event: Event) -> Option<Stop> {
             by_itself,
         }) => {
             printer.child_exit(pid, epoch, &status);
+            // A CMD stopped at its term's end (by the core, or by the
+            // guard's SIGTERM just before it) is no reason to stop: the
+            // core ends the term and `run` contends on.
             if by_itself {
                 return Some(Stop::ChildExited(status.exit_code()));
             }

@@ -223,6 +223,9 @@ fn handle(printers: &Printers, set: Option<&dyn SetContender>, event: Event) -> 
             },
         ) => {
             printers.for_lease(&lease).child_exit(pid, epoch, &status);
+            // A CMD stopped at its term's end (by the core, or by the
+            // guard's SIGTERM just before it) keeps its lease: the core
+            // ends the term.
             if by_itself {
                 // Its work is done: give the lease up; the set goes on.
                 if let Some(set) = set {

@@ -8,6 +8,13 @@
 //! hung. This side starts the guard, forwards each new deadline after a
 //! renewal, asks it to stop CMD when the term ends, and reports CMD's start
 //! and end. The same code serves both backends.
+//!
+//! The guard's SIGTERM at `deadline − grace` and the core's stop of the
+//! work at the same instant race. CMD's end counts as its own exit
+//! (`by_itself`, after which a lone lease's `run` releases and exits with
+//! CMD's status) only when the guard says it had not signalled CMD and the
+//! term had not ended: whichever acts first, a CMD stopped at the term's
+//! planned end is never taken for one that exited by itself.
 
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -59,8 +66,10 @@ pub enum ChildEvent {
         epoch: u64,
         /// How.
         status: ChildStatus,
-        /// True when it exited while its term still ran (not stopped by
-        /// the end of the term).
+        /// True when CMD exited by itself: the guard had not signalled it
+        /// and its term still ran. False when it was stopped at the term's
+        /// end, by the core's stop or by the guard's own SIGTERM at the
+        /// same instant, whichever came first, and whatever its status.
         by_itself: bool,
     },
     /// CMD could not be started.
@@ -70,7 +79,10 @@ pub enum ChildEvent {
 /// How often the supervisor forwards a renewed deadline to the guard. The
 /// guard kills CMD at the last deadline it got, and a renewal moves the
 /// deadline an interval ahead of a deadline that is still ttl·(1 − ρ) −
-/// interval away: forwarding within this is never late.
+/// interval away: forwarding within this is not late unless the grace is
+/// within this of its bound (then the guard stops CMD early, and
+/// [`Gated::after_guard_stop`] starts it again once the deadline is
+/// forwarded).
 const FORWARD: Duration = Duration::from_millis(100);
 
 /// Where a supervisor sends its events, with the term's lease.
@@ -161,7 +173,9 @@ impl Gated {
 
     /// Runs CMD for one term until it exits by itself or the term ends,
     /// then has the guard stop it; returns once CMD is gone and, if the
-    /// term has ended, its `follower` line is printed.
+    /// term has ended, its `follower` line is printed. A CMD the guard
+    /// stopped on its own holds the return until the core ends the term,
+    /// or starts again if the term goes on ([`Gated::after_guard_stop`]).
     pub fn run_term(&self, view: &impl TermView) {
         if self.command.is_empty() {
             while !view.ended(FORWARD) {}
@@ -188,13 +202,21 @@ impl Gated {
         }
     }
 
+    /// Runs CMD under a guard until it ends, once, or again when the guard
+    /// stopped it on a deadline that a renewal has since moved (see
+    /// [`Gated::after_guard_stop`]).
     fn supervise(&self, view: &impl TermView) {
+        while let Pass::Again = self.run_once(view) {}
+    }
+
+    /// One CMD under one guard, from its start to its end.
+    fn run_once(&self, view: &impl TermView) -> Pass {
         let send = |event| (self.events)(view.term().lease(), event);
         let Some(deadline) = view.deadline() else {
-            return; // The term was over before its work started.
+            return Pass::Done; // The term was over before its work started.
         };
         if view.ended(Duration::ZERO) {
-            return;
+            return Pass::Done;
         }
         let mut guard = match Guard::start(
             &self.command,
@@ -204,16 +226,23 @@ impl Gated {
             &self.node,
         ) {
             Ok(guard) => guard,
-            Err(message) => return send(ChildEvent::SpawnFailed(message)),
+            Err(message) => {
+                send(ChildEvent::SpawnFailed(message));
+                return Pass::Done;
+            }
         };
         let pid = match guard.reports.recv() {
             Ok(Report::Pid(pid)) => pid,
-            Ok(Report::Error(message)) => return send(ChildEvent::SpawnFailed(message)),
+            Ok(Report::Error(message)) => {
+                send(ChildEvent::SpawnFailed(message));
+                return Pass::Done;
+            }
             _ => {
-                return send(ChildEvent::SpawnFailed(format!(
+                send(ChildEvent::SpawnFailed(format!(
                     "the guard of {:?} ended before starting it",
                     self.command[0]
-                )))
+                )));
+                return Pass::Done;
             }
         };
         let epoch = view.term().epoch().get();
@@ -225,17 +254,24 @@ impl Gated {
         }
         send(ChildEvent::Started { pid, epoch });
         let mut forwarded = deadline;
+        // Whether the guard had signalled CMD on its own (its deadline, or
+        // a signal to the guard), not on this side's `stop`.
+        let mut stopped_by_guard = false;
         let mut by_itself = true;
         let status = loop {
             match guard.reports.try_recv() {
-                Ok(report) => {
-                    if let Some(status) = report.status() {
-                        // Ended by the guard at the deadline (say `run` was
-                        // stopped meanwhile) is not ending by itself.
-                        by_itself = !view.ended(Duration::ZERO);
-                        break status;
-                    }
+                Ok(Report::Ended(ended)) => {
+                    // CMD ended after the guard signalled it (at
+                    // `deadline − grace`, possibly before the core's stop
+                    // at the same instant), or after the term ended (say
+                    // `run` was stopped meanwhile): not by itself, even
+                    // with an exit code of its own (143 from a shell's
+                    // trap, 0 from a graceful handler).
+                    stopped_by_guard = ended.stopped;
+                    by_itself = !ended.stopped && !view.ended(Duration::ZERO);
+                    break ended.status;
                 }
+                Ok(_) => {}
                 // The guard died without reporting: the kernel killed CMD
                 // with it (parent-death signal).
                 Err(mpsc::TryRecvError::Disconnected) => {
@@ -260,5 +296,48 @@ impl Gated {
             status,
             by_itself,
         });
+        if stopped_by_guard && !view.ended(Duration::ZERO) {
+            return self.after_guard_stop(view, forwarded);
+        }
+        Pass::Done
     }
+
+    /// The guard stopped CMD on its own while the core still leads: its
+    /// SIGTERM at `deadline − grace` came first (the core stops the work at
+    /// the same instant), its deadline `acted_on` was stale, or the guard
+    /// was signalled. The term's work waits for the core, which decides:
+    ///
+    /// - it ends the term (renewals stalled: its stop at `deadline −
+    ///   grace`, its demotion, `expired` or `lost`, at the deadline): the
+    ///   work returns, and `run` contends on;
+    /// - a renewal moves the deadline past `acted_on`, far enough that the
+    ///   guard would not stop CMD again at once: the term goes on, and CMD
+    ///   starts again in it, as the core's `StartWork` starts the work
+    ///   again when a renewal follows its early stop (DESIGN §4b).
+    fn after_guard_stop(&self, view: &impl TermView, acted_on: Duration) -> Pass {
+        loop {
+            if view.ended(FORWARD) {
+                return Pass::Done;
+            }
+            match view.deadline() {
+                None => return Pass::Done,
+                Some(deadline)
+                    if deadline > acted_on
+                        && deadline.saturating_sub(self.guard_grace) > picolease::boottime() =>
+                {
+                    return Pass::Again
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// What one pass of the supervisor leads to.
+enum Pass {
+    /// The term's CMD is done with: the term ended, or CMD exited by
+    /// itself, or could not start.
+    Done,
+    /// Start CMD again in the same term.
+    Again,
 }

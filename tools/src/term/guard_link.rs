@@ -1,7 +1,7 @@
 //! `run`'s end of the socket to one term's guard (`crate::guard`, whose
 //! docs give the protocol): starting the guard with CMD, the term's
 //! deadline and its environment, sending it lines, and reading its
-//! reports.
+//! reports, CMD's end among them with whether the guard had signalled it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
@@ -15,27 +15,42 @@ use picolease::Term;
 use super::child::ChildStatus;
 use crate::guard::message;
 
-/// What the guard says.
+/// CMD's end, as the guard reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Ended {
+    pub(super) status: ChildStatus,
+    /// The guard had signalled CMD's group before it ended.
+    pub(super) stopped: bool,
+}
+
+/// What the guard says (the protocol is in `crate::guard`'s docs).
+#[derive(Debug, PartialEq, Eq)]
 pub(super) enum Report {
     Pid(u32),
-    Status(ChildStatus),
+    Ended(Ended),
     Error(String),
 }
 
 impl Report {
-    pub(super) fn status(self) -> Option<ChildStatus> {
-        match self {
-            Report::Status(status) => Some(status),
-            _ => None,
-        }
-    }
-
     fn parse(line: &str) -> Option<Self> {
         let (kind, rest) = line.split_once(' ')?;
         Some(match kind {
             message::PID => Report::Pid(rest.trim().parse().ok()?),
-            message::CODE => Report::Status(ChildStatus::Code(rest.trim().parse().ok()?)),
-            message::SIGNAL => Report::Status(ChildStatus::Signal(rest.trim().to_string())),
+            message::STOPPED => match Report::parse(rest)? {
+                Report::Ended(Ended { status, .. }) => Report::Ended(Ended {
+                    status,
+                    stopped: true,
+                }),
+                _ => return None,
+            },
+            message::CODE => Report::Ended(Ended {
+                status: ChildStatus::Code(rest.trim().parse().ok()?),
+                stopped: false,
+            }),
+            message::SIGNAL => Report::Ended(Ended {
+                status: ChildStatus::Signal(rest.trim().to_string()),
+                stopped: false,
+            }),
             message::ERROR => Report::Error(rest.to_string()),
             _ => return None,
         })
@@ -104,8 +119,8 @@ impl Guard {
     /// deadline at the latest: the guard kills CMD then).
     pub(super) fn wait_status(&mut self) -> ChildStatus {
         while let Ok(report) = self.reports.recv() {
-            if let Some(status) = report.status() {
-                return status;
+            if let Report::Ended(ended) = report {
+                return ended.status;
             }
         }
         // The guard died without reporting: the kernel killed CMD with it.
@@ -114,5 +129,35 @@ impl Guard {
 
     pub(super) fn reap(mut self) {
         let _ = self.process.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(status: ChildStatus, stopped: bool) -> Option<Report> {
+        Some(Report::Ended(Ended { status, stopped }))
+    }
+
+    #[test]
+    fn an_end_the_guard_caused_is_told_from_one_cmd_came_to_by_itself() {
+        use ChildStatus::{Code, Signal};
+        assert_eq!(Report::parse("code 0"), ended(Code(0), false));
+        assert_eq!(
+            Report::parse("signal SIGTERM"),
+            ended(Signal("SIGTERM".into()), false)
+        );
+        // A shell's trap, a graceful handler: codes, yet stopped.
+        assert_eq!(Report::parse("stopped code 143"), ended(Code(143), true));
+        assert_eq!(Report::parse("stopped code 0"), ended(Code(0), true));
+        assert_eq!(
+            Report::parse("stopped signal SIGKILL"),
+            ended(Signal("SIGKILL".into()), true)
+        );
+        assert_eq!(Report::parse("pid 42"), Some(Report::Pid(42)));
+        // Nothing but a status may follow `stopped`.
+        assert_eq!(Report::parse("stopped pid 42"), None);
+        assert_eq!(Report::parse("stopped"), None);
     }
 }
