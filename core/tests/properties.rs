@@ -390,6 +390,18 @@ fn recoveries(trace: &Trace) -> Vec<(u64, Option<bool>)> {
             continue;
         };
         let node = e.node;
+        // Sent by an incarnation that has since crashed or restarted: no
+        // one is left to get the reply or to ask again (request ids start
+        // over with the next incarnation); the row lapses by its ttl.
+        let sent_by_a_dead_incarnation = trace.entries[..i]
+            .iter()
+            .rev()
+            .filter(|x| x.node == node)
+            .take_while(|x| !matches!(x.what, Happening::Sent { request: r, .. } if r == request))
+            .any(|x| matches!(x.what, Happening::Crashed | Happening::Started { .. }));
+        if sent_by_a_dead_incarnation {
+            continue;
+        }
         let rest = &trace.entries[i + 1..];
         // Did the node act on it? Then it is no recovery case.
         let acted = rest
