@@ -26,8 +26,10 @@
 //! 6. after `Finished` nothing more; `poll_timeout` is `Some` exactly until
 //!    then;
 //! 7. with a monotone clock: while leader, `now < deadline`; renews are
-//!    an interval or more apart (from the previous send); after a
-//!    timeout the next wake-up is in the future (no busy loop);
+//!    an interval or more apart (from the previous send) unless a release
+//!    notice came since (a leader renews at once on one: its row may have
+//!    been taken away); after a timeout the next wake-up is in the future
+//!    (no busy loop);
 //! 8. shutdown finishes within a few timeouts, with no reply at all;
 //!    a planned handover (asked by the driver, or by a renewal's answer)
 //!    stops the work before its hand-over (or release) is sent, and
@@ -152,6 +154,9 @@ struct Mirror {
     interval: Duration,
     /// When the last statement was sent.
     last_sent: Option<Instant>,
+    /// A release notice came since the last send (a leader may renew
+    /// early on one).
+    noticed: bool,
     monotone: bool,
     now: Instant,
     outstanding: Option<(RequestId, Operation)>,
@@ -252,6 +257,7 @@ fn execute(data: &[u8]) -> Vec<Command> {
         ttl,
         interval: config.interval,
         last_sent: None,
+        noticed: false,
         monotone,
         now: start,
         outstanding: None,
@@ -391,6 +397,7 @@ impl Mirror {
             Input::ReleaseNotice(when) => {
                 self.now = self.time(lease, when);
                 lease.handle_release_notice(self.now);
+                self.noticed = true;
                 Cause::ReleaseNotice
             }
             Input::Shutdown(when) => {
@@ -473,6 +480,7 @@ impl Mirror {
                     );
                     self.last_request = request.0;
                     let previous_send = self.last_sent.replace(self.now);
+                    let noticed = std::mem::take(&mut self.noticed);
                     self.outstanding = Some((request, operation));
                     match operation {
                         Operation::Acquire => {
@@ -482,7 +490,9 @@ impl Mirror {
                         Operation::Renew { epoch } => {
                             // A leader renews every interval, counted from
                             // the send of the previous statement.
-                            if let (true, Some(last)) = (self.monotone, previous_send) {
+                            if let (true, false, Some(last)) =
+                                (self.monotone, noticed, previous_send)
+                            {
                                 assert!(
                                     self.now >= last + self.interval,
                                     "renew at {:?}, less than an interval after {last:?}",
