@@ -8,6 +8,8 @@
 //! - `pg_fence`: fenced transactions on PostgreSQL (lock modes, bounds).
 //! - `pg_pooler`: the driver behind a private PgBouncer in transaction mode.
 //! - `suspend`: a suspend-like clock jump stops gated work at once.
+//! - `watch_pause`: a paused leader's `watch()` ends its term at SIGCONT
+//!   (its contender is the binary `watch_contender`).
 //! - `pg_faults`, `pg_handover`, `pg_many`: the async driver behind a TCP
 //!   proxy (stall, reset, latency), clean handovers, 50 contenders.
 //! - `fuzz_corpus`: replays the committed fuzz corpus on stable.

@@ -97,3 +97,62 @@ fn a_live_sets_loop_keeps_stepping_and_is_never_wedged() {
     assert!(status.finished && !status.is_wedged(), "{status:?}");
     a.shutdown().unwrap();
 }
+
+/// A set's readings turn by each lease's deadline with its loop held (the
+/// wedge seam): the set's and the lease view's `leadership`, the
+/// snapshot's held leases (so `run --listen`'s `/leader`) and a blocking
+/// `wait_for`, none of which waits for the loop to publish (DESIGN §4b).
+/// The watch of held leases, the loop's word, still lists them.
+#[test]
+fn a_held_sets_readings_turn_by_the_deadline_while_its_loop_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let set = SqliteLeaseSet::builder(
+        template("held"),
+        vec![LeaseName::new("x").unwrap(), LeaseName::new("y").unwrap()],
+        Database::file(&path),
+    )
+    .start()
+    .expect("start");
+    wait_for("both leases held", || set.snapshot().held.len() == 2);
+    let x = LeaseName::new("x").unwrap();
+    let snapshots = set.snapshots();
+    snapshots.wedge_loop_for_tests();
+    // The loop blocks at its next step; a deadline it published holds.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        set.leadership(&x).unwrap().is_leader(),
+        "before the deadline"
+    );
+    let left = set.time_left(&x).expect("leading x");
+    let until = set.lease(&x).unwrap().leader_until().expect("leading x");
+    let waited = Instant::now();
+    let ended = set
+        .wait_for(&x, Duration::from_secs(30), |l| !l.is_leader())
+        .expect("wait_for wakes at the deadline");
+    assert!(
+        waited.elapsed() < left + Duration::from_millis(500),
+        "woke {:?} after a deadline {left:?} away",
+        waited.elapsed()
+    );
+    assert!(Instant::now() >= until, "not before the deadline");
+    assert_eq!(ended.reason, Some(picolease::Demotion::Expired));
+    // Past every lease's deadline (y's is within an interval of x's).
+    std::thread::sleep(Duration::from_millis(300));
+    for lease in ["x", "y"] {
+        let lease = LeaseName::new(lease).unwrap();
+        assert!(!set.leadership(&lease).unwrap().is_leader(), "{lease}");
+        assert!(
+            !snapshots.leadership(&lease).unwrap().is_leader(),
+            "{lease}"
+        );
+        assert!(
+            !set.lease(&lease).unwrap().snapshot().is_leader(),
+            "{lease}"
+        );
+    }
+    assert!(snapshots.snapshot().held.is_empty(), "no lease held");
+    assert_eq!(set.watch().borrow().len(), 2, "the loop's last word");
+    // The held loop never returns: leave its thread to the process's end.
+    std::mem::forget(set);
+}
