@@ -298,13 +298,6 @@ impl Publisher {
         *lock(&self.deadline)
     }
 
-    /// Time left before the leader's deadline: `None` when not leading,
-    /// zero once it has passed.
-    pub(crate) fn time_left(&self) -> Option<Duration> {
-        self.deadline()
-            .map(|deadline| deadline.saturating_sub(self.now()))
-    }
-
     /// A renew was accepted after `latency` (from the driver issuing the
     /// statement to the core having handled its reply).
     pub(crate) fn record_renewal(&self, latency: Duration) {
@@ -328,55 +321,6 @@ impl Publisher {
         }
     }
 
-    /// The leadership a reader may act on now: the last publication,
-    /// except that a leader whose deadline has passed (or is not known)
-    /// reads as the follower it is by then, reason `expired`, whether or
-    /// not the driver's loop has run since (DESIGN §4b: a resumed process,
-    /// a starved thread or a blocked statement delays the loop, never this
-    /// reading).
-    pub(crate) fn leadership(&self) -> Leadership {
-        let published = self.published();
-        if !published.is_leader() || self.term_runs() {
-            return published;
-        }
-        Leadership {
-            role: picolease_core::Role::Follower,
-            reason: Some(picolease_core::Demotion::Expired),
-            ..published
-        }
-    }
-
-    /// The loop's last publication, as the watch channel carries it.
-    pub(crate) fn published(&self) -> Leadership {
-        self.leadership.borrow().clone()
-    }
-
-    /// True while a deadline is recorded and has not passed on the
-    /// driver's clock.
-    fn term_runs(&self) -> bool {
-        self.deadline()
-            .is_some_and(|deadline| self.now() < deadline)
-    }
-
-    /// Brings the leader and time-left gauges to this moment rather than
-    /// the loop's last step: a scrape handler calls it before rendering
-    /// (through [`crate::Snapshots::refresh_metrics`]).
-    #[cfg(feature = "metrics")]
-    pub(crate) fn refresh_metrics(&self) {
-        let leads = self.leadership().is_leader();
-        match self.metrics() {
-            Some(metrics) => {
-                metrics.leads(leads);
-                metrics.remaining(self.time_left().filter(|_| leads));
-            }
-            // A set's member: its series are the set's.
-            None if self.published().is_leader() => {
-                crate::metrics::set::leads(&self.lease, leads);
-            }
-            None => {}
-        }
-    }
-
     pub(crate) fn watch(&self) -> watch::Receiver<Leadership> {
         self.leadership.subscribe()
     }
@@ -388,65 +332,9 @@ impl Publisher {
     pub(crate) fn is_finished(&self) -> bool {
         lock(&self.progress).finished
     }
-
-    /// Blocks until the state satisfies `done` (checked now and on every
-    /// change), the driver finishes, or `timeout` passes.
-    pub(crate) fn wait_for(
-        &self,
-        timeout: Duration,
-        mut done: impl FnMut(&Leadership) -> bool,
-    ) -> Option<Leadership> {
-        let mut met = None;
-        self.wait_until(timeout, |_| {
-            let now = self.leadership();
-            let ok = done(&now);
-            met = ok.then_some(now);
-            ok
-        });
-        met
-    }
-
-    /// Blocks until the next change or `timeout`; the new state if changed
-    /// (or if the driver finished meanwhile).
-    pub(crate) fn wait_change(&self, timeout: Duration) -> Option<Leadership> {
-        let seen = lock(&self.progress).generation;
-        self.wait_until(timeout, |progress| {
-            progress.generation != seen || progress.finished
-        })
-        .then(|| self.leadership())
-    }
-
-    /// Blocks until `ready` holds (checked now, after every change and at
-    /// the leader's deadline, when the reading of [`Publisher::leadership`]
-    /// changes without a publication), the driver finishes, or `timeout`
-    /// passes; true unless it timed out.
-    fn wait_until(&self, timeout: Duration, mut ready: impl FnMut(&Progress) -> bool) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut progress = lock(&self.progress);
-        loop {
-            if ready(&progress) {
-                return true;
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if progress.finished || left.is_zero() {
-                return false;
-            }
-            // Wake at the term's end too (a millisecond past it, so that
-            // the reading has turned), capped as the loops' waits are.
-            let term_end = self
-                .time_left()
-                .filter(|_| self.published().is_leader())
-                .map_or(left, |end| {
-                    (end + Duration::from_millis(1)).min(crate::clock::LONGEST_WAIT)
-                });
-            progress = self
-                .changed
-                .wait_timeout(progress, left.min(term_end))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
 }
+
+mod reading;
 
 #[cfg(test)]
 #[path = "publish_tests.rs"]

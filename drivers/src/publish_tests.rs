@@ -348,3 +348,37 @@ fn refreshed_metrics_say_a_leader_past_its_deadline_is_not() {
         Some(0.0)
     );
 }
+
+/// A set's member has no series of its own (the set's are per lease, by
+/// name): the refresh sets its lease's leader gauge to the deadline's word.
+#[cfg(feature = "metrics")]
+#[test]
+fn a_set_members_refresh_turns_its_leases_gauge_at_the_deadline() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let member = Publisher::member(
+        crate::clock::system(),
+        &attached_config(),
+        Arc::new(crate::subscription::Fanout::for_leases(1)),
+        Health::shared(),
+        Arc::default(),
+    );
+    let gauge = || {
+        handle.render().lines().find_map(|l| {
+            l.strip_prefix(r#"picolease_leader{lease="m"}"#)?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    member.set_deadline(Some(member.now() + Duration::from_millis(20)));
+    member.publish(leading(3));
+    metrics::with_local_recorder(&recorder, || {
+        crate::metrics::set::leadership(&LeaseName::new("m").unwrap(), &leading(3));
+        member.refresh_metrics();
+    });
+    assert_eq!(gauge(), Some(1.0));
+    std::thread::sleep(Duration::from_millis(25));
+    metrics::with_local_recorder(&recorder, || member.refresh_metrics());
+    assert_eq!(gauge(), Some(0.0));
+}

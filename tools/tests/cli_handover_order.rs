@@ -213,8 +213,9 @@ fn on_sqlite_a_released_set_leases_follower_line_comes_before_its_successors_lea
     let url = format!("sqlite://{}", dir.path().join("order.db").display());
     // The table's guard wants a 'static URL; one string per test run.
     let url: &'static str = Box::leak(url.into_boxed_str());
-    // Unlike PostgreSQL's, a SQLite set at its share does not watch the
-    // file (DESIGN §4 "Release notices"): the other node takes s0 at its
-    // next survey, within an interval of the release (§9).
+    // A SQLite set that leads a lease watches the file (DESIGN §4
+    // "Release notices"), so the other node surveys on the release's
+    // commit and takes s0 then; before leaders watched, at its next
+    // survey, within an interval (§9).
     handovers_print_in_order(url, "pl_cli_order_set", "s{0..1}", "s0", true);
 }
