@@ -21,28 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use support::{now_ms, signal, spawn, Event, Log, Node};
+use support::{now_ms, signal, spawn, Event, Lcg, Log, Node};
 
 const PROCESSES: usize = 5;
 /// How long after SIGCONT a resumed process may still claim the lease.
 const RESUME_MS: u64 = 50;
-
-/// A small deterministic generator.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-}
 
 /// What happened to a process, on the wall clock the events are stamped
 /// with.

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use support::{held, len, now_ms, signal, spawn, wait_event, wait_for, Log, Node, PATIENCE};
+use support::{held, len, now_ms, signal, spawn, wait_event, wait_for, Lcg, Log, Node, PATIENCE};
 
 /// The bound after SIGCONT.
 const BOUND_MS: u64 = 50;
@@ -88,19 +88,6 @@ fn mysql(case: &str) -> Place {
             support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {drop_table}"));
         })),
         _dir: None,
-    }
-}
-
-/// A small deterministic generator (the seed is printed with a failure).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
     }
 }
 

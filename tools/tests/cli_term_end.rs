@@ -309,48 +309,13 @@ fn a_command_that_ignores_sigterm_is_killed_by_the_deadline_when_renewals_are_bl
 #[cfg(feature = "mysql")]
 #[test]
 fn on_mysql_a_command_that_ignores_sigterm_is_killed_by_the_deadline_when_renewals_are_blocked() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
     let place = Place::mysql("stubborn");
     let table = place.mysql_table.clone().unwrap();
     stubborn_command(&place, dir.path(), || {
         // Another session locks the lease row and keeps its transaction
-        // open (the client waits on its stdin); the row is printed once
-        // the lock is held.
-        let mut client = Command::new("mysql")
-            .args(["-h", "127.0.0.1", "-P", "3306", "-u", "root"])
-            .args(["--batch", "--skip-column-names", "--unbuffered", "test"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the mysql client runs");
-        let mut stdin = client.stdin.take().unwrap();
-        writeln!(
-            stdin,
-            "START TRANSACTION; SELECT name FROM {table} WHERE name = 'job' FOR UPDATE;"
-        )
-        .unwrap();
-        let mut line = String::new();
-        BufReader::new(client.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "job", "the lease row is locked");
-        /// Ends the locking session when dropped.
-        struct Session {
-            client: std::process::Child,
-            _stdin: std::process::ChildStdin,
-        }
-        impl Drop for Session {
-            fn drop(&mut self) {
-                let _ = self.client.kill();
-                let _ = self.client.wait();
-            }
-        }
-        Box::new(Session {
-            client,
-            _stdin: stdin,
-        })
+        // open.
+        Box::new(support::mysql::RowLock::take(&table, "job"))
     });
 }
 

@@ -130,7 +130,7 @@ impl Place {
             #[cfg(feature = "postgres")]
             Place::Postgres { table } => Box::new(PgRowLock::take(table)),
             #[cfg(feature = "mysql")]
-            Place::Mysql { table } => Box::new(MysqlRowLock::take(table)),
+            Place::Mysql { table } => Box::new(support::mysql::RowLock::take(table, LEASE)),
         }
     }
 }
@@ -203,56 +203,6 @@ impl Drop for PgRowLock {
         if let Some(session) = self.session.take() {
             let _ = session.join();
         }
-    }
-}
-
-/// Another MariaDB session holding the lease row's lock in an open
-/// transaction (the client waits on its stdin); dropping it ends the
-/// session and waits for the client to exit.
-#[cfg(feature = "mysql")]
-struct MysqlRowLock {
-    client: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-}
-
-#[cfg(feature = "mysql")]
-impl MysqlRowLock {
-    fn take(table: &str) -> Self {
-        use std::io::{BufRead, BufReader, Write};
-        use std::process::Stdio;
-        let mut client = Command::new("mysql")
-            .args(["-h", "127.0.0.1", "-P", "3306", "-u", "root"])
-            .args(["--batch", "--skip-column-names", "--unbuffered", "test"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the mysql client runs");
-        let mut stdin = client.stdin.take().unwrap();
-        writeln!(
-            stdin,
-            "START TRANSACTION; SELECT name FROM {table} WHERE name = '{LEASE}' FOR UPDATE;"
-        )
-        .unwrap();
-        let mut line = String::new();
-        BufReader::new(client.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), LEASE, "the lease row is locked");
-        MysqlRowLock {
-            client,
-            stdin: Some(stdin),
-        }
-    }
-}
-
-#[cfg(feature = "mysql")]
-impl Drop for MysqlRowLock {
-    fn drop(&mut self) {
-        use std::io::Write;
-        if let Some(mut stdin) = self.stdin.take() {
-            let _ = writeln!(stdin, "ROLLBACK;");
-        }
-        let _ = self.client.wait();
     }
 }
 

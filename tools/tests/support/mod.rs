@@ -475,3 +475,23 @@ pub fn assert_never_led_twice(events: &[Event], killed: Option<(u64, usize)>) {
         }
     }
 }
+
+/// A small deterministic generator for the randomised process tests (the
+/// seed is printed with a failure, so a run can be repeated).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+
+    /// A duration from `from` to `to` ms.
+    pub fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from + 1))
+    }
+}

@@ -31,3 +31,52 @@ pub fn sql(db: &str, sql: &str) -> Vec<String> {
         .map(|line| line.replace('\t', "|"))
         .collect()
 }
+
+/// Another MariaDB session holding the lock of lease row `lease` of
+/// `table` (database `test`) in an open transaction: the client waits on
+/// its stdin, and the row is printed once the lock is held. Dropping it
+/// rolls back and waits for the client to exit. Renewals of that lease
+/// wait behind it, as a stall would make them.
+pub struct RowLock {
+    client: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl RowLock {
+    pub fn take(table: &str, lease: &str) -> Self {
+        use std::io::{BufRead, BufReader, Write};
+        use std::process::Stdio;
+        let mut client = Command::new("mysql")
+            .args(["-h", "127.0.0.1", "-P", "3306", "-u", "root"])
+            .args(["--batch", "--skip-column-names", "--unbuffered", "test"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the mysql client runs");
+        let mut stdin = client.stdin.take().unwrap();
+        writeln!(
+            stdin,
+            "START TRANSACTION; SELECT name FROM {table} WHERE name = '{lease}' FOR UPDATE;"
+        )
+        .unwrap();
+        let mut line = String::new();
+        BufReader::new(client.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), lease, "the lease row is locked");
+        RowLock {
+            client,
+            stdin: Some(stdin),
+        }
+    }
+}
+
+impl Drop for RowLock {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "ROLLBACK;");
+        }
+        let _ = self.client.wait();
+    }
+}
