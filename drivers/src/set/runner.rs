@@ -393,7 +393,6 @@ impl<G> Drop for SetRunner<G> {
 }
 
 /// How a runner is put together, for a set or a lone lease.
-#[path = "runner_assembly.rs"]
 mod assembly;
 
 #[cfg(test)]
