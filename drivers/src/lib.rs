@@ -23,7 +23,7 @@
 //! For operations: every handle offers `snapshot()` (a [`Snapshot`]: role,
 //! epoch, holder last seen, last successful statement, loop progress, time
 //! to the deadline) to build health and "who leads" endpoints from, and,
-//! with feature `metrics` (on by default), both drivers record
+//! with feature `metrics` (on by default), every driver records
 //! `picolease_*` series through the `metrics` facade for any exporter
 //! (names and labels: `drivers/src/metrics.rs`; install the recorder before
 //! starting the lease).
