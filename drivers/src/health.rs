@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use picolease_core::SetConfig;
 
-use crate::subscription::lock;
+use crate::lock::lock;
 
 /// The progress of the loop that drives a lease, for health checks: a
 /// lone lease's own, or shared by every lease of a set (one loop).

@@ -39,16 +39,19 @@ pub use picolease_core::{
 mod cancellation;
 mod clock;
 mod health;
+mod lock;
 mod metrics;
 mod publish;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub mod scope;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod set;
 mod subscription;
 mod view;
 
 pub use clock::{boottime, Clock, SystemClock};
-pub use publish::{Transition, RENEW_SAMPLES};
-pub use subscription::{RecvError, Subscription, SUBSCRIPTION_CAPACITY};
+pub use publish::RENEW_SAMPLES;
+pub use subscription::{RecvError, Subscription, Transition, SUBSCRIPTION_CAPACITY};
 pub use view::{LeaseView, Snapshot, Snapshots, Term};
 
 #[cfg(feature = "mysql")]

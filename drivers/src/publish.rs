@@ -19,27 +19,12 @@ use tokio::sync::watch;
 
 use crate::clock::SharedClock;
 pub(crate) use crate::health::{stall_after, Health, SharedHealth};
+use crate::lock::lock;
 use crate::metrics::{Outcome, StatementKind};
-use crate::subscription::{lock, Fanout, Mailbox, Subscription};
+use crate::subscription::{Fanout, Mailbox, Subscription, Transition};
 
 /// How many recent renew latencies a driver keeps (the most recent).
 pub const RENEW_SAMPLES: usize = 1024;
-
-/// One published change of leadership, stamped when the driver published
-/// it. Unlike the watch channel, a subscriber sees every change in order
-/// (or an explicit [`crate::RecvError::Lagged`] if it fell too far behind).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Transition {
-    /// The lease that changed (in a set's subscription, each transition
-    /// names its own).
-    pub lease: LeaseName,
-    /// The new state.
-    pub leadership: Leadership,
-    /// Wall-clock time of publication (for logs and events).
-    pub at: SystemTime,
-    /// Monotonic time of publication (for measuring gaps and overlaps).
-    pub instant: std::time::Instant,
-}
 
 /// What the publisher learns of its lease when the handle is built.
 pub(crate) struct Attached {

@@ -2,13 +2,30 @@
 //! of a set), in order, bounded, readable from blocking and async code.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use std::time::SystemTime;
 
-use picolease_core::LeaseName;
+use picolease_core::{Leadership, LeaseName};
 use tokio::sync::Notify;
 
-use crate::publish::Transition;
+use crate::lock::lock;
+
+/// One published change of leadership, stamped when the driver published
+/// it. Unlike the watch channel, a subscriber sees every change in order
+/// (or an explicit [`crate::RecvError::Lagged`] if it fell too far behind).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The lease that changed (in a set's subscription, each transition
+    /// names its own).
+    pub lease: LeaseName,
+    /// The new state.
+    pub leadership: Leadership,
+    /// Wall-clock time of publication (for logs and events).
+    pub at: SystemTime,
+    /// Monotonic time of publication (for measuring gaps and overlaps).
+    pub instant: std::time::Instant,
+}
 
 /// How many transitions a subscriber may fall behind before the oldest are
 /// dropped and it is told how many it missed ([`RecvError::Lagged`]).
@@ -29,12 +46,6 @@ pub enum RecvError {
     /// The wait of [`Subscription::recv_timeout`] ran out.
     #[error("no transition within the timeout")]
     Timeout,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here is a few assignments: a panic cannot
-    // leave the data inconsistent, so poisoning is ignored.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[derive(Default)]

@@ -21,7 +21,9 @@ use conformance::{
 };
 use picolease::set::SetView;
 use picolease::sql::LeaseRow;
-use picolease::sqlite::{Database, Error, Fence, LeaseTable, SqliteLease, SqliteLeaseSet};
+use picolease::sqlite::{
+    Database, Fence, LeaseTable, SqliteError as Error, SqliteLease, SqliteLeaseSet,
+};
 use picolease::{
     Config, Demotion, Epoch, HolderId, Leadership, LeaseName, SetConfig, Subscription,
 };

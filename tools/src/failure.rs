@@ -41,19 +41,19 @@ pub fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-impl From<sqlite::Error> for CliError {
+impl From<sqlite::SqliteError> for CliError {
     /// Pointing at the wrong thing (a bad value, a directory, a foreign file,
     /// a missing table) is a configuration error; everything else happened
     /// at run time.
-    fn from(e: sqlite::Error) -> Self {
+    fn from(e: sqlite::SqliteError) -> Self {
         match e {
-            sqlite::Error::Config(_)
-            | sqlite::Error::Open { .. }
-            | sqlite::Error::NotADatabase { .. }
-            | sqlite::Error::IsDirectory { .. }
-            | sqlite::Error::MissingDatabase { .. }
-            | sqlite::Error::MissingTable { .. }
-            | sqlite::Error::BadSchema { .. } => CliError::usage(e),
+            sqlite::SqliteError::Config(_)
+            | sqlite::SqliteError::Open { .. }
+            | sqlite::SqliteError::NotADatabase { .. }
+            | sqlite::SqliteError::IsDirectory { .. }
+            | sqlite::SqliteError::MissingDatabase { .. }
+            | sqlite::SqliteError::MissingTable { .. }
+            | sqlite::SqliteError::BadSchema { .. } => CliError::usage(e),
             _ => CliError::runtime(e),
         }
     }

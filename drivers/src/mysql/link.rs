@@ -35,7 +35,8 @@ struct LinkState {
 }
 
 /// The statement connection of one driver.
-pub(crate) struct Link {
+/// `pub` only for the sealed `Driver` impl; its module is private.
+pub struct Link {
     connector: MysqlConnector,
     statements: Arc<Statements>,
     auto_create: bool,

@@ -80,7 +80,6 @@ mod error;
 mod fence;
 mod handle;
 mod link;
-mod options;
 mod transaction;
 mod wake;
 
@@ -90,7 +89,7 @@ pub use admin::{
 pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;
-pub use handle::{MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet, MysqlLeaseSetBuilder};
+pub use handle::{Mysql, MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet, MysqlLeaseSetBuilder};
 pub use transaction::FencedTransaction;
 pub use wake::wake_lock_name;
 

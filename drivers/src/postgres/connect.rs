@@ -13,8 +13,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Connection, NoTls};
 
 use super::error::PgError;
-use super::pooler::{own_params, Pooler};
+use super::own_params::own_params;
+use super::pooler::Pooler;
 use crate::redact_url;
+
+/// The `application_name` of [`PgConnector`]'s connections unless the URL
+/// names one, so a DBA can find them in `pg_stat_activity`.
+const APPLICATION_NAME: &str = "picolease";
 
 /// A boxed, sendable future: what connector methods return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -197,7 +202,7 @@ impl PgConnector {
 /// for 8 s (`TCP_USER_TIMEOUT`).
 fn with_defaults(mut config: tokio_postgres::Config, url: &str) -> tokio_postgres::Config {
     if config.get_application_name().is_none() {
-        config.application_name(super::link::APPLICATION_NAME);
+        config.application_name(APPLICATION_NAME);
     }
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(5));

@@ -1,33 +1,113 @@
-//! The handles of a running PostgreSQL contender (a lone lease) and of a
-//! lease set, and their builders: the shared server handles
-//! (`crate::server::handles`) with PostgreSQL's connector, options, task
-//! and fenced transactions.
+//! PostgreSQL as a server [`Database`]: the marker type, the names of its
+//! handles (instances of the shared [`Contender`](crate::server::Contender)
+//! and [`Builder`](crate::server::Builder)), and the fenced transactions
+//! its handles open.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use picolease_core::sql::Dialect;
+use picolease_core::sql::{Dialect, Statements};
 use picolease_core::LeaseName;
 
 use super::connect::Connect;
 use super::error::PgError;
 use super::fence::Fence;
 use super::link::Link;
-use super::options::{pg_option_methods, PgOptions};
-use super::task::start;
 use super::transaction::FencedTransaction;
 use super::LeaderContext;
-use crate::server::handles::server_handles;
+use crate::scope::Scope;
+use crate::server::driver::Runner;
+use crate::server::options::ServerOptions;
+use crate::server::task::DriverTask;
+use crate::server::{Builder, Connects, Contender, Database, Driver, Listen};
+use crate::set::SetView;
+use crate::view::LeaseView;
 
-server_handles! {
-    database: "PostgreSQL",
-    dialect: Dialect::Postgres,
-    error: PgError,
-    connector: impl Connect => Arc<dyn Connect>, by |c| -> Arc<dyn Connect> { Arc::new(c) },
-    options: PgOptions, pg_option_methods,
-    start: start,
-    lease: PgLease, PgLeaseBuilder,
-    set: PgLeaseSet, PgLeaseSetBuilder,
+/// PostgreSQL, the [`Database`] of [`PgLease`] and [`PgLeaseSet`].
+#[derive(Debug)]
+pub struct Postgres;
+
+impl Database for Postgres {}
+
+// The sealed trait names crate-private types (see `server/database.rs`).
+#[allow(private_interfaces)]
+impl Driver for Postgres {
+    const NAME: &'static str = "PostgreSQL";
+    const DIALECT: Dialect = Dialect::Postgres;
+    type Connector = Arc<dyn Connect>;
+    type Options = PgOptions;
+    type Error = PgError;
+    type Link = Link;
+    type Fence = Fence;
+
+    fn start(
+        runner: Runner<Fence>,
+        connector: Arc<dyn Connect>,
+        statements: &Arc<Statements>,
+        options: &ServerOptions<Self>,
+        listen: Listen,
+    ) -> DriverTask<Link, Fence> {
+        super::task::start(runner, connector, statements, options, listen)
+    }
 }
+
+/// PostgreSQL's own options.
+#[derive(Debug)]
+pub struct PgOptions {
+    pub(crate) notifications: bool,
+    pub(crate) linger: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            notifications: true,
+            linger: super::DEFAULT_LINGER,
+        }
+    }
+}
+
+/// The options only PostgreSQL has.
+impl<S: Scope> Builder<Postgres, S> {
+    /// Listen for release notifications on a second connection (default
+    /// on, when the connector can provide a listening connection). Off, a
+    /// follower notices a release at its next poll (a set: at its next
+    /// survey), within one interval.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.options.own.notifications = on;
+        self
+    }
+
+    /// How long `shutdown` keeps the connections open after its release
+    /// freed rows, before closing them (default [`super::DEFAULT_LINGER`];
+    /// zero closes at once). The successors' acquires then do not share
+    /// the server with two backends exiting. Shutdown returns that much
+    /// later; nothing else waits for it.
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.options.own.linger = linger;
+        self
+    }
+}
+
+/// Any [`Connect`] is a PostgreSQL connector.
+impl<C: Connect> Connects<Postgres> for C {
+    fn into_connector(self) -> Arc<dyn Connect> {
+        Arc::new(self)
+    }
+}
+
+/// One contender for one lease on PostgreSQL: the handle of the driver
+/// task. Made with [`PgLease::builder`]; it dereferences to a
+/// [`LeaseView`].
+pub type PgLease = Contender<Postgres, LeaseView>;
+/// Configures a [`PgLease`] before it starts.
+pub type PgLeaseBuilder = Builder<Postgres, LeaseView>;
+/// One node contending for a set of leases on PostgreSQL, with a fair
+/// share between the live nodes (DESIGN §9). Made with
+/// [`PgLeaseSet::builder`]; it dereferences to a [`SetView`].
+pub type PgLeaseSet = Contender<Postgres, SetView>;
+/// Configures a [`PgLeaseSet`] before it starts.
+pub type PgLeaseSetBuilder = Builder<Postgres, SetView>;
 
 /// The term's deadline as it stands now, on tokio's clock, if `fence` and
 /// `left` (a lease's fence and time left) say this node leads.

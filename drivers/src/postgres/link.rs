@@ -27,10 +27,6 @@ use super::server_change::ServerWatch;
 use crate::server::backoff::Reconnect;
 use crate::server::{batch_name, operation_name};
 
-/// The `application_name` of [`super::PgConnector`]'s connections unless
-/// the URL names one, so a DBA can find them in `pg_stat_activity`.
-pub(crate) const APPLICATION_NAME: &str = "picolease";
-
 /// Every batch statement, prepared together.
 const BATCH_KINDS: [BatchKind; 4] = [
     BatchKind::Acquire,
@@ -141,7 +137,8 @@ async fn prepare_into(
 
 /// The connection of one driver, shared between the driver loop and the
 /// statement in flight (at most one, so nothing contends for it).
-pub(crate) struct Link {
+/// `pub` only for the sealed `Driver` impl; its module is private.
+pub struct Link {
     connector: Arc<dyn Connect>,
     statements: Arc<Statements>,
     auto_create: bool,

@@ -103,7 +103,7 @@ mod fence;
 mod handle;
 mod link;
 mod notify;
-mod options;
+mod own_params;
 mod pooler;
 mod server_change;
 mod statement;
@@ -120,7 +120,7 @@ pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 /// `holder()`, `epoch()`), its [`Fence`], its deadline, fenced
 /// transactions, and the signal to stop (`cancelled().await`).
 pub type LeaderContext = crate::server::LeaderContext<Fence>;
-pub use handle::{PgLease, PgLeaseBuilder, PgLeaseSet, PgLeaseSetBuilder};
+pub use handle::{PgLease, PgLeaseBuilder, PgLeaseSet, PgLeaseSetBuilder, Postgres};
 pub use transaction::FencedTransaction;
 
 /// How long a driver keeps its connections open after releasing, so that

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
 use super::connect::Connect;
-use crate::server::handles::Listen;
+use crate::server::Listen;
 use crate::server::Notice;
 
 /// Waits between attempts to (re)establish the listening connection.

@@ -22,13 +22,14 @@ use tokio::sync::mpsc;
 
 use super::connect::Connect;
 use super::fence::Fence;
+use super::handle::Postgres;
 use super::link::Link;
 use super::notify::spawn_listener;
-use super::options::PgOptions;
 use crate::server::backoff::backoff_cap;
 use crate::server::driver::Runner;
-use crate::server::handles::Listen;
+use crate::server::options::ServerOptions;
 use crate::server::task::DriverTask;
+use crate::server::Listen;
 
 /// How many release notices may wait for a set's task before the listener
 /// waits for it (a node giving up its surplus frees hundreds of rows in
@@ -43,7 +44,7 @@ pub(crate) fn start(
     runner: Runner<Fence>,
     connector: Arc<dyn Connect>,
     statements: &Arc<Statements>,
-    options: &PgOptions,
+    options: &ServerOptions<Postgres>,
     listen: Listen,
 ) -> DriverTask<Link, Fence> {
     let link = Arc::new(Link::new(
@@ -56,11 +57,11 @@ pub(crate) fn start(
         Listen::Lease(_) => 1,
         Listen::Every => NOTICE_BACKLOG,
     };
-    let listening = if options.notifications {
+    let listening = if options.own.notifications {
         let (tx, rx) = mpsc::channel(backlog);
         spawn_listener(connector, statements, listen, tx).map(|listener| (rx, listener))
     } else {
         None
     };
-    DriverTask::start(runner, link, listening, options.linger)
+    DriverTask::start(runner, link, listening, options.own.linger)
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use picolease_core::Leadership;
 
 use super::{Progress, Publisher};
-use crate::subscription::lock;
+use crate::lock::lock;
 
 impl Publisher {
     /// Time left before the leader's deadline: `None` when not leading,

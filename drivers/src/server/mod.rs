@@ -1,21 +1,26 @@
 //! The driver of a database reached over the network, PostgreSQL's and
-//! MySQL's alike: one tokio task per lone lease or lease set
-//! (`driver.rs`), each lease's work behind its gate (`gate.rs`), the
-//! handle's side of the task (`task.rs`), the reconnect backoff
-//! (`backoff.rs`), the administrative statements (`admin.rs`). A database
-//! brings only its statement connection (a `Link`), its fence, how one
-//! statement runs on an administrative session and, where it has them,
-//! release notices.
+//! MySQL's alike: one builder and one handle over one lease or a set
+//! (`contender.rs`) with the options they share (`options.rs`), one tokio
+//! task per handle (`driver.rs`), each lease's work behind its gate
+//! (`gate.rs`), the handle's side of the task (`task.rs`), the reconnect
+//! backoff (`backoff.rs`), the administrative statements (`admin.rs`). A
+//! database (`database.rs`) brings only its connector, its own options,
+//! its statement connection (a `Link`), its fence, how one statement runs
+//! on an administrative session and, where it has them, release notices.
 //!
-//! Of all this only [`LeaderContext`] is public, as each driver's
-//! `LeaderContext` (`postgres::LeaderContext`, `mysql::LeaderContext`).
+//! Public here: the generic [`Contender`] and [`Builder`] (each database
+//! names its instances: `PgLease`, `MysqlLeaseSet`, …), the sealed
+//! [`Database`] they are generic over, and [`LeaderContext`], as each
+//! driver's `LeaderContext` (`postgres::LeaderContext`,
+//! `mysql::LeaderContext`).
 
 pub(crate) mod admin;
 pub(crate) mod backoff;
-pub(crate) mod builder;
+mod contender;
+mod database;
 pub(crate) mod driver;
 pub(crate) mod gate;
-pub(crate) mod handles;
+pub(crate) mod options;
 pub(crate) mod task;
 
 use std::sync::Arc;
@@ -27,6 +32,9 @@ use picolease_core::{BatchReply, Epoch, Failure, HolderId, LeaseName, Reply, Row
 
 use crate::set::{Answer, Ran, Statement};
 
+pub use contender::{Builder, Contender};
+pub(crate) use database::{sealed::Driver, Listen};
+pub use database::{Connects, Database};
 pub use gate::LeaderContext;
 
 /// What the task hears from a database's release notices.

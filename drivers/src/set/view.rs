@@ -120,6 +120,15 @@ impl SetView {
         &self.template.holder
     }
 
+    /// True once the set's loop has published its end: it finishes every
+    /// lease's publisher at once, so the first one answers for all.
+    pub(crate) fn is_loop_finished(&self) -> bool {
+        self.publishers
+            .values()
+            .next()
+            .is_some_and(|p| p.is_finished())
+    }
+
     /// The leases of the set, in no particular order.
     pub fn leases(&self) -> impl Iterator<Item = &LeaseName> {
         self.publishers.keys()

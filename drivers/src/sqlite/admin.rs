@@ -6,12 +6,12 @@
 use picolease_core::sql::{Bindings, LeaseRow, Statement};
 use picolease_core::{Epoch, LeaseName};
 
-use super::error::Error;
+use super::error::SqliteError;
 use super::table::{run, LeaseTable};
 
 impl LeaseTable {
     /// Every lease, by name. A missing table reads as no leases.
-    pub fn status(&self) -> Result<Vec<LeaseRow>, Error> {
+    pub fn status(&self) -> Result<Vec<LeaseRow>, SqliteError> {
         if !self.exists()? {
             return Ok(Vec::new());
         }
@@ -28,8 +28,8 @@ impl LeaseTable {
 
     /// Administrative release: frees `lease` whoever holds it and bumps the
     /// epoch. `None` when there is no such lease. A malformed row is left
-    /// untouched by the statement itself and reported as [`Error::Row`].
-    pub fn force_release(&self, lease: &LeaseName) -> Result<Option<Epoch>, Error> {
+    /// untouched by the statement itself and reported as [`SqliteError::Row`].
+    pub fn force_release(&self, lease: &LeaseName) -> Result<Option<Epoch>, SqliteError> {
         let bindings = Bindings {
             lease: lease.as_str(),
             holder: "",
@@ -60,14 +60,14 @@ impl LeaseTable {
         lease: &LeaseName,
         epoch: Epoch,
         to: &str,
-    ) -> Result<(), Error> {
+    ) -> Result<(), SqliteError> {
         self.on_request(self.statements.request_hand_over(), lease, epoch, to)
     }
 
     /// Withdraws the request to hand term `epoch` of `lease` over, if the
     /// request row still names that term (as
     /// `picolease::postgres::withdraw_hand_over` does).
-    pub fn withdraw_hand_over(&self, lease: &LeaseName, epoch: Epoch) -> Result<(), Error> {
+    pub fn withdraw_hand_over(&self, lease: &LeaseName, epoch: Epoch) -> Result<(), SqliteError> {
         self.on_request(self.statements.withdraw_hand_over(), lease, epoch, "")
     }
 
@@ -79,7 +79,7 @@ impl LeaseTable {
         lease: &LeaseName,
         epoch: Epoch,
         to: &str,
-    ) -> Result<(), Error> {
+    ) -> Result<(), SqliteError> {
         let request = picolease_core::sql::hand_over_request_name(lease.as_str());
         let bindings = Bindings {
             lease: &request,
@@ -96,7 +96,7 @@ impl LeaseTable {
     }
 
     /// One lease's row, if it exists.
-    pub fn lease_row(&self, lease: &LeaseName) -> Result<Option<LeaseRow>, Error> {
+    pub fn lease_row(&self, lease: &LeaseName) -> Result<Option<LeaseRow>, SqliteError> {
         let bindings = Bindings {
             lease: lease.as_str(),
             holder: "",

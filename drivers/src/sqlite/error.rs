@@ -6,7 +6,7 @@ use picolease_core::{ConfigError, RowError};
 /// the value at fault (the path, the table, the lease).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum SqliteError {
     /// The timings, lease name, holder id or table name cannot be used.
     #[error(transparent)]
     Config(#[from] ConfigError),

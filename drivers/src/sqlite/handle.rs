@@ -1,31 +1,29 @@
-//! The handle of a running SQLite contender, and its builder.
+//! The SQLite driver's one builder and one handle, over one lease or a
+//! set ([`Scope`]): everything a handle does is written here once.
+//!
+//! [`SqliteLease`] and [`SqliteLeaseSet`] are the two scopes of
+//! [`Contender`]; the methods that name no lease on a lone lease and one
+//! on a set (`fence`, `hand_over`) are the only ones written per scope,
+//! and each is one line over the shared one.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use picolease_core::sql::{Dialect, Statements};
-use picolease_core::{Config, Instant, LeaseState};
+use picolease_core::{Config, ConfigError, HolderId, LeaseName, SetConfig};
 
-use super::error::Error;
+use super::changes::Notices;
+use super::error::SqliteError;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
 use super::open::Database;
-use super::options::{sqlite_option_methods, SqliteOptions};
-use super::thread::{sqlite_handle_methods, DriverThread};
+use super::options::SqliteOptions;
+use super::thread::DriverThread;
 use super::worker::Control;
-use crate::publish::Publisher;
-use crate::set::SetRunner;
+use crate::scope::{drop_limit, LonePlan, Scope, SetPlan};
+use crate::set::SetView;
 use crate::subscription::Subscription;
 use crate::view::LeaseView;
-
-/// Configures a [`SqliteLease`] before it starts. Made by
-/// [`SqliteLease::builder`].
-pub struct SqliteLeaseBuilder {
-    config: Config,
-    database: Database,
-    publisher: Arc<Publisher>,
-    options: SqliteOptions,
-}
 
 /// How often a follower checks `PRAGMA data_version` for another
 /// connection's commit when it cannot watch the file: a release is
@@ -33,146 +31,320 @@ pub struct SqliteLeaseBuilder {
 /// 50 µs of CPU on a small VM, so about 0.2 % of a core).
 pub const DEFAULT_CHANGE_CHECK: Duration = Duration::from_millis(25);
 
-impl std::fmt::Debug for SqliteLeaseBuilder {
+/// A contender for one lease on SQLite: the handle of its thread. Made
+/// with [`SqliteLease::builder`]; it dereferences to a [`LeaseView`].
+pub type SqliteLease = Contender<LeaseView>;
+/// Configures a [`SqliteLease`] before it starts.
+pub type SqliteLeaseBuilder = Builder<LeaseView>;
+/// One node contending for a set of leases on SQLite, with a fair share
+/// between the live nodes (DESIGN §9): one thread, one connection, one
+/// statement at a time, whatever the number of leases. Made with
+/// [`SqliteLeaseSet::builder`]; it dereferences to a [`SetView`].
+pub type SqliteLeaseSet = Contender<SetView>;
+/// Configures a [`SqliteLeaseSet`] before it starts.
+pub type SqliteLeaseSetBuilder = Builder<SetView>;
+
+/// Configures a [`Contender`] before it starts: the scope's plan, the
+/// database, the work and the options.
+pub struct Builder<S: Scope> {
+    plan: S::Plan,
+    database: Database,
+    pub(super) options: SqliteOptions,
+}
+
+impl<S: Scope> std::fmt::Debug for Builder<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteLeaseBuilder")
-            .field("config", &self.config)
+        f.debug_struct("Builder")
+            .field("plan", &self.plan)
             .field("database", &self.database)
             .finish_non_exhaustive()
     }
 }
 
-impl SqliteLeaseBuilder {
-    sqlite_option_methods!();
+impl<S: Scope> Builder<S> {
+    fn new(plan: S::Plan, database: Database) -> Self {
+        Builder {
+            plan,
+            database,
+            options: SqliteOptions::default(),
+        }
+    }
 
-    /// Every leadership change from the start on, in order.
+    /// Every leadership change (of every lease, for a set) from the start
+    /// on, in order.
     pub fn subscribe(&self) -> Subscription {
-        self.publisher.subscribe()
+        S::subscribe(&self.plan)
     }
 
     /// Validates the configuration, opens the database (creating the file
-    /// and table if allowed), checks the table, and starts the lease
+    /// and table if allowed), checks the table, and starts the driver's
     /// thread. A bad configuration is reported before the file is touched.
-    pub fn start(self) -> Result<SqliteLease, Error> {
-        let SqliteLeaseBuilder {
-            config,
+    pub fn start(self) -> Result<Contender<S>, SqliteError> {
+        let Builder {
+            plan,
             mut database,
-            publisher,
             options,
         } = self;
-        publisher.set_clock(Arc::clone(&options.clock));
-        let mut gate = Gate::new(
-            Arc::clone(&publisher),
-            Arc::new(Statements::new(Dialect::Sqlite, &database.table)),
-            config.lease.clone(),
-            config.holder.clone(),
-        );
-        options.add_works_to(&mut gate);
-        let state = LeaseState::new(config.clone(), Instant::ZERO)?;
-        let runner = SetRunner::lone(state, Arc::clone(&publisher), gate);
+        let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
+        let holder = S::planned_holder(&plan).clone();
+        let what = S::describe(&plan);
+        let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
+            let mut gate = Gate::new(
+                Arc::clone(publisher),
+                Arc::clone(&statements),
+                lease.clone(),
+                holder.clone(),
+            );
+            options.add_works_to(&mut gate);
+            gate
+        })?;
         let thread = DriverThread::start(
-            format!("picolease-{}", config.lease),
-            config.lease.to_string(),
+            format!("picolease-{what}"),
+            what,
             &mut database,
             options.notices,
             runner,
         )?;
-        Ok(SqliteLease {
-            statements: Statements::new(Dialect::Sqlite, &database.table),
-            view: LeaseView::new(config, publisher),
+        Ok(Contender {
+            view,
+            statements,
             thread,
         })
     }
 }
 
-/// One contender for one lease on SQLite: the handle of its lease thread.
-/// Made with [`SqliteLease::builder`].
+/// The options every scope's builder takes alike.
+impl<S: Scope> Builder<S> {
+    /// Registers work to run while this node leads (in a set: while it
+    /// leads each of its leases): `work` is started on its own thread
+    /// at the start of every term with the term's [`LeaderContext`]
+    /// (the lease, epoch, fence and deadline), and must return soon
+    /// after the term ends ([`LeaderContext::sleep`] wakes at once
+    /// then). The lease is released only after it has returned, and
+    /// the lease's next term starts only after. Several may be
+    /// registered.
+    pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
+        self.options.works.push(std::sync::Arc::new(work));
+        self
+    }
+
+    /// Registers a closure to run when each term ends (in a set: each
+    /// term of each of its leases), with the term that ended, on a
+    /// thread of its own started then; the lease is released only
+    /// after it returns. For what must come before the release without
+    /// a thread for the whole term, as [`while_leader`](Self::while_leader)
+    /// work has (a set may hold thousands of leases): `picolease run`
+    /// with several names and no CMD waits here for a term's
+    /// `follower` line to be printed. Keep it short: the release, and
+    /// so the successor, waits for it.
+    pub fn when_term_ends(mut self, end: impl Fn(crate::Term) + Send + Sync + 'static) -> Self {
+        self.options.term_ends.push(std::sync::Arc::new(end));
+        self
+    }
+
+    /// Times deadlines on `clock` instead of the system's suspend-aware
+    /// clock: a test seam (a clock that jumps, as a suspend would).
+    pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
+        self.options.clock = std::sync::Arc::new(clock);
+        self
+    }
+
+    /// Release notifications (on by default): while the node waits for
+    /// a lease (a lone lease's follower; a set under its share), it
+    /// watches the database file (inotify on its directory) and, when
+    /// another connection commits, checks `PRAGMA data_version` and
+    /// looks at once (a lone lease reads its row and tries if the row
+    /// is free or lapsed; a set surveys). A clean handover then takes
+    /// milliseconds instead of up to one interval. Without inotify
+    /// (macOS and the BSDs, which have none, or a watch that cannot be
+    /// set up) it polls `PRAGMA data_version` every
+    /// [`DEFAULT_CHANGE_CHECK`](super::DEFAULT_CHANGE_CHECK) instead.
+    /// The trade: on a busy file the node also wakes for unrelated
+    /// writes, each costing one read (never an acquire unless a lease
+    /// is free). Off: a release is found at the next poll or survey,
+    /// within an interval.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.options.notices = if on { Notices::Watch } else { Notices::Off };
+        self
+    }
+
+    /// Release notifications by polling `PRAGMA data_version` every
+    /// `every` (at least 1 ms) instead of watching the file: for
+    /// filesystems whose change notifications miss other writers.
+    pub fn change_check(mut self, every: std::time::Duration) -> Self {
+        self.options.notices = Notices::Poll(every.max(std::time::Duration::from_millis(1)));
+        self
+    }
+}
+
+impl Builder<SetView> {
+    /// `lease`'s leadership changes from the start on, in order, as a lone
+    /// lease's builder's `subscribe()`; `None` for a lease outside the set.
+    pub fn subscribe_to(&self, lease: &LeaseName) -> Option<Subscription> {
+        self.plan.subscribe_to(lease)
+    }
+}
+
+/// One node contending on SQLite for one lease ([`SqliteLease`]) or a set
+/// ([`SqliteLeaseSet`]): the handle of the driver's thread. It
+/// dereferences to its scope's view (`leadership`, `watch`, `subscribe`,
+/// `wait_for`, `snapshot`, …).
 ///
-/// Call [`SqliteLease::shutdown`] to stop the work and release the lease.
-/// Dropping the handle asks for the same shutdown and waits for it at most
-/// a ttl, so a drop never hangs.
-///
-/// It dereferences to a [`LeaseView`] (the same for both drivers):
-/// `config()`, `lease()`, `holder()`, `leadership()`, `watch()`,
-/// `subscribe()`, `renew_latencies()`.
-pub struct SqliteLease {
-    view: LeaseView,
-    statements: Statements,
+/// Call `shutdown` to stop the work and release. Dropping the handle asks
+/// for the same shutdown and waits for it at most a ttl and a request
+/// timeout, so a drop never hangs.
+pub struct Contender<S: Scope> {
+    view: S,
+    statements: Arc<Statements>,
     thread: DriverThread,
 }
 
-impl std::ops::Deref for SqliteLease {
-    type Target = LeaseView;
-    fn deref(&self) -> &LeaseView {
+impl<S: Scope> std::ops::Deref for Contender<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
         &self.view
     }
 }
 
-impl std::fmt::Debug for SqliteLease {
+impl<S: Scope> std::fmt::Debug for Contender<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("SqliteLease").field(&self.view).finish()
+        f.debug_tuple("Contender").field(&self.view).finish()
     }
 }
 
 impl SqliteLease {
     /// A contender for `config` (lease, holder id, timings) on `database`.
     pub fn builder(config: Config, database: Database) -> SqliteLeaseBuilder {
-        let publisher = Arc::new(Publisher::new(crate::clock::system(), config.lease.clone()));
-        SqliteLeaseBuilder {
-            config,
-            database,
-            publisher,
-            options: SqliteOptions::default(),
-        }
+        Builder::new(LonePlan::new(config), database)
     }
 
     /// The fence of the current term, if this node leads.
     pub fn fence(&self) -> Option<Fence> {
-        let epoch = self.leadership().leader_epoch()?;
-        Some(Fence::new(
-            &self.statements,
-            self.lease(),
-            self.holder(),
-            epoch,
-        ))
+        self.fence_of(self.lease(), self.leadership().leader_epoch())
     }
 
     /// Hands the lease over (DESIGN §3 "Planned handover") if this node
-    /// leads when the driver gets to it: the work stops as at any end of a
-    /// term (its guarantees unchanged), then one statement reserves the
-    /// row for node `to` (a node name: what `--node` says, or a library
+    /// leads it when the thread gets to it: its work stops as at any end
+    /// of a term (its guarantees unchanged), then one statement reserves
+    /// the row for node `to` (a node name: what `--node` says, or a library
     /// holder id, whose node is itself) for two intervals, during which
     /// only that node can take it, at once and at the next epoch; after
     /// that anyone may. `None` releases the row instead. This node goes on
-    /// as a follower. Returns at once; watch [`LeaseView::leadership`] or
-    /// a subscription for the outcome (a `follower` transition with
-    /// reason [`Demotion::HandedOver`], then the successor's term). An
-    /// error names a node that cannot be reserved for.
-    ///
-    /// [`LeaseView::leadership`]: crate::LeaseView::leadership
-    /// [`Demotion::HandedOver`]: picolease_core::Demotion::HandedOver
-    pub fn hand_over(&self, to: Option<&str>) -> Result<(), picolease_core::ConfigError> {
-        let to = to.map(picolease_core::HolderId::reserved_for).transpose()?;
-        self.thread.send(Control::HandOver(None, to));
+    /// as a follower. Returns at once; watch `leadership` or a
+    /// subscription for the outcome (a `follower` transition with reason
+    /// [`Demotion::HandedOver`](picolease_core::Demotion::HandedOver), then
+    /// the successor's term). An error names a node that cannot be
+    /// reserved for.
+    pub fn hand_over(&self, to: Option<&str>) -> Result<(), ConfigError> {
+        self.hand_over_lease(None, to)
+    }
+}
+
+impl SqliteLeaseSet {
+    /// A set of `leases` contended with the timings and holder id of
+    /// `template`.
+    pub fn builder(
+        template: SetConfig,
+        leases: Vec<LeaseName>,
+        database: Database,
+    ) -> SqliteLeaseSetBuilder {
+        Builder::new(SetPlan::new(template, leases), database)
+    }
+
+    /// The fence of `lease`'s current term, if this node leads it (as a
+    /// lone lease's [`SqliteLease::fence`]).
+    pub fn fence(&self, lease: &LeaseName) -> Option<Fence> {
+        self.fence_of(lease, self.leadership(lease)?.leader_epoch())
+    }
+
+    /// Hands `lease` over as a lone lease's [`SqliteLease::hand_over`]
+    /// does. The node that gets it takes it whatever its share, and the
+    /// share then moves another lease instead; this node does not try the
+    /// lease again while the reservation lasts.
+    pub fn hand_over(&self, lease: &LeaseName, to: Option<&str>) -> Result<(), ConfigError> {
+        self.hand_over_lease(Some(lease), to)
+    }
+
+    /// Gives `lease` up (its work stops, then it is released); this node
+    /// keeps contending, and does not take it back for a ttl.
+    pub fn give_up(&self, lease: &LeaseName) {
+        self.thread.send(Control::GiveUp(lease.clone()));
+    }
+}
+
+impl<S: Scope> Contender<S> {
+    /// The fence of `lease`'s term `epoch` (none without one).
+    fn fence_of(&self, lease: &LeaseName, epoch: Option<picolease_core::Epoch>) -> Option<Fence> {
+        let holder: HolderId = self.view.timings().holder;
+        Some(Fence::new(&self.statements, lease, &holder, epoch?))
+    }
+
+    /// Hands `lease` (`None`: the lone lease) over to the reservation
+    /// `to`, or releases it: the scopes' `hand_over`.
+    fn hand_over_lease(
+        &self,
+        lease: Option<&LeaseName>,
+        to: Option<&str>,
+    ) -> Result<(), ConfigError> {
+        let to = to.map(HolderId::reserved_for).transpose()?;
+        self.thread.send(Control::HandOver(lease.cloned(), to));
         Ok(())
     }
 
-    /// Hands the lease over, as [`SqliteLease::hand_over`] does, to the lease's
-    /// preferred candidate (DESIGN §3 "Preferred holders"): the live
-    /// candidate the last renewal read, whatever its rank, if it runs on
-    /// another node; else releases it. Followed by a shutdown, it is "hand
-    /// over, then exit" (what `picolease run` does on SIGUSR1): the lease
-    /// goes to the node most likely to keep it, and the shutdown finishes
-    /// once the statement is answered.
+    /// "Hand over, then exit" (what `picolease run` does on SIGUSR1): a
+    /// lone lease goes to its preferred candidate (DESIGN §3 "Preferred
+    /// holders": the live candidate the last renewal read, if it runs on
+    /// another node; else it is released); a set's leases each go to the
+    /// live member that ranks first for it (where the share will keep it
+    /// once this node is gone; released when no other member is live), and
+    /// the set shuts down. Follow it with `shutdown`, which finishes once
+    /// the statements are answered.
     pub fn hand_over_to_preferred(&self) {
         self.thread.send(Control::HandOverToPreferred);
     }
 
-    /// True once the thread has stopped (after shutdown, abort, or a fatal
-    /// error; [`SqliteLease::shutdown`] then returns the error).
+    /// Registers more work, like the builder's `while_leader`: it starts at
+    /// once in the current term of every lease this node leads, and in
+    /// every later term.
+    pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
+        self.thread.add_work(Arc::new(work));
+    }
+
+    /// Runs `job` on the driver thread's own connection, between two
+    /// statements, and returns its result (`None` if the thread has
+    /// stopped). The loop waits for it: keep it short. Meant for
+    /// measurements and diagnostics (e.g. timing a bare statement on the
+    /// very connection the driver renews through).
+    pub fn with_connection<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
+    ) -> Option<R> {
+        self.thread.with_connection(job)
+    }
+
+    /// True once the driver has stopped (after shutdown, abort, or a fatal
+    /// error; `shutdown` then returns the error).
     pub fn is_finished(&self) -> bool {
-        self.view.publisher().is_finished()
+        self.view.loop_finished() || self.thread.is_finished()
+    }
+
+    /// Stops the work, releases every held lease (a set's membership row
+    /// too), and returns when done. Returns the fatal error that stopped
+    /// the driver earlier, if any.
+    pub fn shutdown(mut self) -> Result<(), SqliteError> {
+        self.thread.stop(Control::Shutdown)
+    }
+
+    /// Stops at once WITHOUT releasing, as if the process had crashed: the
+    /// work is cancelled and joined, the rows are left to lapse by their
+    /// ttl. For tests and demonstrations.
+    pub fn abort(mut self) {
+        let _ = self.thread.stop(Control::Abort);
     }
 }
 
-sqlite_handle_methods!(SqliteLease);
+impl<S: Scope> Drop for Contender<S> {
+    fn drop(&mut self) {
+        self.thread.stop_within(drop_limit(&self.view.timings()));
+    }
+}

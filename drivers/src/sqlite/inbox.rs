@@ -35,7 +35,7 @@ use super::worker::Control;
 /// A new channel to a loop: the handle's end and the loop's. Fails only
 /// when the process cannot open another file descriptor (the eventfd):
 /// the driver then does not start, as when its thread cannot be spawned.
-pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::Error> {
+pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::SqliteError> {
     let (sender, receiver) = mpsc::channel();
     #[cfg(all(target_os = "linux", not(picolease_portable)))]
     let bell = Arc::new(
@@ -43,14 +43,14 @@ pub(crate) fn channel() -> Result<(Outbox, Inbox), super::error::Error> {
             0,
             rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
         )
-        .map_err(|e| super::error::Error::Spawn(format!("cannot create an eventfd: {e}")))?,
+        .map_err(|e| super::error::SqliteError::Spawn(format!("cannot create an eventfd: {e}")))?,
     );
     #[cfg(all(target_os = "linux", not(picolease_portable)))]
     let alarm = rustix::time::timerfd_create(
         rustix::time::TimerfdClockId::Boottime,
         rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
     )
-    .map_err(|e| super::error::Error::Spawn(format!("cannot create a timerfd: {e}")))?;
+    .map_err(|e| super::error::SqliteError::Spawn(format!("cannot create a timerfd: {e}")))?;
     Ok((
         Outbox {
             sender: Some(sender),

@@ -50,16 +50,17 @@ mod handle;
 mod inbox;
 mod open;
 mod options;
-mod set;
 mod table;
 mod thread;
 mod watchdog;
 mod worker;
 
-pub use error::Error;
+pub use error::SqliteError;
 pub use fence::Fence;
 pub use gate::{Cancellation, LeaderContext};
-pub use handle::{SqliteLease, SqliteLeaseBuilder, DEFAULT_CHANGE_CHECK};
+pub use handle::{
+    Builder, Contender, SqliteLease, SqliteLeaseBuilder, SqliteLeaseSet, SqliteLeaseSetBuilder,
+    DEFAULT_CHANGE_CHECK,
+};
 pub use open::{open_connection, Database, Location};
-pub use set::{SqliteLeaseSet, SqliteLeaseSetBuilder};
 pub use table::LeaseTable;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use picolease_core::{Failure, TableName};
 use rusqlite::{ErrorCode, OpenFlags};
 
-use super::error::Error;
+use super::error::SqliteError;
 
 /// Where the database lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl Database {
 /// Opens a connection set up for sharing the file between processes: WAL
 /// (readers never block the writer), `synchronous = NORMAL` (durable at
 /// checkpoints, which is what a lease needs), a busy timeout.
-pub fn open_connection(db: &Database) -> Result<rusqlite::Connection, Error> {
+pub fn open_connection(db: &Database) -> Result<rusqlite::Connection, SqliteError> {
     let path = db.path_text();
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = match &db.location {
@@ -96,15 +96,15 @@ pub fn open_connection(db: &Database) -> Result<rusqlite::Connection, Error> {
             if db.auto_create {
                 flags |= OpenFlags::SQLITE_OPEN_CREATE;
             } else if !file.exists() {
-                return Err(Error::MissingDatabase { path });
+                return Err(SqliteError::MissingDatabase { path });
             }
             if file.is_dir() {
-                return Err(Error::IsDirectory { path });
+                return Err(SqliteError::IsDirectory { path });
             }
             rusqlite::Connection::open_with_flags(file, flags)
         }
     }
-    .map_err(|source| Error::Open {
+    .map_err(|source| SqliteError::Open {
         path: path.clone(),
         source,
     })?;
@@ -135,16 +135,16 @@ pub fn open_connection(db: &Database) -> Result<rusqlite::Connection, Error> {
     }
 }
 
-pub(crate) fn classify_open(path: &str, source: rusqlite::Error) -> Error {
+pub(crate) fn classify_open(path: &str, source: rusqlite::Error) -> SqliteError {
     match source.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => Error::NotADatabase { path: path.into() },
+        Some(ErrorCode::NotADatabase) => SqliteError::NotADatabase { path: path.into() },
         Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly | ErrorCode::PermissionDenied) => {
-            Error::Open {
+            SqliteError::Open {
                 path: path.into(),
                 source,
             }
         }
-        _ => Error::Sqlite {
+        _ => SqliteError::Sqlite {
             path: path.into(),
             source,
         },

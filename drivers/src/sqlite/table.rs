@@ -13,7 +13,7 @@ use picolease_core::{Failure, HolderId, Operation, Reply, RowError};
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::ToSql;
 
-use super::error::Error;
+use super::error::SqliteError;
 use super::fence::Fence;
 use super::open::{classify_open, failure_of, open_connection, Database};
 
@@ -79,10 +79,10 @@ impl fmt::Debug for LeaseTable {
 
 impl LeaseTable {
     /// Opens the database and checks the table: created when missing if
-    /// `db.auto_create`, otherwise a [`Error::MissingTable`]. Every lease
+    /// `db.auto_create`, otherwise a [`SqliteError::MissingTable`]. Every lease
     /// statement is prepared once here, so a table without the lease
     /// columns is reported before anything is written.
-    pub fn open(db: &Database) -> Result<Self, Error> {
+    pub fn open(db: &Database) -> Result<Self, SqliteError> {
         let conn = open_connection(db)?;
         let table = LeaseTable {
             conn,
@@ -99,7 +99,7 @@ impl LeaseTable {
 
     /// Opens without creating anything and without checking the table
     /// (for reading status of a database that may not have one yet).
-    pub fn open_existing(db: &Database) -> Result<Self, Error> {
+    pub fn open_existing(db: &Database) -> Result<Self, SqliteError> {
         let db = db.clone().auto_create(false);
         Ok(LeaseTable {
             conn: open_connection(&db)?,
@@ -110,14 +110,14 @@ impl LeaseTable {
     }
 
     /// Creates the table if it is missing (`CREATE TABLE IF NOT EXISTS`).
-    pub fn init(&self) -> Result<(), Error> {
+    pub fn init(&self) -> Result<(), SqliteError> {
         self.conn
             .execute_batch(self.statements.create_table())
             .map_err(|e| self.error(e))
     }
 
     /// True if the lease table exists.
-    pub fn exists(&self) -> Result<bool, Error> {
+    pub fn exists(&self) -> Result<bool, SqliteError> {
         let table = self.statements.table().table().to_string();
         self.conn
             .query_row(
@@ -129,7 +129,7 @@ impl LeaseTable {
             .map_err(|e| self.error(e))
     }
 
-    fn check(&self) -> Result<(), Error> {
+    fn check(&self) -> Result<(), SqliteError> {
         for statement in [
             self.statements.acquire(),
             self.statements.renew(),
@@ -143,16 +143,16 @@ impl LeaseTable {
     }
 
     /// Maps an SQLite error to the driver's error, naming the table.
-    pub(crate) fn error(&self, source: rusqlite::Error) -> Error {
+    pub(crate) fn error(&self, source: rusqlite::Error) -> SqliteError {
         let table = self.statements.table().to_string();
         let message = source.to_string();
         if message.contains("no such table") {
-            Error::MissingTable {
+            SqliteError::MissingTable {
                 table,
                 path: self.path.clone(),
             }
         } else if message.contains("no such column") || message.contains("has no column named") {
-            Error::BadSchema {
+            SqliteError::BadSchema {
                 table,
                 path: self.path.clone(),
                 detail: message,
@@ -177,8 +177,8 @@ impl LeaseTable {
         &self.path
     }
 
-    pub(crate) fn row_error(&self, source: RowError) -> Error {
-        Error::Row {
+    pub(crate) fn row_error(&self, source: RowError) -> SqliteError {
+        SqliteError::Row {
             table: self.statements.table().to_string(),
             source,
         }
@@ -191,7 +191,7 @@ impl LeaseTable {
         operation: Operation,
         bindings: &Bindings<'_>,
         me: &HolderId,
-    ) -> (Reply, Option<Error>) {
+    ) -> (Reply, Option<SqliteError>) {
         self.execute_within(operation, bindings, me, None)
     }
 
@@ -205,7 +205,7 @@ impl LeaseTable {
         bindings: &Bindings<'_>,
         me: &HolderId,
         left: Option<std::time::Duration>,
-    ) -> (Reply, Option<Error>) {
+    ) -> (Reply, Option<SqliteError>) {
         self.within(left, || self.execute_now(operation, bindings, me))
     }
 
@@ -231,7 +231,7 @@ impl LeaseTable {
         operation: Operation,
         bindings: &Bindings<'_>,
         me: &HolderId,
-    ) -> (Reply, Option<Error>) {
+    ) -> (Reply, Option<SqliteError>) {
         let statement = self.statements.for_operation(operation);
         match run(
             &self.conn,
@@ -261,7 +261,7 @@ impl LeaseTable {
         ttl_millis: i64,
         stale_millis: i64,
         left: std::time::Duration,
-    ) -> (picolease_core::BatchReply, Option<Error>) {
+    ) -> (picolease_core::BatchReply, Option<SqliteError>) {
         self.within(Some(left), || {
             self.execute_batch_now(batch, me, ttl_millis, stale_millis)
         })
@@ -273,7 +273,7 @@ impl LeaseTable {
         me: &HolderId,
         ttl_millis: i64,
         stale_millis: i64,
-    ) -> (picolease_core::BatchReply, Option<Error>) {
+    ) -> (picolease_core::BatchReply, Option<SqliteError>) {
         use picolease_core::BatchReply;
         let statement = self.statements.for_batch(batch.kind);
         let json = batch.json();
@@ -323,7 +323,7 @@ impl LeaseTable {
 
     /// Evaluates `statement` (a fence or any boolean expression) as
     /// `SELECT <statement>` with the given values.
-    pub fn holds(&self, fence: &Fence) -> Result<bool, Error> {
+    pub fn holds(&self, fence: &Fence) -> Result<bool, SqliteError> {
         let sql = format!("SELECT {}", fence.sql());
         self.conn
             .query_row(&sql, fence.params(), |row| row.get::<_, bool>(0))

@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::changes::{ChangeSource, Notices};
-use super::error::Error;
+use super::error::SqliteError;
 use super::gate::Work;
 use super::inbox::Outbox;
 use super::open::Database;
@@ -15,7 +15,7 @@ use super::worker::{run, Connection, ConnectionJob, Control, Runner};
 /// The loop's thread and its control channel; the thread is `None` once
 /// joined.
 pub(crate) struct DriverThread {
-    handle: Option<JoinHandle<Result<(), Error>>>,
+    handle: Option<JoinHandle<Result<(), SqliteError>>>,
     /// What runs on it, for the error should it panic.
     what: String,
     control: Outbox,
@@ -31,7 +31,7 @@ impl DriverThread {
         database: &mut Database,
         notices: Notices,
         runner: Runner,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, SqliteError> {
         let timeout = runner.engine.config().request_timeout;
         let (table, watchdog) = super::watchdog::open_watched(database, timeout)?;
         let (control, inbox) = super::inbox::channel()?;
@@ -40,7 +40,7 @@ impl DriverThread {
         let handle = std::thread::Builder::new()
             .name(name)
             .spawn(move || run(runner, connection, inbox, changes))
-            .map_err(|e| Error::Spawn(e.to_string()))?;
+            .map_err(|e| SqliteError::Spawn(e.to_string()))?;
         Ok(DriverThread {
             handle: Some(handle),
             what,
@@ -76,7 +76,7 @@ impl DriverThread {
 
     /// Says `message` (shut down, or abort) to the loop, then waits for
     /// it; its fatal error, if any.
-    pub(crate) fn stop(&mut self, message: Control) -> Result<(), Error> {
+    pub(crate) fn stop(&mut self, message: Control) -> Result<(), SqliteError> {
         self.send(message);
         self.join()
     }
@@ -111,11 +111,11 @@ impl DriverThread {
     }
 
     /// Waits for the thread; its fatal error, if any. A panic is
-    /// [`Error::Panicked`]. Joining twice returns `Ok`.
-    fn join(&mut self) -> Result<(), Error> {
+    /// [`SqliteError::Panicked`]. Joining twice returns `Ok`.
+    fn join(&mut self) -> Result<(), SqliteError> {
         match self.handle.take() {
             Some(handle) => handle.join().unwrap_or_else(|_| {
-                Err(Error::Panicked {
+                Err(SqliteError::Panicked {
                     lease: self.what.clone(),
                 })
             }),
@@ -123,58 +123,3 @@ impl DriverThread {
         }
     }
 }
-
-/// What a lone lease's handle and a set's handle share, written once, for
-/// a handle type with a field `thread: DriverThread` that dereferences to
-/// a view with `config()`: work, a job on the connection, shutdown, abort,
-/// and a drop that asks for a shutdown and waits for it at most a ttl and
-/// a request timeout, so a drop never hangs.
-macro_rules! sqlite_handle_methods {
-    ($handle:ty) => {
-        impl $handle {
-            /// Registers more work, like the builder's `while_leader`: it
-            /// starts at once in the current term of every lease this node
-            /// leads, and in every later term.
-            pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
-                self.thread.add_work(std::sync::Arc::new(work));
-            }
-
-            /// Runs `job` on the driver thread's own connection, between
-            /// two statements, and returns its result (`None` if the thread
-            /// has stopped). The loop waits for it: keep it short. Meant
-            /// for measurements and diagnostics (e.g. timing a bare
-            /// statement on the very connection the driver renews
-            /// through).
-            pub fn with_connection<R: Send + 'static>(
-                &self,
-                job: impl FnOnce(&rusqlite::Connection) -> R + Send + 'static,
-            ) -> Option<R> {
-                self.thread.with_connection(job)
-            }
-
-            /// Stops the work, releases every held lease (a set's
-            /// membership row too), and returns when done. Returns the
-            /// fatal error that stopped the driver earlier, if any.
-            pub fn shutdown(mut self) -> Result<(), Error> {
-                self.thread.stop(Control::Shutdown)
-            }
-
-            /// Stops at once WITHOUT releasing, as if the process had
-            /// crashed: the work is cancelled and joined, the rows are left
-            /// to lapse by their ttl. For tests and demonstrations.
-            pub fn abort(mut self) {
-                let _ = self.thread.stop(Control::Abort);
-            }
-        }
-
-        impl Drop for $handle {
-            fn drop(&mut self) {
-                let config = self.config();
-                let limit = config.ttl + config.request_timeout;
-                self.thread.stop_within(limit);
-            }
-        }
-    };
-}
-
-pub(crate) use sqlite_handle_methods;

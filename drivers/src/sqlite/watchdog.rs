@@ -97,11 +97,11 @@ impl Watchdog {
 pub(crate) fn open_watched(
     database: &mut super::open::Database,
     request_timeout: Duration,
-) -> Result<(super::table::LeaseTable, Watchdog), super::error::Error> {
+) -> Result<(super::table::LeaseTable, Watchdog), super::error::SqliteError> {
     database.busy_timeout = database.busy_timeout.min(request_timeout * 3 / 4);
     let table = super::table::LeaseTable::open(database)?;
     let watchdog = Watchdog::start(table.connection().get_interrupt_handle(), request_timeout)
-        .map_err(|e| super::error::Error::Spawn(e.to_string()))?;
+        .map_err(|e| super::error::SqliteError::Spawn(e.to_string()))?;
     Ok((table, watchdog))
 }
 

@@ -13,7 +13,7 @@ use picolease_core::sql::Bindings;
 use picolease_core::{Failure, LeaseName};
 
 use super::changes::ChangeSource;
-use super::error::Error;
+use super::error::SqliteError;
 use super::gate::{Gate, Work};
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
@@ -65,7 +65,7 @@ impl Connection {
     /// wins over I/O, DESIGN §4b), then reads the database clock for the
     /// engine's clock-step check before the answer counts. Returns the
     /// fatal error a failed statement ended the loop with, if any.
-    fn execute(&self, runner: &mut Runner, execute: Execute) -> Option<Error> {
+    fn execute(&self, runner: &mut Runner, execute: Execute) -> Option<SqliteError> {
         let Execute {
             request,
             statement,
@@ -154,7 +154,7 @@ pub(crate) fn run(
     connection: Connection,
     mut inbox: super::inbox::Inbox,
     changes: ChangeSource,
-) -> Result<(), Error> {
+) -> Result<(), SqliteError> {
     let me = runner.engine.config().holder.clone();
     let mut fatal = None;
     let mut data_version: Option<i64> = None;
@@ -334,9 +334,9 @@ impl Recheck {
 
 /// A statement's outcome for the metrics: interrupted by the watchdog
 /// (past its end) counts as a timeout.
-fn statement_outcome(failure: Option<Failure>, error: Option<&Error>) -> Outcome {
+fn statement_outcome(failure: Option<Failure>, error: Option<&SqliteError>) -> Outcome {
     match (failure, error) {
-        (_, Some(Error::Sqlite { source, .. }))
+        (_, Some(SqliteError::Sqlite { source, .. }))
             if source.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) =>
         {
             Outcome::Timeout

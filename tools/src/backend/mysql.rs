@@ -239,7 +239,7 @@ impl AsyncSet for MysqlLeaseSet {
     }
 
     fn hand_over_all(&self) {
-        MysqlLeaseSet::hand_over_all(self);
+        MysqlLeaseSet::hand_over_to_preferred(self);
     }
 
     fn snapshots(&self) -> SetSnapshots {

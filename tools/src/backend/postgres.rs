@@ -236,7 +236,7 @@ impl AsyncSet for PgLeaseSet {
     }
 
     fn hand_over_all(&self) {
-        PgLeaseSet::hand_over_all(self);
+        PgLeaseSet::hand_over_to_preferred(self);
     }
 
     fn snapshots(&self) -> SetSnapshots {

@@ -167,7 +167,7 @@ impl super::SetContender for SqliteLeaseSet {
     }
 
     fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
-        self.hand_over_all();
+        self.hand_over_to_preferred();
         SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
     }
 }

@@ -1,0 +1,171 @@
+//! picolease's own parameters in a PostgreSQL connection string
+//! ([`POOLER_PARAM`](super::POOLER_PARAM),
+//! [`NOTIFY_URL_PARAM`](super::NOTIFY_URL_PARAM)), taken out before the
+//! rest goes to tokio-postgres; a bad value is refused naming it, with
+//! any password hidden.
+
+use super::error::PgError;
+use super::pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
+use crate::redact_url;
+
+/// A connection string with picolease's own parameters taken out (the
+/// rest is tokio-postgres's), and their values.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct OwnParams {
+    pub(crate) rest: String,
+    pub(crate) pooler: Pooler,
+    pub(crate) notify_url: Option<String>,
+}
+
+/// Splits `url` (a `postgres://` URL or a `key=value` string) into
+/// tokio-postgres's part and picolease's parameters; a bad value is
+/// [`PgError::InvalidUrl`] naming it.
+pub(crate) fn own_params(url: &str) -> Result<OwnParams, PgError> {
+    let (rest, pairs) = if url.contains("://") {
+        split_query(url)
+    } else {
+        split_words(url)
+    };
+    let mut own = OwnParams {
+        rest,
+        pooler: Pooler::None,
+        notify_url: None,
+    };
+    for (key, value) in pairs {
+        if key == POOLER_PARAM {
+            own.pooler = match value.as_str() {
+                "transaction" => Pooler::Transaction,
+                "none" | "session" => Pooler::None,
+                other => {
+                    return Err(PgError::InvalidUrl {
+                        url: redact_url(url),
+                        reason: format!(
+                            "{POOLER_PARAM} must be `transaction` or `none`, not {other:?}"
+                        ),
+                    })
+                }
+            };
+        } else {
+            own.notify_url = Some(value);
+        }
+    }
+    Ok(own)
+}
+
+fn is_own(key: &str) -> bool {
+    key == POOLER_PARAM || key == NOTIFY_URL_PARAM
+}
+
+/// `scheme://…?a=1&picolease_pooler=transaction` → (`scheme://…?a=1`, the
+/// own pairs, values percent-decoded).
+fn split_query(url: &str) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), Vec::new());
+    };
+    let mut kept = Vec::new();
+    let mut own = Vec::new();
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if is_own(key) {
+            own.push((key.to_string(), percent_decode(value)));
+        } else if !pair.is_empty() {
+            kept.push(pair);
+        }
+    }
+    let rest = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (rest, own)
+}
+
+/// `host=h picolease_pooler=transaction` → (`host=h`, the own pairs).
+/// Own values are plain words there (a notice URL has no spaces).
+fn split_words(url: &str) -> (String, Vec<(String, String)>) {
+    let mut kept = Vec::new();
+    let mut own = Vec::new();
+    for word in url.split_whitespace() {
+        match word.split_once('=') {
+            Some((key, value)) if is_own(key) => own.push((key.to_string(), value.to_string())),
+            _ => kept.push(word),
+        }
+    }
+    (kept.join(" "), own)
+}
+
+/// Decodes `%XX` escapes (and leaves anything else, a stray `%` included,
+/// as it is).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_parameters_leave_the_url_and_the_rest_stays() {
+        let own = own_params(
+            "postgres://u:pw@bouncer:6432/db?sslmode=disable&picolease_pooler=transaction\
+             &picolease_notify_url=postgres%3A%2F%2Fu%3Apw%40db%3A5432%2Fdb&connect_timeout=3",
+        )
+        .unwrap();
+        assert_eq!(
+            own,
+            OwnParams {
+                rest: "postgres://u:pw@bouncer:6432/db?sslmode=disable&connect_timeout=3"
+                    .to_string(),
+                pooler: Pooler::Transaction,
+                notify_url: Some("postgres://u:pw@db:5432/db".to_string()),
+            }
+        );
+        let own = own_params("postgres://u@h/db?picolease_pooler=none").unwrap();
+        assert_eq!(
+            (own.rest.as_str(), own.pooler),
+            ("postgres://u@h/db", Pooler::None)
+        );
+        let own = own_params("host=h dbname=d picolease_pooler=transaction").unwrap();
+        assert_eq!(
+            (own.rest.as_str(), own.pooler),
+            ("host=h dbname=d", Pooler::Transaction)
+        );
+        let plain = own_params("postgres://u@h/db?x=%41").unwrap();
+        assert_eq!(
+            plain.rest, "postgres://u@h/db?x=%41",
+            "others' escapes stay"
+        );
+    }
+
+    #[test]
+    fn a_bad_pooler_value_is_named_and_the_password_hidden() {
+        let error = own_params("postgres://u:secret@h/db?picolease_pooler=statement").unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("\"statement\""), "{message}");
+        assert!(!message.contains("secret"), "{message}");
+    }
+
+    #[test]
+    fn percent_decoding_keeps_stray_percent_signs() {
+        assert_eq!(percent_decode("a%2Fb%zz%4"), "a/b%zz%4");
+    }
+}

@@ -1,0 +1,216 @@
+//! What a handle contends for: one lease, or a set of leases. This is the
+//! one place where the drivers choose between a lone lease and a set.
+//!
+//! Every driver has one builder and one handle, generic over a [`Scope`]:
+//! the view the handle dereferences to. [`LeaseView`] is a lone lease
+//! (one row, single-row statements, the measured floor of DESIGN §4; a
+//! user with one lease never names it); [`SetView`] is a lease set
+//! (batched statements, a fair share between nodes, DESIGN §9; its calls
+//! name a lease). Each builder keeps its scope's [`Plan`](sealed::Scoped::Plan)
+//! until `start()`, which asks the scope for the loop's runner and the
+//! view; everything else a handle does is the same code for both.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use picolease_core::{Config, ConfigError, HolderId, LeaseName, LeaseSet, LeaseState, SetConfig};
+
+use crate::clock::SharedClock;
+use crate::publish::Publisher;
+use crate::set::{SetRunner, SetView, TermGate};
+use crate::subscription::{Fanout, Subscription};
+use crate::view::LeaseView;
+
+/// What a handle contends for: [`LeaseView`] (one lease) or [`SetView`]
+/// (a set). Sealed: the two are all there is.
+pub trait Scope: sealed::Scoped {}
+
+impl Scope for LeaseView {}
+impl Scope for SetView {}
+
+// The sealed trait's methods name crate-private types (the runner, the
+// gates); outside the crate they cannot be named or called with
+// anything, so nothing leaks but the bound.
+#[allow(private_interfaces, private_bounds)]
+pub(crate) mod sealed {
+    use super::*;
+
+    /// How a scope is planned, started and read; unnameable outside the
+    /// crate, so [`Scope`] cannot be implemented elsewhere.
+    pub trait Scoped: Send + Sync + Sized + std::fmt::Debug + 'static {
+        /// What the builder holds until `start()`: the lease's (or the
+        /// set's) configuration and its subscribers.
+        type Plan: Send + std::fmt::Debug;
+
+        /// Every leadership change of the plan's leases from the start on.
+        fn subscribe(plan: &Self::Plan) -> Subscription;
+
+        /// The holder id the plan contends with.
+        fn planned_holder(plan: &Self::Plan) -> &HolderId;
+
+        /// The loop's runner for the plan, timed on `clock`, each lease's
+        /// work behind the gate `gate` makes for it; and the view the
+        /// handle reads. A bad configuration is refused here, before any
+        /// connection is opened.
+        fn assemble<G: TermGate>(
+            plan: Self::Plan,
+            clock: SharedClock,
+            gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
+        ) -> Result<(SetRunner<G>, Self), ConfigError>;
+
+        /// The name a lone lease's loop listens for release notices of;
+        /// `None` for a set, which hears every row's.
+        fn notice_lease(plan: &Self::Plan) -> Option<LeaseName>;
+
+        /// What the loop runs, for a thread's name and its error messages.
+        fn describe(plan: &Self::Plan) -> String;
+
+        /// The timings and holder id every lease is contended with.
+        fn timings(&self) -> SetConfig;
+
+        /// True once the loop has published its end (before its thread or
+        /// task has returned).
+        fn loop_finished(&self) -> bool;
+    }
+}
+
+/// A lone lease's plan: its configuration and its publisher, made by the
+/// builder so that `subscribe()` works before the start.
+#[derive(Debug)]
+pub struct LonePlan {
+    config: Config,
+    publisher: Arc<Publisher>,
+}
+
+impl LonePlan {
+    pub(crate) fn new(config: Config) -> Self {
+        let publisher = Arc::new(Publisher::new(crate::clock::system(), config.lease.clone()));
+        LonePlan { config, publisher }
+    }
+}
+
+#[allow(private_interfaces, private_bounds)]
+impl sealed::Scoped for LeaseView {
+    type Plan = LonePlan;
+
+    fn subscribe(plan: &LonePlan) -> Subscription {
+        plan.publisher.subscribe()
+    }
+
+    fn planned_holder(plan: &LonePlan) -> &HolderId {
+        &plan.config.holder
+    }
+
+    fn assemble<G: TermGate>(
+        plan: LonePlan,
+        clock: SharedClock,
+        mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
+    ) -> Result<(SetRunner<G>, Self), ConfigError> {
+        let LonePlan { config, publisher } = plan;
+        publisher.set_clock(clock);
+        let state = LeaseState::new(config.clone(), picolease_core::Instant::ZERO)?;
+        let gate = gate(&config.lease, &publisher);
+        let runner = SetRunner::lone(state, Arc::clone(&publisher), gate);
+        Ok((runner, LeaseView::new(config, publisher)))
+    }
+
+    fn notice_lease(plan: &LonePlan) -> Option<LeaseName> {
+        Some(plan.config.lease.clone())
+    }
+
+    fn describe(plan: &LonePlan) -> String {
+        plan.config.lease.to_string()
+    }
+
+    fn timings(&self) -> SetConfig {
+        self.config().without_lease()
+    }
+
+    fn loop_finished(&self) -> bool {
+        self.publisher().is_finished()
+    }
+}
+
+/// A set's plan: the template every lease is contended with, the leases,
+/// and the fan-out its subscribers were taken from.
+pub struct SetPlan {
+    template: SetConfig,
+    leases: Vec<LeaseName>,
+    fanout: Arc<Fanout>,
+}
+
+impl std::fmt::Debug for SetPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetPlan")
+            .field("template", &self.template)
+            .field("leases", &self.leases.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SetPlan {
+    pub(crate) fn new(template: SetConfig, leases: Vec<LeaseName>) -> Self {
+        SetPlan {
+            fanout: Arc::new(Fanout::for_leases(leases.len())),
+            template,
+            leases,
+        }
+    }
+
+    /// `lease`'s leadership changes from the start on, in order; `None`
+    /// for a lease outside the set.
+    pub(crate) fn subscribe_to(&self, lease: &LeaseName) -> Option<Subscription> {
+        self.leases
+            .contains(lease)
+            .then(|| self.fanout.subscribe_to(Some(lease.clone())))
+    }
+}
+
+#[allow(private_interfaces, private_bounds)]
+impl sealed::Scoped for SetView {
+    type Plan = SetPlan;
+
+    fn subscribe(plan: &SetPlan) -> Subscription {
+        plan.fanout.subscribe()
+    }
+
+    fn planned_holder(plan: &SetPlan) -> &HolderId {
+        &plan.template.holder
+    }
+
+    fn assemble<G: TermGate>(
+        plan: SetPlan,
+        clock: SharedClock,
+        gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
+    ) -> Result<(SetRunner<G>, Self), ConfigError> {
+        let SetPlan {
+            template,
+            leases,
+            fanout,
+        } = plan;
+        let set = LeaseSet::new(template, leases, picolease_core::Instant::ZERO)?;
+        Ok(SetRunner::new(set, clock, fanout, gate))
+    }
+
+    fn notice_lease(_: &SetPlan) -> Option<LeaseName> {
+        None
+    }
+
+    fn describe(_: &SetPlan) -> String {
+        "lease set".into()
+    }
+
+    fn timings(&self) -> SetConfig {
+        self.config().clone()
+    }
+
+    fn loop_finished(&self) -> bool {
+        self.is_loop_finished()
+    }
+}
+
+/// How long a dropped handle waits for its driver's shutdown: a ttl and a
+/// request timeout, so a drop never hangs.
+pub(crate) fn drop_limit(timings: &SetConfig) -> Duration {
+    timings.ttl + timings.request_timeout
+}

@@ -1,0 +1,327 @@
+//! A server database's one builder and one handle, over one lease or a
+//! set ([`Scope`]) and over either database ([`Database`]): everything a
+//! handle does is written here once.
+//!
+//! `PgLease`, `PgLeaseSet`, `MysqlLease` and `MysqlLeaseSet` are four
+//! instances of [`Contender`]; the methods that name no lease on a lone
+//! lease and one on a set (`builder`, `fence`, `hand_over`) are the only
+//! ones written per scope, each over the shared one.
+
+use std::sync::Arc;
+
+use picolease_core::sql::Statements;
+use picolease_core::{Config, ConfigError, Epoch, HolderId, LeaseName, SetConfig, TableName};
+
+use super::database::{Connects, Database, Listen};
+use super::driver::Control;
+use super::gate::{gated_task, Gate, LeaderContext};
+use super::options::ServerOptions;
+use super::task::DriverTask;
+use super::TermFence;
+use crate::scope::{LonePlan, Scope, SetPlan};
+use crate::set::SetView;
+use crate::subscription::Subscription;
+use crate::view::LeaseView;
+
+/// Configures a [`Contender`] before it starts: the scope's plan, the
+/// connector, the work and the options.
+pub struct Builder<D: Database, S: Scope> {
+    plan: S::Plan,
+    connector: D::Connector,
+    pub(crate) options: ServerOptions<D>,
+}
+
+impl<D: Database, S: Scope> std::fmt::Debug for Builder<D, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("database", &D::NAME)
+            .field("plan", &self.plan)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Database, S: Scope> Builder<D, S> {
+    fn new(plan: S::Plan, connector: impl Connects<D>) -> Self {
+        Builder {
+            plan,
+            connector: connector.into_connector(),
+            options: ServerOptions::default(),
+        }
+    }
+
+    /// Every leadership change (of every lease, for a set) from the start
+    /// on, in order.
+    pub fn subscribe(&self) -> Subscription {
+        S::subscribe(&self.plan)
+    }
+
+    /// Validates the configuration and starts the driver task on the
+    /// current tokio runtime (panics outside one, like `tokio::spawn`).
+    /// Connecting happens in the task: connection failures are retried,
+    /// and a fatal one (bad login, missing table) finishes the driver and
+    /// is returned by `shutdown`.
+    pub fn start(self) -> Result<Contender<D, S>, D::Error> {
+        let Builder {
+            plan,
+            connector,
+            mut options,
+        } = self;
+        let statements = Arc::new(Statements::new(D::DIALECT, &options.table));
+        let holder = S::planned_holder(&plan).clone();
+        let listen = Listen::for_lease(S::notice_lease(&plan));
+        let tasks = std::mem::take(&mut options.tasks);
+        let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
+            Gate::new(
+                tasks.clone(),
+                Arc::clone(&statements),
+                lease.clone(),
+                holder.clone(),
+                Arc::clone(publisher),
+            )
+        })?;
+        let task = D::start(runner, connector, &statements, &options, listen);
+        Ok(Contender {
+            view,
+            statements,
+            task,
+        })
+    }
+}
+
+/// The options every server database's builder takes alike.
+impl<D: Database, S: Scope> Builder<D, S> {
+    /// The lease table (default [`picolease_core::DEFAULT_TABLE`]).
+    pub fn table(mut self, table: TableName) -> Self {
+        self.options.table = table;
+        self
+    }
+
+    /// Create the table (with its fence index) if it is missing, on first
+    /// connect (default on). Off, a missing table finishes the driver with
+    /// the database's `MissingTable` error; create it with the database's
+    /// `init`.
+    pub fn auto_create(mut self, on: bool) -> Self {
+        self.options.auto_create = on;
+        self
+    }
+
+    /// Registers work to run while this node leads (in a set: while it
+    /// leads each of its leases): `task` is spawned at the start of every
+    /// term with the term's [`LeaderContext`] (the lease, epoch, fence,
+    /// fenced transactions, deadline), and must return soon after the term
+    /// ends (`ctx.cancelled()` completes then). A lease's new term's tasks
+    /// start only after its previous term's have returned; the lease is
+    /// released only after they have. Several may be registered.
+    pub fn while_leader<F, Fut>(mut self, task: F) -> Self
+    where
+        F: Fn(LeaderContext<D::Fence>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.options.tasks.push(gated_task(task));
+        self
+    }
+
+    /// Times deadlines on `clock` instead of the system's suspend-aware
+    /// clock: a test seam (a clock that jumps, as a suspend would).
+    pub fn clock(mut self, clock: impl crate::clock::Clock) -> Self {
+        self.options.clock = std::sync::Arc::new(clock);
+        self
+    }
+}
+
+impl<D: Database> Builder<D, SetView> {
+    /// `lease`'s leadership changes from the start on, in order, as a lone
+    /// lease's builder's `subscribe()`; `None` for a lease outside the set.
+    pub fn subscribe_to(&self, lease: &LeaseName) -> Option<Subscription> {
+        self.plan.subscribe_to(lease)
+    }
+}
+
+/// One node contending on a server database for one lease or a set: the
+/// handle of the driver task. It dereferences to its scope's view
+/// ([`LeaseView`] or [`SetView`]: `leadership`, `watch`, `subscribe`,
+/// `time_left`, `snapshot`, …).
+///
+/// One task and one statement connection whatever the number of leases;
+/// each lease's work runs as tasks of its own. Dropping the handle asks
+/// for a shutdown in the background (gated work stopped, leases
+/// released); call `shutdown` to wait for that.
+pub struct Contender<D: Database, S: Scope> {
+    view: S,
+    statements: Arc<Statements>,
+    task: DriverTask<D::Link, D::Fence>,
+}
+
+impl<D: Database, S: Scope> std::ops::Deref for Contender<D, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.view
+    }
+}
+
+impl<D: Database, S: Scope> std::fmt::Debug for Contender<D, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Contender")
+            .field(&D::NAME)
+            .field(&self.view)
+            .finish()
+    }
+}
+
+impl<D: Database> Contender<D, LeaseView> {
+    /// A contender for `config` (lease, holder id, timings) whose
+    /// connections come from `connector`.
+    pub fn builder(config: Config, connector: impl Connects<D>) -> Builder<D, LeaseView> {
+        Builder::new(LonePlan::new(config), connector)
+    }
+
+    /// The fence of the current term, if this node leads.
+    pub fn fence(&self) -> Option<D::Fence> {
+        self.fence_of(self.lease(), self.leadership().leader_epoch())
+    }
+
+    /// Hands the lease over (DESIGN §3 "Planned handover") if this node
+    /// leads it when the driver gets to it: the work stops as at any end
+    /// of a term (its guarantees unchanged), then one statement reserves
+    /// the row for node `to` (a node name: what `--node` says, or a library
+    /// holder id, whose node is itself) for two intervals, during which
+    /// only that node can take it, at once and at the next epoch; after
+    /// that anyone may. `None` releases the row instead. This node goes on
+    /// as a follower. Returns at once; watch `leadership` or a
+    /// subscription for the outcome (a `follower` transition with reason
+    /// [`Demotion::HandedOver`](picolease_core::Demotion::HandedOver), then
+    /// the successor's term). An error names a node that cannot be
+    /// reserved for.
+    pub fn hand_over(&self, to: Option<&str>) -> Result<(), ConfigError> {
+        self.hand_over_lease(None, to)
+    }
+}
+
+impl<D: Database> Contender<D, SetView> {
+    /// A set of `leases` contended with the timings and holder id of
+    /// `template`, over connections from `connector`.
+    pub fn builder(
+        template: SetConfig,
+        leases: Vec<LeaseName>,
+        connector: impl Connects<D>,
+    ) -> Builder<D, SetView> {
+        Builder::new(SetPlan::new(template, leases), connector)
+    }
+
+    /// The fence of `lease`'s current term, if this node leads it (as a
+    /// lone lease's `fence()`).
+    pub fn fence(&self, lease: &LeaseName) -> Option<D::Fence> {
+        self.fence_of(lease, self.leadership(lease)?.leader_epoch())
+    }
+
+    /// Hands `lease` over as a lone lease's `hand_over` does. The node
+    /// that gets it takes it whatever its share, and the share then moves
+    /// another lease instead; this node does not try the lease again while
+    /// the reservation lasts.
+    pub fn hand_over(&self, lease: &LeaseName, to: Option<&str>) -> Result<(), ConfigError> {
+        self.hand_over_lease(Some(lease), to)
+    }
+
+    /// Gives `lease` up (its work stops, then it is released); this node
+    /// keeps contending, and does not take it back for a ttl.
+    pub fn give_up(&self, lease: &LeaseName) {
+        self.task.send(Control::GiveUp(lease.clone()));
+    }
+}
+
+impl<D: Database, S: Scope> Contender<D, S> {
+    /// The fence of `lease`'s term `epoch` (none without one).
+    fn fence_of(&self, lease: &LeaseName, epoch: Option<Epoch>) -> Option<D::Fence> {
+        let holder: HolderId = self.view.timings().holder;
+        Some(D::Fence::for_term(&self.statements, lease, &holder, epoch?))
+    }
+
+    /// Hands `lease` (`None`: the lone lease) over to the reservation
+    /// `to`, or releases it: the scopes' `hand_over`.
+    fn hand_over_lease(
+        &self,
+        lease: Option<&LeaseName>,
+        to: Option<&str>,
+    ) -> Result<(), ConfigError> {
+        let to = to.map(HolderId::reserved_for).transpose()?;
+        self.task.send(Control::HandOver(lease.cloned(), to));
+        Ok(())
+    }
+
+    /// "Hand over, then exit" (what `picolease run` does on SIGUSR1): a
+    /// lone lease goes to its preferred candidate (DESIGN §3 "Preferred
+    /// holders": the live candidate the last renewal read, if it runs on
+    /// another node; else it is released); a set's leases each go to the
+    /// live member that ranks first for it (where the share will keep it
+    /// once this node is gone; released when no other member is live), and
+    /// the set shuts down. Follow it with `shutdown`, which finishes once
+    /// the statements are answered.
+    pub fn hand_over_to_preferred(&self) {
+        self.task.send(Control::HandOverToPreferred);
+    }
+
+    /// Registers more work, like the builder's `while_leader`: it starts at
+    /// once in the current term of every lease this node leads, and in
+    /// every later term.
+    pub fn while_leader<F, Fut>(&self, task: F)
+    where
+        F: Fn(LeaderContext<D::Fence>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.task.add_work(gated_task(task));
+    }
+
+    /// The most recent error met (a failed connect, a failed or timed-out
+    /// statement, …), cleared by the next successful statement. Transient
+    /// errors are retried; they show here and in the `tracing` logs.
+    pub fn last_error(&self) -> Option<D::Error> {
+        self.task.last_error()
+    }
+
+    /// True once the driver has stopped (after shutdown, abort, or a fatal
+    /// error).
+    pub fn is_finished(&self) -> bool {
+        self.view.loop_finished() || self.task.is_finished()
+    }
+
+    /// Stops the work and waits for it, releases every held lease
+    /// (notifying the other contenders; a set's membership row too), and
+    /// returns when all of that is done. Returns the fatal error that had
+    /// stopped the driver, if any.
+    ///
+    /// Work that ignores its cancellation keeps this waiting (the release
+    /// itself is abandoned after the request timeout, and the lease then
+    /// lapses by its ttl).
+    pub async fn shutdown(mut self) -> Result<(), D::Error> {
+        self.task.shutdown().await
+    }
+
+    /// Waits until the driver stops by itself, which it does only on a
+    /// fatal error (a missing or malformed table, refused credentials):
+    /// returns that error. Does not give up the handle, so it can race a
+    /// signal in `select!` and the handle still be shut down after:
+    ///
+    /// ```ignore
+    /// // `lease`: a `PgLease`, `PgLeaseSet`, `MysqlLease` or `MysqlLeaseSet`.
+    /// tokio::select! {
+    ///     result = lease.stopped() => result?,
+    ///     _ = tokio::signal::ctrl_c() => {}
+    /// }
+    /// lease.shutdown().await
+    /// ```
+    ///
+    /// Cancel-safe. Once it has returned, later calls (and `shutdown`)
+    /// return `Ok(())` at once: the outcome is reported only once.
+    pub async fn stopped(&mut self) -> Result<(), D::Error> {
+        self.task.join().await
+    }
+
+    /// Stops the driver at once, without stopping gracefully or releasing:
+    /// what a crash looks like to the other contenders (the leases lapse by
+    /// their ttl). The work is cancelled by the task in the background;
+    /// this returns without waiting.
+    pub fn abort(mut self) {
+        self.task.abort();
+    }
+}

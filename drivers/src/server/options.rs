@@ -1,0 +1,43 @@
+//! The options every server database's builders take (the table, table
+//! creation, the work, the clock), and a database's own beside them
+//! (`PgOptions`, `MysqlOptions`). The builder methods that set them are
+//! the builder's (`contender.rs`, and each database's `handle.rs`).
+
+use picolease_core::TableName;
+
+use super::database::sealed::Driver;
+use super::gate::GatedTask;
+use crate::clock::SharedClock;
+
+/// Where the lease rows live, whether to create them, the gated work, the
+/// clock, and the database's own options.
+pub(crate) struct ServerOptions<D: Driver> {
+    pub(crate) table: TableName,
+    pub(crate) auto_create: bool,
+    pub(crate) tasks: Vec<GatedTask<D::Fence>>,
+    pub(crate) clock: SharedClock,
+    pub(crate) own: D::Options,
+}
+
+impl<D: Driver> Default for ServerOptions<D> {
+    fn default() -> Self {
+        ServerOptions {
+            table: TableName::default(),
+            auto_create: true,
+            tasks: Vec::new(),
+            clock: crate::clock::system(),
+            own: D::Options::default(),
+        }
+    }
+}
+
+impl<D: Driver> std::fmt::Debug for ServerOptions<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("table", &self.table)
+            .field("auto_create", &self.auto_create)
+            .field("tasks", &self.tasks.len())
+            .field("own", &self.own)
+            .finish_non_exhaustive()
+    }
+}
