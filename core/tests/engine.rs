@@ -10,37 +10,15 @@
 use std::time::Duration;
 
 use picolease_core::engine::{Answer, Statement};
-use picolease_core::sql::{LeaseRow, MEMBER_PREFIX};
+use picolease_core::sql::LeaseRow;
 use picolease_core::{
-    Batch, BatchKind, BatchReply, Config, Demotion, Engine, Epoch, HolderId, Input, Instant,
-    Leadership, LeaseName, LeaseSet, LeaseState, Operation, Order, Reply, RequestId, Role,
-    SetConfig,
+    Batch, BatchKind, BatchReply, Config, Demotion, Engine, Epoch, Input, LeaseSet, LeaseState,
+    Operation, Order, Reply, RequestId, SetConfig,
 };
 
-const TTL: Duration = Duration::from_secs(10);
-/// ttl − ρ·ttl − 1 ms: how long after its send a statement's success
-/// keeps a lease.
-const VALIDITY_MS: u64 = 10_000 - 100 - 1;
+mod exact;
 
-fn ms(n: u64) -> Instant {
-    Instant::from_nanos(n * 1_000_000)
-}
-
-fn me() -> HolderId {
-    HolderId::new("me").unwrap()
-}
-
-fn name(n: &str) -> LeaseName {
-    LeaseName::new(n).unwrap()
-}
-
-fn member() -> String {
-    format!("{MEMBER_PREFIX}me")
-}
-
-fn successor() -> HolderId {
-    HolderId::reserved_for("n2").unwrap()
-}
+use exact::{ended, leading, me, member, ms, name, successor, TTL, VALIDITY_MS};
 
 fn drain(engine: &mut Engine) -> Vec<Order> {
     std::iter::from_fn(|| engine.poll_order()).collect()
@@ -85,12 +63,7 @@ fn leader(lease: &str, epoch: u64) -> Vec<Order> {
     vec![
         Order::Publish {
             lease: name(lease),
-            leadership: Leadership {
-                role: Role::Leader,
-                epoch: Some(Epoch::new(epoch)),
-                holder: Some(me()),
-                reason: None,
-            },
+            leadership: leading(epoch),
         },
         Order::StartWork {
             lease: name(lease),
@@ -99,8 +72,8 @@ fn leader(lease: &str, epoch: u64) -> Vec<Order> {
     ]
 }
 
-/// `lease`'s term `epoch` ended for `reason`, `holder` leading now.
-fn demoted(lease: &str, epoch: u64, reason: Demotion, holder: Option<HolderId>) -> Vec<Order> {
+/// `lease`'s term `epoch` ended for `reason`.
+fn demoted(lease: &str, epoch: u64, reason: Demotion) -> Vec<Order> {
     vec![
         Order::StopWork {
             lease: name(lease),
@@ -109,12 +82,7 @@ fn demoted(lease: &str, epoch: u64, reason: Demotion, holder: Option<HolderId>) 
         },
         Order::Publish {
             lease: name(lease),
-            leadership: Leadership {
-                role: Role::Follower,
-                epoch: Some(Epoch::new(epoch)),
-                holder,
-                reason: Some(reason),
-            },
+            leadership: ended(epoch, reason, None),
         },
     ]
 }
@@ -251,10 +219,7 @@ fn a_sets_hand_over_is_a_single_row_statement_at_the_leases_epoch() {
         to: Some(successor()),
     };
     engine.handle(ms(3_000), hand_over);
-    assert_eq!(
-        drain(&mut engine),
-        demoted("a", 1, Demotion::HandedOver, None)
-    );
+    assert_eq!(drain(&mut engine), demoted("a", 1, Demotion::HandedOver));
     // Nothing is written until the work has returned.
     engine.handle(ms(3_010), Input::WorkStopped(name("a")));
     let epoch = Epoch::new(1);
@@ -268,12 +233,7 @@ fn a_sets_hand_over_is_a_single_row_statement_at_the_leases_epoch() {
     answer(&mut engine, 3_011, 6, Answer::Row(Reply::Accepted));
     let handed = Order::Publish {
         lease: name("a"),
-        leadership: Leadership {
-            role: Role::Follower,
-            epoch: Some(epoch),
-            holder: Some(successor()),
-            reason: Some(Demotion::HandedOver),
-        },
+        leadership: ended(1, Demotion::HandedOver, Some(successor())),
     };
     assert_eq!(drain(&mut engine), vec![handed]);
     assert_eq!((engine.row_lease(), engine.successor()), (None, ""));

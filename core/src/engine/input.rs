@@ -3,7 +3,7 @@
 
 use super::{Answer, Engine};
 use crate::sql::LeaseRow;
-use crate::{HolderId, LeaseName, RequestId};
+use crate::{HolderId, Instant, LeaseName, LeaseSet, LeaseState, RequestId};
 
 /// What happened, as a driver's loop tells its [`Engine`]
 /// ([`Engine::handle`]). Inputs a machine has no use for are ignored (a
@@ -63,92 +63,10 @@ pub enum Input {
 impl Engine {
     /// Feeds `input`, which happened at `now`, to the machine; the orders
     /// it leads to wait in [`Engine::poll_order`].
-    pub fn handle(&mut self, now: crate::Instant, input: Input) {
-        match (self, input) {
-            (Engine::Lease(state), Input::Timeout) => state.handle_timeout(now),
-            (Engine::Set(set), Input::Timeout) => set.handle_timeout(now),
-            (Engine::Lease(state), Input::Shutdown) => state.handle_shutdown(now),
-            (Engine::Set(set), Input::Shutdown) => set.handle_shutdown(now),
-            (Engine::Lease(state), Input::HandOver { lease: None, to }) => {
-                let _led = state.handle_hand_over(now, to);
-            }
-            (
-                Engine::Set(set),
-                Input::HandOver {
-                    lease: Some(lease),
-                    to,
-                },
-            ) => {
-                let _led = set.handle_hand_over(now, lease.as_str(), to);
-            }
-            (Engine::Lease(state), Input::HandOverToPreferred) => {
-                let _handed = state.handle_hand_over_to_preferred(now);
-            }
-            (Engine::Set(set), Input::HandOverToPreferred) => {
-                let _handed = set.handle_leave(now);
-            }
-            (Engine::Set(set), Input::GiveUp(lease)) => set.handle_give_up(now, lease.as_str()),
-            (Engine::Set(set), Input::WorkStopped(lease)) => {
-                set.handle_work_stopped(now, lease.as_str());
-            }
-            (
-                Engine::Lease(state),
-                Input::Answer {
-                    request,
-                    answer: Answer::Row(reply),
-                },
-            ) => {
-                state.handle_reply(now, request, reply);
-            }
-            (
-                Engine::Set(set),
-                Input::Answer {
-                    request,
-                    answer: Answer::Batch(reply),
-                },
-            ) => {
-                set.handle_reply(now, request, reply);
-            }
-            // A set's hand-over, a single-row statement.
-            (
-                Engine::Set(set),
-                Input::Answer {
-                    request,
-                    answer: Answer::Row(reply),
-                },
-            ) => {
-                set.handle_row_reply(now, request, reply);
-            }
-            (engine @ Engine::Lease(_), Input::Answer { answer, .. }) => {
-                debug_assert!(false, "{answer:?} answers no statement of {engine:?}");
-            }
-            (Engine::Lease(state), Input::ReleaseNotices(leases)) => {
-                if leases
-                    .iter()
-                    .any(|lease| lease == state.config().lease.as_str())
-                {
-                    state.handle_release_notice(now);
-                }
-            }
-            (Engine::Set(set), Input::ReleaseNotices(leases)) => {
-                set.handle_release_notices(now, leases.iter().map(String::as_str));
-            }
-            (Engine::Lease(state), Input::NoticesLost) => state.handle_release_notice(now),
-            (Engine::Set(set), Input::NoticesLost | Input::Changed(_)) => {
-                set.handle_survey_request(now);
-            }
-            (Engine::Lease(state), Input::Changed(row)) => {
-                if let Some(row) = row {
-                    state.handle_row_observed(now, &row);
-                }
-            }
-            // Each handle sends its own kind of hand-over; a lone lease has
-            // no give-up, and joins its stopped work itself.
-            (
-                Engine::Lease(_),
-                Input::HandOver { lease: Some(_), .. } | Input::GiveUp(_) | Input::WorkStopped(_),
-            )
-            | (Engine::Set(_), Input::HandOver { lease: None, .. }) => {}
+    pub fn handle(&mut self, now: Instant, input: Input) {
+        match self {
+            Engine::Lease(state) => lease_input(state, now, input),
+            Engine::Set(set) => set_input(set, now, input),
         }
     }
 
@@ -160,5 +78,75 @@ impl Engine {
             Engine::Lease(state) => Some(&state.config().lease),
             Engine::Set(_) => None,
         }
+    }
+}
+
+/// How a lone lease takes `input`.
+fn lease_input(state: &mut LeaseState, now: Instant, input: Input) {
+    match input {
+        Input::Timeout => state.handle_timeout(now),
+        Input::Shutdown => state.handle_shutdown(now),
+        Input::HandOver { lease: None, to } => {
+            let _led = state.handle_hand_over(now, to);
+        }
+        Input::HandOverToPreferred => {
+            let _handed = state.handle_hand_over_to_preferred(now);
+        }
+        Input::Answer {
+            request,
+            answer: Answer::Row(reply),
+        } => state.handle_reply(now, request, reply),
+        Input::Answer {
+            answer: Answer::Batch(reply),
+            ..
+        } => debug_assert!(false, "{reply:?} answers no statement of a lone lease"),
+        Input::ReleaseNotices(leases) => {
+            let mine = state.config().lease.as_str();
+            if leases.iter().any(|lease| lease == mine) {
+                state.handle_release_notice(now);
+            }
+        }
+        Input::NoticesLost => state.handle_release_notice(now),
+        Input::Changed(Some(row)) => state.handle_row_observed(now, &row),
+        // Nothing read: nothing to tell. A set's hand-over names its lease;
+        // a lone lease gives nothing up, and joins its stopped work itself.
+        Input::Changed(None)
+        | Input::HandOver { lease: Some(_), .. }
+        | Input::GiveUp(_)
+        | Input::WorkStopped(_) => {}
+    }
+}
+
+/// How a set takes `input`.
+fn set_input(set: &mut LeaseSet, now: Instant, input: Input) {
+    match input {
+        Input::Timeout => set.handle_timeout(now),
+        Input::Shutdown => set.handle_shutdown(now),
+        Input::HandOver {
+            lease: Some(lease),
+            to,
+        } => {
+            let _led = set.handle_hand_over(now, lease.as_str(), to);
+        }
+        // A lone lease's hand-over names no lease.
+        Input::HandOver { lease: None, .. } => {}
+        Input::HandOverToPreferred => {
+            let _handed = set.handle_leave(now);
+        }
+        Input::GiveUp(lease) => set.handle_give_up(now, lease.as_str()),
+        Input::WorkStopped(lease) => set.handle_work_stopped(now, lease.as_str()),
+        Input::Answer {
+            request,
+            answer: Answer::Batch(reply),
+        } => set.handle_reply(now, request, reply),
+        // A set's hand-over, a single-row statement.
+        Input::Answer {
+            request,
+            answer: Answer::Row(reply),
+        } => set.handle_row_reply(now, request, reply),
+        Input::ReleaseNotices(leases) => {
+            set.handle_release_notices(now, leases.iter().map(String::as_str));
+        }
+        Input::NoticesLost | Input::Changed(_) => set.handle_survey_request(now),
     }
 }
