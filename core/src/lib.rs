@@ -33,6 +33,7 @@
 #[cfg(feature = "sim")]
 pub mod check;
 mod config;
+pub mod engine;
 mod error;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
@@ -47,6 +48,7 @@ mod state;
 mod time;
 
 pub use config::{Config, SetConfig, DB_CLOCK_RESOLUTION};
+pub use engine::{Engine, Input, Order};
 pub use error::{ConfigError, RowError};
 pub use names::{
     Epoch, HolderId, LeaseName, TableName, DEFAULT_TABLE, MAX_NAME_LEN, MAX_TABLE_LEN,

@@ -12,26 +12,9 @@ use picolease_core::{
     LeaseName, LeaseSet, Rank, Reply, RequestId, Role, SetCommand, SetConfig,
 };
 
-const TTL: Duration = Duration::from_secs(10);
-/// ttl − ρ·ttl − 1 ms: how long after its send a statement's success
-/// keeps a lease (`Config::local_validity`).
-const VALIDITY_MS: u64 = 10_000 - 100 - 1;
+mod exact;
 
-fn ms(n: u64) -> Instant {
-    Instant::from_nanos(n * 1_000_000)
-}
-
-fn me() -> HolderId {
-    HolderId::new("me").unwrap()
-}
-
-fn name(n: &str) -> LeaseName {
-    LeaseName::new(n).unwrap()
-}
-
-fn member() -> String {
-    format!("{MEMBER_PREFIX}me")
-}
+use exact::{ended, leading, me, member, ms, name, successor, TTL, VALIDITY_MS};
 
 fn template() -> SetConfig {
     let mut c = SetConfig::with_ttl(me(), TTL);
@@ -74,12 +57,7 @@ fn leader(lease: &str, epoch: u64) -> Vec<SetCommand> {
     vec![
         SetCommand::Publish {
             lease: name(lease),
-            leadership: Leadership {
-                role: Role::Leader,
-                epoch: Some(Epoch::new(epoch)),
-                holder: Some(me()),
-                reason: None,
-            },
+            leadership: leading(epoch),
         },
         SetCommand::StartWork {
             lease: name(lease),
@@ -97,12 +75,7 @@ fn demoted(lease: &str, epoch: u64, reason: Demotion) -> Vec<SetCommand> {
         },
         SetCommand::Publish {
             lease: name(lease),
-            leadership: Leadership {
-                role: Role::Follower,
-                epoch: Some(Epoch::new(epoch)),
-                holder: None,
-                reason: Some(reason),
-            },
+            leadership: ended(epoch, reason, None),
         },
     ]
 }
@@ -603,20 +576,11 @@ fn a_set_watches_while_a_lease_it_wants_is_held_elsewhere_or_it_leads_one() {
     );
 }
 
-fn successor() -> HolderId {
-    HolderId::reserved_for("n2").unwrap()
-}
-
 /// The publication of a lease handed over to [`successor`] at `epoch`.
 fn handed_over(lease: &str, epoch: u64) -> SetCommand {
     SetCommand::Publish {
         lease: name(lease),
-        leadership: Leadership {
-            role: Role::Follower,
-            epoch: Some(Epoch::new(epoch)),
-            holder: Some(successor()),
-            reason: Some(Demotion::HandedOver),
-        },
+        leadership: ended(epoch, Demotion::HandedOver, Some(successor())),
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use super::gate::{Gate, GatedTask};
 use super::{ran_name, Binding, Link, Notice, TermFence};
 use crate::metrics::Outcome;
-use crate::set::{Answer, Execute, Ran, SetRunner, Statement, REAP_EVERY};
+use crate::set::{Answer, Execute, Input, Ran, SetRunner, Statement, REAP_EVERY};
 
 /// The runner of a task: each lease's work behind its gate, whose terms
 /// carry fences of type `F`.
@@ -119,8 +119,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
     let mut handle_gone = false;
     // A release freed rows: successors may be acquiring them.
     let mut released = false;
-    let now = runner.now();
-    runner.engine.handle_timeout(now);
+    runner.handle(Input::Timeout);
     loop {
         let carried = runner.carry_out();
         if let Some(request) = carried.cancel {
@@ -224,14 +223,11 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
             }
             () = tokio::time::sleep(wait) => None,
         };
-        let now = runner.now();
         match control {
-            Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
-            Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
-            Some(Control::HandOver(lease, to)) => {
-                runner.engine.handle_hand_over(now, lease.as_ref(), to)
-            }
-            Some(Control::HandOverToPreferred) => runner.engine.handle_hand_over_to_preferred(now),
+            Some(Control::Shutdown) => runner.handle(Input::Shutdown),
+            Some(Control::GiveUp(lease)) => runner.handle(Input::GiveUp(lease)),
+            Some(Control::HandOver(lease, to)) => runner.handle(Input::HandOver { lease, to }),
+            Some(Control::HandOverToPreferred) => runner.handle(Input::HandOverToPreferred),
             Some(Control::AddWork(task)) => {
                 for gate in runner.gates() {
                     gate.add(Arc::clone(&task));
@@ -247,8 +243,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
             take_notices(&mut runner, first, notices.as_mut());
         }
         runner.reap();
-        let now = runner.now();
-        runner.engine.handle_timeout(now);
+        runner.handle(Input::Timeout);
     }
     if released && runner.engine.is_finished() && !linger.is_zero() {
         // Closing both connections now would have the server tear two
@@ -295,7 +290,6 @@ fn take_notices<F: TermFence>(
     first: Notice,
     mut more: Option<&mut mpsc::Receiver<Notice>>,
 ) {
-    let now = runner.now();
     let mut released = Vec::new();
     let mut lost = false;
     let mut next = Some(first);
@@ -307,11 +301,9 @@ fn take_notices<F: TermFence>(
         next = more.as_mut().and_then(|rx| rx.try_recv().ok());
     }
     if !released.is_empty() {
-        runner
-            .engine
-            .handle_release_notices(now, released.iter().map(String::as_str));
+        runner.handle(Input::ReleaseNotices(released));
     }
     if lost {
-        runner.engine.handle_notices_lost(now);
+        runner.handle(Input::NoticesLost);
     }
 }

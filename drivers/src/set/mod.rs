@@ -10,13 +10,14 @@
 //! set work gets the very `LeaderContext` lease work gets. What the
 //! handle reads is in `view.rs`. Nothing here decides anything.
 
-mod engine;
 mod runner;
 mod view;
 
 use picolease_core::{Epoch, Instant, RequestId};
 
-pub(crate) use engine::{Answer, Ran, Statement};
+/// The core's engine, which the loops drive through [`SetRunner`], and
+/// what its statements are.
+pub(crate) use picolease_core::engine::{Answer, Input, Ran, Statement};
 
 pub use crate::cancellation::Cancellation;
 pub(crate) use runner::{SetRunner, REAP_EVERY};

@@ -1,23 +1,22 @@
-//! `SetRunner`: carries an [`Engine`]'s orders out for either driver: a
-//! lone lease's or a set's, on the one loop each database has.
+//! `SetRunner`: feeds the core's [`Engine`] its inputs and carries its
+//! orders out for either driver: a lone lease's or a set's, on the one
+//! loop each database has.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use picolease_core::{
-    BatchReply, Epoch, HolderId, Instant, LeaseName, Operation, Reply, RequestId,
-};
+use picolease_core::{Epoch, HolderId, Instant, LeaseName, RequestId};
 use tokio::sync::watch;
 
-use super::engine::{Answer, Engine, Order, Ran};
 use super::view::SharedSnapshot;
 use super::{Carried, Execute, TermGate};
 use crate::clock::SharedClock;
 use crate::metrics::Outcome;
 use crate::publish::{Health, Publisher, SharedHealth};
 use crate::subscription::Fanout;
+use picolease_core::engine::{Answer, Engine, Input, Order, Ran};
 
 /// One lease of the set: a lone lease's publisher and gate.
 struct Member<G> {
@@ -113,10 +112,11 @@ impl<G: TermGate> SetRunner<G> {
             }
             !done
         });
-        for lease in &stopped {
-            self.engine.handle_work_stopped(now, lease.as_str());
+        let any = !stopped.is_empty();
+        for lease in stopped {
+            self.engine.handle(now, Input::WorkStopped(lease));
         }
-        !stopped.is_empty()
+        any
     }
 
     /// Carries out every command up to the next batch, which it returns
@@ -269,67 +269,13 @@ impl<G: TermGate> SetRunner<G> {
         if let Some((at, ran)) = self.handed_out.take() {
             self.record(ran, at.elapsed(), outcome, Some(&answer));
         }
-        let now = self.now();
-        self.engine.handle_answer(now, request, answer);
+        self.handle(Input::Answer { request, answer });
     }
 
-    /// A statement ended after `elapsed`: the loop's health steps, the
-    /// metrics count it (a lone lease's own series, or the set's), and a
-    /// renewal's time joins the renew latencies of each lease it renewed.
-    /// `answer` is `None` for one given up on.
-    fn record(&self, ran: Ran, elapsed: Duration, outcome: Outcome, answer: Option<&Answer>) {
-        match ran {
-            Ran::Row(operation) => {
-                // A lone lease's, or a set's hand-over (known in flight).
-                let lease = self.engine.row_lease();
-                let Some((lease, member)) =
-                    lease.and_then(|lease| Some((lease, self.members.get(lease.as_str())?)))
-                else {
-                    return;
-                };
-                member
-                    .publisher
-                    .record_statement(operation, elapsed, outcome);
-                match (operation, answer) {
-                    (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted))) => {
-                        member.publisher.record_renewal(elapsed);
-                    }
-                    // `picolease_handovers_total`: a lone lease's refusal, or a
-                    // set's outcome (its members have no series of their own).
-                    #[cfg(feature = "metrics")]
-                    (Operation::HandOver { .. }, answer) => match member.publisher.metrics() {
-                        Some(metrics) if matches!(answer, Some(Answer::Row(Reply::Rejected))) => {
-                            metrics.hand_over_refused()
-                        }
-                        Some(_) => {}
-                        None => crate::metrics::set::hand_over_answered(lease, answer),
-                    },
-                    _ => {}
-                }
-            }
-            Ran::Batch(kind) => {
-                Health::step(&self.health, answer.is_some_and(Answer::is_answered));
-                #[cfg(feature = "metrics")]
-                match answer {
-                    Some(Answer::Batch(reply)) => crate::metrics::set::batch(kind, elapsed, reply),
-                    _ => crate::metrics::set::batch_timed_out(kind),
-                }
-                let _ = outcome;
-                if let (
-                    picolease_core::BatchKind::Renew,
-                    Some(Answer::Batch(BatchReply::Matched(renewed))),
-                ) = (kind, answer)
-                {
-                    // Each lease renewed by the batch took the batch's
-                    // time, as its lone lease's renew latency would read.
-                    for lease in renewed {
-                        if let Some(member) = self.members.get(lease.as_str()) {
-                            member.publisher.record_renewal(elapsed);
-                        }
-                    }
-                }
-            }
-        }
+    /// Feeds `input` to the engine, as of now on the set's clock.
+    pub(crate) fn handle(&mut self, input: Input) {
+        let now = self.now();
+        self.engine.handle(now, input);
     }
 
     /// `lease`'s term deadline on the set's clock, as its work reads it.
@@ -394,6 +340,9 @@ impl<G> Drop for SetRunner<G> {
 
 /// How a runner is put together, for a set or a lone lease.
 mod assembly;
+/// What a statement's end records: the loop's health, the metrics, the
+/// renew latencies.
+mod record;
 
 #[cfg(test)]
 #[path = "runner_tests.rs"]

@@ -31,8 +31,7 @@ fn carry_out_stamps_the_last_step_with_the_sets_bound() {
     let first = started.last_step.expect("stamped at the start");
     assert!(!started.is_wedged());
     std::thread::sleep(Duration::from_millis(5));
-    let now = runner.now();
-    runner.engine.handle_timeout(now);
+    runner.handle(crate::set::Input::Timeout);
     assert!(
         runner.carry_out().execute.is_some(),
         "the first batch goes out"

@@ -18,7 +18,7 @@ use super::gate::{Gate, Work};
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
 use crate::metrics::Outcome;
-use crate::set::{Answer, Execute, Ran, SetRunner, Statement};
+use crate::set::{Answer, Execute, Input, Ran, SetRunner, Statement};
 
 /// The runner of a SQLite loop: each lease's work behind its gate.
 pub(crate) type Runner = SetRunner<Gate>;
@@ -165,8 +165,7 @@ pub(crate) fn run(
     // A file event whose check found no commit yet: look again shortly.
     let mut recheck = Recheck::default();
     let mut was_watching = false;
-    let now = runner.now();
-    runner.engine.handle_timeout(now);
+    runner.handle(Input::Timeout);
     loop {
         // A synchronous statement has returned (or been interrupted)
         // before the engine can give up on it: there is never one to
@@ -199,16 +198,13 @@ pub(crate) fn run(
         let wait = polling.map_or(wait, |every| wait.min(every));
         let wait = recheck.wait().map_or(wait, |soon| wait.min(soon));
         let control = inbox.receive(wait, &changes, runner.watching());
-        let now = runner.now();
         let file_changed = matches!(control, Some(Control::FileChanged));
         match control {
             Some(Control::FileChanged) => {}
-            Some(Control::Shutdown) => runner.engine.handle_shutdown(now),
-            Some(Control::GiveUp(lease)) => runner.engine.handle_give_up(now, lease.as_str()),
-            Some(Control::HandOver(lease, to)) => {
-                runner.engine.handle_hand_over(now, lease.as_ref(), to)
-            }
-            Some(Control::HandOverToPreferred) => runner.engine.handle_hand_over_to_preferred(now),
+            Some(Control::Shutdown) => runner.handle(Input::Shutdown),
+            Some(Control::GiveUp(lease)) => runner.handle(Input::GiveUp(lease)),
+            Some(Control::HandOver(lease, to)) => runner.handle(Input::HandOver { lease, to }),
+            Some(Control::HandOverToPreferred) => runner.handle(Input::HandOverToPreferred),
             Some(Control::Run(job)) => job(connection.table.connection()),
             Some(Control::AddWork(work)) => {
                 for gate in runner.gates() {
@@ -229,8 +225,7 @@ pub(crate) fn run(
         } else if rechecking {
             recheck = Recheck::default();
         }
-        let now = runner.now();
-        runner.engine.handle_timeout(now);
+        runner.handle(Input::Timeout);
     }
     runner.stop_all();
     while !runner.has_stopped() {
@@ -263,16 +258,17 @@ fn check_for_change(
     {
         return false;
     }
-    let now = runner.now();
-    runner
+    let row = runner
         .engine
-        .handle_change(now, |lease| match table.lease_row(lease) {
+        .watched_row()
+        .and_then(|lease| match table.lease_row(lease) {
             Ok(row) => row,
             Err(error) => {
                 tracing::debug!(lease = %lease, "change check: {error}");
                 None
             }
         });
+    runner.handle(Input::Changed(row));
     true
 }
 

@@ -5,10 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use picolease_core::{LeaseName, LeaseSet, LeaseState};
+use picolease_core::{Engine, LeaseName, LeaseSet, LeaseState};
 use tokio::sync::watch;
 
-use super::super::engine::Engine;
 use super::super::view::{SetSnapshot, SetView, SharedSnapshot};
 use super::super::TermGate;
 use super::{Member, SetRunner};
@@ -43,7 +42,7 @@ impl<G: TermGate> SetRunner<G> {
                 (lease.clone(), Arc::new(publisher))
             })
             .collect();
-        let engine = Engine::Set(Box::new(set));
+        let engine = Engine::from(set);
         Self::with_members(engine, clock, fanout, (health, wedge), publishers, gate)
     }
 
@@ -55,7 +54,7 @@ impl<G: TermGate> SetRunner<G> {
         let loop_side = (publisher.shared_health(), publisher.wedge_flag());
         let clock = publisher.clock();
         let publishers = HashMap::from([(lease, publisher)]);
-        let engine = Engine::Lease(Box::new(state));
+        let engine = Engine::from(state);
         let mut gate = Some(gate);
         let (runner, _) = Self::with_members(
             engine,
