@@ -43,6 +43,8 @@ mod lock;
 mod metrics;
 mod publish;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod runner;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod scope;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod set;

@@ -318,11 +318,18 @@ pub(crate) mod set {
     /// A set's hand-over statement ended: refused (the term had ended) or
     /// failed (no answer, or timed out); `reserved` is counted when the
     /// handover is published.
-    pub(crate) fn hand_over_answered(lease: &LeaseName, answer: Option<&crate::set::Answer>) {
+    pub(crate) fn hand_over_answered(
+        lease: &LeaseName,
+        answer: Option<&picolease_core::engine::Answer>,
+    ) {
         use picolease_core::Reply;
         match answer {
-            Some(crate::set::Answer::Row(Reply::Rejected)) => hand_over(lease, "refused"),
-            Some(crate::set::Answer::Row(Reply::Failed(_))) | None => hand_over(lease, "failed"),
+            Some(picolease_core::engine::Answer::Row(Reply::Rejected)) => {
+                hand_over(lease, "refused")
+            }
+            Some(picolease_core::engine::Answer::Row(Reply::Failed(_))) | None => {
+                hand_over(lease, "failed")
+            }
             Some(_) => {}
         }
     }

@@ -17,7 +17,8 @@ use picolease_core::{Config, ConfigError, HolderId, LeaseName, LeaseSet, LeaseSt
 
 use crate::clock::SharedClock;
 use crate::publish::Publisher;
-use crate::set::{SetRunner, SetView, TermGate};
+use crate::runner::{Runner, TermGate};
+use crate::set::SetView;
 use crate::subscription::{Fanout, Subscription};
 use crate::view::LeaseView;
 
@@ -56,7 +57,7 @@ pub(crate) mod sealed {
             plan: Self::Plan,
             clock: SharedClock,
             gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
-        ) -> Result<(SetRunner<G>, Self), ConfigError>;
+        ) -> Result<(Runner<G>, Self), ConfigError>;
 
         /// The name a lone lease's loop listens for release notices of;
         /// `None` for a set, which hears every row's.
@@ -105,12 +106,12 @@ impl sealed::Scoped for LeaseView {
         plan: LonePlan,
         clock: SharedClock,
         mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
-    ) -> Result<(SetRunner<G>, Self), ConfigError> {
+    ) -> Result<(Runner<G>, Self), ConfigError> {
         let LonePlan { config, publisher } = plan;
         publisher.set_clock(clock);
         let state = LeaseState::new(config.clone(), picolease_core::Instant::ZERO)?;
         let gate = gate(&config.lease, &publisher);
-        let runner = SetRunner::lone(state, Arc::clone(&publisher), gate);
+        let runner = Runner::lone(state, Arc::clone(&publisher), gate);
         Ok((runner, LeaseView::new(config, publisher)))
     }
 
@@ -182,14 +183,14 @@ impl sealed::Scoped for SetView {
         plan: SetPlan,
         clock: SharedClock,
         gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
-    ) -> Result<(SetRunner<G>, Self), ConfigError> {
+    ) -> Result<(Runner<G>, Self), ConfigError> {
         let SetPlan {
             template,
             leases,
             fanout,
         } = plan;
         let set = LeaseSet::new(template, leases, picolease_core::Instant::ZERO)?;
-        Ok(SetRunner::new(set, clock, fanout, gate))
+        Ok(Runner::new(set, clock, fanout, gate))
     }
 
     fn notice_lease(_: &SetPlan) -> Option<LeaseName> {

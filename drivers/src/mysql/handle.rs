@@ -14,7 +14,7 @@ use super::link::Link;
 use super::wake::{spawn_waker, WakeLock};
 use crate::scope::Scope;
 use crate::server::backoff::backoff_cap;
-use crate::server::driver::Runner;
+use crate::server::driver::TaskRunner;
 use crate::server::options::ServerOptions;
 use crate::server::task::DriverTask;
 use crate::server::{Builder, Connects, Contender, Database, Driver, Listen};
@@ -45,7 +45,7 @@ impl Driver for Mysql {
     /// connection. A set (`Listen::Every`) has none yet: its followers
     /// notice a release at their next poll.
     fn start(
-        runner: Runner<Fence>,
+        runner: TaskRunner<Fence>,
         connector: MysqlConnector,
         statements: &Arc<Statements>,
         options: &ServerOptions<Self>,

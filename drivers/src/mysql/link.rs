@@ -25,7 +25,7 @@ use super::error::MysqlError;
 use super::wake::WakeLock;
 use crate::server::backoff::Reconnect;
 use crate::server::{answer, batch_name, operation_name, ran_name, Binding};
-use crate::set::{Answer, Ran};
+use picolease_core::engine::{Answer, Ran};
 
 struct LinkState {
     /// The connection between statements.
@@ -167,13 +167,13 @@ impl Link {
     async fn execute(
         &self,
         binding: Binding,
-        statement: crate::set::Statement,
+        statement: picolease_core::engine::Statement,
     ) -> (Answer, Option<MysqlError>) {
         let deadline = Instant::now() + binding.timeout;
         let statements = Arc::clone(&self.statements);
         let ran = Ran::of(&statement);
         let rows = match statement {
-            crate::set::Statement::Row(operation) => {
+            picolease_core::engine::Statement::Row(operation) => {
                 let bindings = binding.bindings();
                 let sql = statements.for_operation(operation);
                 let epoch = operation.epoch();
@@ -193,7 +193,7 @@ impl Link {
                 )
                 .await
             }
-            crate::set::Statement::Batch(batch) => {
+            picolease_core::engine::Statement::Batch(batch) => {
                 let json = batch.json();
                 let bindings = BatchBindings {
                     holder: binding.holder.as_str(),
@@ -221,7 +221,7 @@ impl crate::server::Link for Link {
     fn execute(
         self: Arc<Self>,
         binding: Binding,
-        statement: crate::set::Statement,
+        statement: picolease_core::engine::Statement,
     ) -> BoxFuture<'static, (Answer, Option<MysqlError>)> {
         async move { Link::execute(&self, binding, statement).await }.boxed()
     }

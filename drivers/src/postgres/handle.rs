@@ -16,7 +16,7 @@ use super::link::Link;
 use super::transaction::FencedTransaction;
 use super::LeaderContext;
 use crate::scope::Scope;
-use crate::server::driver::Runner;
+use crate::server::driver::TaskRunner;
 use crate::server::options::ServerOptions;
 use crate::server::task::DriverTask;
 use crate::server::{Builder, Connects, Contender, Database, Driver, Listen};
@@ -41,7 +41,7 @@ impl Driver for Postgres {
     type Fence = Fence;
 
     fn start(
-        runner: Runner<Fence>,
+        runner: TaskRunner<Fence>,
         connector: Arc<dyn Connect>,
         statements: &Arc<Statements>,
         options: &ServerOptions<Self>,

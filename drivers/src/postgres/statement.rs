@@ -14,7 +14,7 @@ use picolease_core::{Failure, RowError};
 use super::error::PgError;
 use super::link::{Call, Link};
 use crate::server::{answer, ran_name, Binding, DriverError};
-use crate::set::{Answer, Ran, Statement};
+use picolease_core::engine::{Answer, Ran, Statement};
 
 impl DriverError for PgError {
     fn stopped(reason: String) -> Self {

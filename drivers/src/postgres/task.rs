@@ -26,7 +26,7 @@ use super::handle::Postgres;
 use super::link::Link;
 use super::notify::spawn_listener;
 use crate::server::backoff::backoff_cap;
-use crate::server::driver::Runner;
+use crate::server::driver::TaskRunner;
 use crate::server::options::ServerOptions;
 use crate::server::task::DriverTask;
 use crate::server::Listen;
@@ -41,7 +41,7 @@ const NOTICE_BACKLOG: usize = 4096;
 /// notifications, its listener for the notices `listen` names. Both
 /// connections come from `connector`; connecting happens in the task.
 pub(crate) fn start(
-    runner: Runner<Fence>,
+    runner: TaskRunner<Fence>,
     connector: Arc<dyn Connect>,
     statements: &Arc<Statements>,
     options: &ServerOptions<Postgres>,

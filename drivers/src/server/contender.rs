@@ -18,6 +18,7 @@ use super::gate::{gated_task, Gate, LeaderContext};
 use super::options::ServerOptions;
 use super::task::DriverTask;
 use super::TermFence;
+use crate::runner::Input;
 use crate::scope::{LonePlan, Scope, SetPlan};
 use crate::set::SetView;
 use crate::subscription::Subscription;
@@ -226,7 +227,8 @@ impl<D: Database> Contender<D, SetView> {
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {
-        self.task.send(Control::GiveUp(lease.clone()));
+        self.task
+            .send(Control::Engine(Input::GiveUp(lease.clone())));
     }
 }
 
@@ -245,7 +247,10 @@ impl<D: Database, S: Scope> Contender<D, S> {
         to: Option<&str>,
     ) -> Result<(), ConfigError> {
         let to = to.map(HolderId::reserved_for).transpose()?;
-        self.task.send(Control::HandOver(lease.cloned(), to));
+        self.task.send(Control::Engine(Input::HandOver {
+            lease: lease.cloned(),
+            to,
+        }));
         Ok(())
     }
 
@@ -258,7 +263,7 @@ impl<D: Database, S: Scope> Contender<D, S> {
     /// the set shuts down. Follow it with `shutdown`, which finishes once
     /// the statements are answered.
     pub fn hand_over_to_preferred(&self) {
-        self.task.send(Control::HandOverToPreferred);
+        self.task.send(Control::Engine(Input::HandOverToPreferred));
     }
 
     /// Registers more work, like the builder's `while_leader`: it starts at

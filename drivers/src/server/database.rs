@@ -8,7 +8,7 @@ use std::sync::Arc;
 use picolease_core::sql::{Dialect, Statements};
 use picolease_core::LeaseName;
 
-use super::driver::Runner;
+use super::driver::TaskRunner;
 use super::options::ServerOptions;
 use super::task::DriverTask;
 use super::{DriverError, Link, TermFence};
@@ -67,7 +67,7 @@ pub(crate) mod sealed {
         /// Spawns `runner`'s task with its statement connection and, where
         /// the database has them and the options ask, its release notices.
         fn start(
-            runner: Runner<Self::Fence>,
+            runner: TaskRunner<Self::Fence>,
             connector: Self::Connector,
             statements: &Arc<Statements>,
             options: &ServerOptions<Self>,

@@ -1,5 +1,5 @@
 //! The task of a server database's driver, for a lone lease and for a
-//! set alike: one [`SetRunner`], the statements it asks for run on the
+//! set alike: one [`Runner`], the statements it asks for run on the
 //! database's statement connection (a [`Link`]), release notices where the
 //! database has them.
 //!
@@ -16,43 +16,31 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use picolease_core::{BatchKind, BatchReply, Failure, LeaseName, Operation, Reply, RequestId};
+use picolease_core::{BatchKind, BatchReply, Failure, Operation, Reply, RequestId};
 use tokio::sync::mpsc;
 
 use super::gate::{Gate, GatedTask};
 use super::{ran_name, Binding, Link, Notice, TermFence};
 use crate::metrics::Outcome;
-use crate::set::{Answer, Execute, Input, Ran, SetRunner, Statement, REAP_EVERY};
+use crate::runner::{
+    Answer, Control as AnyControl, Execute, Input, Obeyed, Ran, Runner, Statement, REAP_EVERY,
+};
 
 /// The runner of a task: each lease's work behind its gate, whose terms
 /// carry fences of type `F`.
-pub(crate) type Runner<F> = SetRunner<Gate<F>>;
+pub(crate) type TaskRunner<F> = Runner<Gate<F>>;
 
 /// The most recent error, shared with the handle (transient errors are
 /// retried, so they are only visible here and in the logs).
 pub(crate) type LastError<E> = Arc<Mutex<Option<E>>>;
 
-/// What a handle asks of the task.
-pub(crate) enum Control<F> {
-    /// Stop the work, release, finish.
-    Shutdown,
-    /// Stop at once without releasing.
-    Abort,
-    /// A set's node gives a lease up.
-    GiveUp(LeaseName),
-    /// A lone lease (`None`) or a set's lease hands its term over to a
-    /// reservation (or releases it).
-    HandOver(Option<LeaseName>, Option<picolease_core::HolderId>),
-    /// A lone lease hands its term over to its preferred candidate (or
-    /// releases it).
-    HandOverToPreferred,
-    /// Register work on every lease (started at once where held).
-    AddWork(GatedTask<F>),
-}
+/// What a handle says to its task: the drivers' one [`AnyControl`], with
+/// no message of the task's own.
+pub(crate) type Control<F> = AnyControl<GatedTask<F>>;
 
 /// Everything the task owns.
 pub(crate) struct Task<L: Link, F> {
-    pub(crate) runner: Runner<F>,
+    pub(crate) runner: TaskRunner<F>,
     pub(crate) link: Arc<L>,
     pub(crate) notices: Option<mpsc::Receiver<Notice>>,
     pub(crate) listener: Option<tokio::task::JoinHandle<()>>,
@@ -189,7 +177,7 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
                 None => {
                     // A dropped handle shuts down like an explicit call.
                     handle_gone = true;
-                    Some(Control::Shutdown)
+                    Some(Control::SHUTDOWN)
                 }
             },
             (answer, error) = outcome(&mut in_flight) => {
@@ -223,21 +211,13 @@ pub(crate) async fn run<L: Link, F: TermFence>(task: Task<L, F>) -> Result<(), L
             }
             () = tokio::time::sleep(wait) => None,
         };
-        match control {
-            Some(Control::Shutdown) => runner.handle(Input::Shutdown),
-            Some(Control::GiveUp(lease)) => runner.handle(Input::GiveUp(lease)),
-            Some(Control::HandOver(lease, to)) => runner.handle(Input::HandOver { lease, to }),
-            Some(Control::HandOverToPreferred) => runner.handle(Input::HandOverToPreferred),
-            Some(Control::AddWork(task)) => {
-                for gate in runner.gates() {
-                    gate.add(Arc::clone(&task));
-                }
-            }
-            Some(Control::Abort) => {
+        match control.map(|control| runner.obey(control)) {
+            Some(Obeyed::Abort) => {
                 tracing::warn!(holder = %me, "picolease: aborting without releasing");
                 break;
             }
-            None => {}
+            Some(Obeyed::Loop(never)) => match never {},
+            Some(Obeyed::Done) | None => {}
         }
         if let Some(first) = notice {
             take_notices(&mut runner, first, notices.as_mut());
@@ -286,7 +266,7 @@ fn freed_rows(ran: Ran, answer: &Answer) -> bool {
 /// hundreds of leases in one commit): take every one already here, and let
 /// the engine plan once for all of them.
 fn take_notices<F: TermFence>(
-    runner: &mut Runner<F>,
+    runner: &mut TaskRunner<F>,
     first: Notice,
     mut more: Option<&mut mpsc::Receiver<Notice>>,
 ) {

@@ -276,7 +276,11 @@ impl<F> Drop for Gate<F> {
 }
 
 /// A set's member runs its work through the lone lease's gate.
-impl<F: TermFence> crate::set::TermGate for Gate<F> {
+impl<F: TermFence> crate::runner::TermGate for Gate<F> {
+    type Work = GatedTask<F>;
+    fn add(&mut self, task: GatedTask<F>) {
+        Gate::add(self, task);
+    }
     fn start(&mut self, epoch: Epoch) {
         Gate::start(self, epoch);
     }

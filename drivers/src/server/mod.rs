@@ -30,7 +30,7 @@ use futures::future::BoxFuture;
 use picolease_core::sql::{Cell, Statements};
 use picolease_core::{BatchReply, Epoch, Failure, HolderId, LeaseName, Reply, RowError};
 
-use crate::set::{Answer, Ran, Statement};
+use picolease_core::engine::{Answer, Ran, Statement};
 
 pub use contender::{Builder, Contender};
 pub(crate) use database::{sealed::Driver, Listen};

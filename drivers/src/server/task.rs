@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::driver::{run, Control, LastError, Runner, Task};
+use super::driver::{run, Control, LastError, Task, TaskRunner};
 use super::gate::GatedTask;
 use super::{DriverError, Link, Notice, TermFence};
 
@@ -28,7 +28,7 @@ impl<L: Link, F: TermFence> DriverTask<L, F> {
     /// happens in the task. After a release that freed rows the task
     /// keeps its connections `linger` longer.
     pub(crate) fn start(
-        runner: Runner<F>,
+        runner: TaskRunner<F>,
         link: Arc<L>,
         listening: Option<Listening>,
         linger: Duration,
@@ -79,7 +79,7 @@ impl<L: Link, F: TermFence> DriverTask<L, F> {
 
     /// Asks for a shutdown and waits for the task.
     pub(crate) async fn shutdown(&mut self) -> Result<(), L::Error> {
-        self.send(Control::Shutdown);
+        self.send(Control::SHUTDOWN);
         self.join().await
     }
 

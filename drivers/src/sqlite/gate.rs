@@ -257,7 +257,11 @@ fn spawn(
 }
 
 /// A set's member runs its work through the lone lease's gate.
-impl crate::set::TermGate for Gate {
+impl crate::runner::TermGate for Gate {
+    type Work = Work;
+    fn add(&mut self, work: Work) {
+        Gate::add(self, work);
+    }
     fn start(&mut self, epoch: Epoch) {
         Gate::start(self, epoch);
     }

@@ -16,10 +16,11 @@ use super::changes::Notices;
 use super::error::SqliteError;
 use super::fence::Fence;
 use super::gate::{Gate, LeaderContext};
+use super::inbox::Control;
 use super::open::Database;
 use super::options::SqliteOptions;
 use super::thread::DriverThread;
-use super::worker::Control;
+use crate::runner::Input;
 use crate::scope::{drop_limit, LonePlan, Scope, SetPlan};
 use crate::set::SetView;
 use crate::subscription::Subscription;
@@ -268,7 +269,8 @@ impl SqliteLeaseSet {
     /// Gives `lease` up (its work stops, then it is released); this node
     /// keeps contending, and does not take it back for a ttl.
     pub fn give_up(&self, lease: &LeaseName) {
-        self.thread.send(Control::GiveUp(lease.clone()));
+        self.thread
+            .send(Control::Engine(Input::GiveUp(lease.clone())));
     }
 }
 
@@ -287,7 +289,10 @@ impl<S: Scope> Contender<S> {
         to: Option<&str>,
     ) -> Result<(), ConfigError> {
         let to = to.map(HolderId::reserved_for).transpose()?;
-        self.thread.send(Control::HandOver(lease.cloned(), to));
+        self.thread.send(Control::Engine(Input::HandOver {
+            lease: lease.cloned(),
+            to,
+        }));
         Ok(())
     }
 
@@ -300,7 +305,8 @@ impl<S: Scope> Contender<S> {
     /// the set shuts down. Follow it with `shutdown`, which finishes once
     /// the statements are answered.
     pub fn hand_over_to_preferred(&self) {
-        self.thread.send(Control::HandOverToPreferred);
+        self.thread
+            .send(Control::Engine(Input::HandOverToPreferred));
     }
 
     /// Registers more work, like the builder's `while_leader`: it starts at
@@ -332,7 +338,7 @@ impl<S: Scope> Contender<S> {
     /// too), and returns when done. Returns the fatal error that stopped
     /// the driver earlier, if any.
     pub fn shutdown(mut self) -> Result<(), SqliteError> {
-        self.thread.stop(Control::Shutdown)
+        self.thread.stop(Control::SHUTDOWN)
     }
 
     /// Stops at once WITHOUT releasing, as if the process had crashed: the

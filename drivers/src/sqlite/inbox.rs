@@ -30,7 +30,28 @@ use std::time::Duration;
 use rustix::fd::OwnedFd;
 
 use super::changes::ChangeSource;
-use super::worker::Control;
+use super::gate::Work;
+use crate::runner::Control as AnyControl;
+
+/// What a SQLite handle says to its loop: the drivers' one [`AnyControl`]
+/// with this loop's own messages.
+pub(crate) type Control = AnyControl<Work, Local>;
+
+/// A closure run on the loop's connection, between statements.
+pub(crate) type ConnectionJob = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
+
+/// What only the SQLite loop hears.
+pub(crate) enum Local {
+    /// Run a closure on the connection, between two statements.
+    Run(ConnectionJob),
+    /// Another connection wrote to the database file (the file watch,
+    /// which exists only under the Linux predicate of `changes.rs`).
+    #[cfg_attr(
+        not(all(target_os = "linux", not(picolease_portable))),
+        allow(dead_code)
+    )]
+    FileChanged,
+}
 
 /// A new channel to a loop: the handle's end and the loop's. Fails only
 /// when the process cannot open another file descriptor (the eventfd):
@@ -123,9 +144,9 @@ pub(crate) struct Inbox {
 
 impl Inbox {
     /// The next control message within `wait`, or
-    /// [`Control::FileChanged`] when `changes`' watch saw a write to the
+    /// [`Local::FileChanged`] when `changes`' watch saw a write to the
     /// database while `watching`; `None` when neither came. Once the
-    /// handle is gone, [`Control::Shutdown`] is returned once, as if the
+    /// handle is gone, a shutdown ([`Input::Shutdown`](picolease_core::engine::Input::Shutdown)) is returned once, as if the
     /// handle had asked, and later waits merely sleep.
     pub(crate) fn receive(
         &mut self,
@@ -156,7 +177,7 @@ impl Inbox {
     /// The handle is gone: shut down, as if it had asked.
     fn gone(&mut self) -> Option<Control> {
         self.handle_gone = true;
-        Some(Control::Shutdown)
+        Some(Control::SHUTDOWN)
     }
 
     /// A message already queued, if any.
@@ -235,7 +256,7 @@ impl Inbox {
             }
         }
         if written && watch.is_some_and(super::changes::FileWatch::drain) {
-            return Some(Control::FileChanged);
+            return Some(Control::Loop(Local::FileChanged));
         }
         None
     }
@@ -250,6 +271,7 @@ impl Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::Input;
     use crate::sqlite::changes::Notices;
     use crate::sqlite::open::Location;
 
@@ -265,13 +287,15 @@ mod tests {
         let (outbox, mut inbox) = channel().unwrap();
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
-            assert!(outbox.send(Control::GiveUp(
+            assert!(outbox.send(Control::Engine(Input::GiveUp(
                 picolease_core::LeaseName::new("l").unwrap()
-            )));
+            ))));
             outbox
         });
         let got = inbox.receive(LONG, &unwatched(), false);
-        assert!(matches!(got, Some(Control::GiveUp(lease)) if lease.as_str() == "l"));
+        assert!(
+            matches!(got, Some(Control::Engine(Input::GiveUp(lease))) if lease.as_str() == "l")
+        );
         drop(sender.join().unwrap());
     }
 
@@ -284,7 +308,7 @@ mod tests {
         });
         assert!(matches!(
             inbox.receive(LONG, &unwatched(), false),
-            Some(Control::Shutdown)
+            Some(Control::Engine(Input::Shutdown))
         ));
         dropper.join().unwrap();
         assert!(inbox
@@ -297,12 +321,12 @@ mod tests {
     #[test]
     fn messages_already_taken_do_not_end_the_next_wait() {
         let (outbox, mut inbox) = channel().unwrap();
-        assert!(outbox.send(Control::HandOverToPreferred));
-        assert!(outbox.send(Control::HandOverToPreferred));
+        assert!(outbox.send(Control::Engine(Input::HandOverToPreferred)));
+        assert!(outbox.send(Control::Engine(Input::HandOverToPreferred)));
         for _ in 0..2 {
             assert!(matches!(
                 inbox.receive(LONG, &unwatched(), false),
-                Some(Control::HandOverToPreferred)
+                Some(Control::Engine(Input::HandOverToPreferred))
             ));
         }
         let wait = Duration::from_millis(100);
@@ -321,14 +345,14 @@ mod tests {
         let changes = ChangeSource::start(Notices::Watch, &Location::File(file));
         let (outbox, mut inbox) = channel().unwrap();
         std::fs::write(dir.path().join("a.db-wal"), b"frame").unwrap();
-        assert!(outbox.send(Control::HandOverToPreferred));
+        assert!(outbox.send(Control::Engine(Input::HandOverToPreferred)));
         assert!(matches!(
             inbox.receive(LONG, &changes, true),
-            Some(Control::HandOverToPreferred)
+            Some(Control::Engine(Input::HandOverToPreferred))
         ));
         assert!(matches!(
             inbox.receive(LONG, &changes, true),
-            Some(Control::FileChanged)
+            Some(Control::Loop(Local::FileChanged))
         ));
     }
 
@@ -357,7 +381,7 @@ mod tests {
         });
         assert!(matches!(
             inbox.receive(LONG, &changes, true),
-            Some(Control::FileChanged)
+            Some(Control::Loop(Local::FileChanged))
         ));
         writer.join().unwrap();
     }

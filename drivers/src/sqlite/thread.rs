@@ -9,8 +9,10 @@ use super::changes::{ChangeSource, Notices};
 use super::error::SqliteError;
 use super::gate::Work;
 use super::inbox::Outbox;
+use super::inbox::{ConnectionJob, Control, Local};
 use super::open::Database;
-use super::worker::{run, Connection, ConnectionJob, Control, Runner};
+use super::worker::{run, Connection};
+use crate::runner::Runner;
 
 /// The loop's thread and its control channel; the thread is `None` once
 /// joined.
@@ -30,7 +32,7 @@ impl DriverThread {
         what: String,
         database: &mut Database,
         notices: Notices,
-        runner: Runner,
+        runner: Runner<super::gate::Gate>,
     ) -> Result<Self, SqliteError> {
         let timeout = runner.engine.config().request_timeout;
         let (table, watchdog) = super::watchdog::open_watched(database, timeout)?;
@@ -68,7 +70,7 @@ impl DriverThread {
         let job: ConnectionJob = Box::new(move |conn| {
             let _ = tx.send(job(conn));
         });
-        if !self.send(Control::Run(job)) {
+        if !self.send(Control::Loop(Local::Run(job))) {
             return None;
         }
         rx.recv().ok()
@@ -88,7 +90,7 @@ impl DriverThread {
         if !self.is_joinable() {
             return;
         }
-        self.send(Control::Shutdown);
+        self.send(Control::SHUTDOWN);
         let until = std::time::Instant::now() + limit;
         while !self.is_finished() && std::time::Instant::now() < until {
             std::thread::sleep(Duration::from_millis(1));

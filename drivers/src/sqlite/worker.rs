@@ -2,11 +2,10 @@
 //! statement at a time, for a lone lease and for a set alike.
 //!
 //! It sleeps until the engine's next timeout (or a control message),
-//! feeds the engine through its [`SetRunner`], and runs the statement the
+//! feeds the engine through its [`Runner<Gate>`], and runs the statement the
 //! engine asks for on its connection, the busy wait cut and the watchdog
 //! armed to the statement's `end_by`. It makes no decision of its own.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use picolease_core::sql::Bindings;
@@ -14,44 +13,12 @@ use picolease_core::{Failure, LeaseName};
 
 use super::changes::ChangeSource;
 use super::error::SqliteError;
-use super::gate::{Gate, Work};
+use super::gate::Gate;
+use super::inbox::Local;
 use super::table::LeaseTable;
 use super::watchdog::Watchdog;
 use crate::metrics::Outcome;
-use crate::set::{Answer, Execute, Input, Ran, SetRunner, Statement};
-
-/// The runner of a SQLite loop: each lease's work behind its gate.
-pub(crate) type Runner = SetRunner<Gate>;
-
-/// A closure run on the loop's connection, between statements.
-pub(crate) type ConnectionJob = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
-
-/// What a handle asks of the loop.
-pub(crate) enum Control {
-    /// Stop the work, release, finish.
-    Shutdown,
-    /// Stop at once without releasing: a simulated crash.
-    Abort,
-    /// A set's node gives a lease up.
-    GiveUp(LeaseName),
-    /// A lone lease (`None`) or a set's lease hands its term over to a
-    /// reservation (or releases it).
-    HandOver(Option<LeaseName>, Option<picolease_core::HolderId>),
-    /// A lone lease hands its term over to its preferred candidate (or
-    /// releases it).
-    HandOverToPreferred,
-    /// Register gated work on every lease (started at once where held).
-    AddWork(Work),
-    /// Run a closure on the connection, between two statements.
-    Run(ConnectionJob),
-    /// Another connection wrote to the database file (the file watch,
-    /// which exists only under the Linux predicate of `changes.rs`).
-    #[cfg_attr(
-        not(all(target_os = "linux", not(picolease_portable))),
-        allow(dead_code)
-    )]
-    FileChanged,
-}
+use crate::runner::{Answer, Execute, Input, Obeyed, Ran, Runner, Statement};
 
 /// The loop's connection and the watchdog that interrupts its statements.
 pub(crate) struct Connection {
@@ -65,7 +32,7 @@ impl Connection {
     /// wins over I/O, DESIGN §4b), then reads the database clock for the
     /// engine's clock-step check before the answer counts. Returns the
     /// fatal error a failed statement ended the loop with, if any.
-    fn execute(&self, runner: &mut Runner, execute: Execute) -> Option<SqliteError> {
+    fn execute(&self, runner: &mut Runner<Gate>, execute: Execute) -> Option<SqliteError> {
         let Execute {
             request,
             statement,
@@ -143,14 +110,14 @@ impl Connection {
 }
 
 /// The request timeout of the runner's engine.
-fn config_timeout(runner: &Runner) -> Duration {
+fn config_timeout(runner: &Runner<Gate>) -> Duration {
     runner.engine.config().request_timeout
 }
 
 /// Runs the loop until the engine finishes (or a handle aborts); returns
 /// the fatal error that finished it, if any.
 pub(crate) fn run(
-    mut runner: Runner,
+    mut runner: Runner<Gate>,
     connection: Connection,
     mut inbox: super::inbox::Inbox,
     changes: ChangeSource,
@@ -198,24 +165,15 @@ pub(crate) fn run(
         let wait = polling.map_or(wait, |every| wait.min(every));
         let wait = recheck.wait().map_or(wait, |soon| wait.min(soon));
         let control = inbox.receive(wait, &changes, runner.watching());
-        let file_changed = matches!(control, Some(Control::FileChanged));
-        match control {
-            Some(Control::FileChanged) => {}
-            Some(Control::Shutdown) => runner.handle(Input::Shutdown),
-            Some(Control::GiveUp(lease)) => runner.handle(Input::GiveUp(lease)),
-            Some(Control::HandOver(lease, to)) => runner.handle(Input::HandOver { lease, to }),
-            Some(Control::HandOverToPreferred) => runner.handle(Input::HandOverToPreferred),
-            Some(Control::Run(job)) => job(connection.table.connection()),
-            Some(Control::AddWork(work)) => {
-                for gate in runner.gates() {
-                    gate.add(Arc::clone(&work));
-                }
-            }
-            Some(Control::Abort) => {
+        let mut file_changed = false;
+        match control.map(|control| runner.obey(control)) {
+            Some(Obeyed::Loop(Local::FileChanged)) => file_changed = true,
+            Some(Obeyed::Loop(Local::Run(job))) => job(connection.table.connection()),
+            Some(Obeyed::Abort) => {
                 tracing::warn!(holder = %me, "aborting without releasing");
                 break;
             }
-            None => {}
+            Some(Obeyed::Done) | None => {}
         }
         runner.reap();
         let rechecking = recheck.due();
@@ -245,7 +203,7 @@ pub(crate) fn run(
 /// engine's own timeouts are the fallback.
 /// Returns whether another connection had committed.
 fn check_for_change(
-    runner: &mut Runner,
+    runner: &mut Runner<Gate>,
     table: &LeaseTable,
     data_version: &mut Option<i64>,
 ) -> bool {

@@ -1,17 +1,18 @@
-//! Unit tests of `SetRunner` (`runner.rs`).
+//! Unit tests of `Runner` (`runner.rs`).
 use super::*;
 
-use crate::set::{test_template as template, NoWork, SetView};
+use crate::runner::{test_template as template, NoWork};
+use crate::set::SetView;
 use picolease_core::LeaseSet;
 
-fn runner() -> (SetRunner<NoWork>, SetView) {
+fn runner() -> (Runner<NoWork>, SetView) {
     let set = LeaseSet::new(
         template(),
         vec![LeaseName::new("a").unwrap(), LeaseName::new("b").unwrap()],
         picolease_core::Instant::ZERO,
     )
     .unwrap();
-    SetRunner::new(
+    Runner::new(
         set,
         crate::clock::system(),
         Arc::new(Fanout::for_leases(2)),
@@ -31,7 +32,7 @@ fn carry_out_stamps_the_last_step_with_the_sets_bound() {
     let first = started.last_step.expect("stamped at the start");
     assert!(!started.is_wedged());
     std::thread::sleep(Duration::from_millis(5));
-    runner.handle(crate::set::Input::Timeout);
+    runner.handle(crate::runner::Input::Timeout);
     assert!(
         runner.carry_out().execute.is_some(),
         "the first batch goes out"

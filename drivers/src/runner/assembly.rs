@@ -1,4 +1,4 @@
-//! How a [`SetRunner`] is put together: over a set's member publishers,
+//! How a [`Runner`] is put together: over a set's member publishers,
 //! made here, or over a lone lease's publisher, made by its builder.
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,14 +8,13 @@ use std::sync::{Arc, Mutex};
 use picolease_core::{Engine, LeaseName, LeaseSet, LeaseState};
 use tokio::sync::watch;
 
-use super::super::view::{SetSnapshot, SetView, SharedSnapshot};
-use super::super::TermGate;
-use super::{Member, SetRunner};
+use super::{Member, Runner, TermGate};
 use crate::clock::SharedClock;
 use crate::publish::{Health, Publisher, SharedHealth};
+use crate::set::{SetSnapshot, SetView, SharedSnapshot};
 use crate::subscription::Fanout;
 
-impl<G: TermGate> SetRunner<G> {
+impl<G: TermGate> Runner<G> {
     /// A runner for `set`, timed on `clock`, whose subscribers are
     /// `fanout`'s, each lease's work behind the gate `gate` makes for its
     /// publisher; and the view its handle reads.
@@ -104,7 +103,7 @@ impl<G: TermGate> SetRunner<G> {
             fanout: Arc::clone(&fanout),
             held: held_view,
         };
-        let runner = SetRunner {
+        let runner = Runner {
             holder: template.holder,
             engine,
             origin: clock.now(),

@@ -6,11 +6,11 @@ use std::time::Duration;
 use picolease_core::engine::{Answer, Ran};
 use picolease_core::{BatchReply, Operation, Reply};
 
-use super::SetRunner;
+use super::Runner;
 use crate::metrics::Outcome;
 use crate::publish::Health;
 
-impl<G> SetRunner<G> {
+impl<G> Runner<G> {
     /// A statement ended after `elapsed`: the loop's health steps, the
     /// metrics count it (a lone lease's own series, or the set's), and a
     /// renewal's time joins the renew latencies of each lease it renewed.

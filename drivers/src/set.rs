@@ -32,7 +32,7 @@ pub struct SetSnapshot {
     /// True once the set has finished.
     pub finished: bool,
     /// When the set's loop last stepped: the end of its last
-    /// `SetRunner::carry_out`, which both drivers call on every pass of
+    /// `Runner::carry_out`, which both drivers call on every pass of
     /// their loop and after every batch's result, so a loop that waits,
     /// runs batches (failed ones too: a database out of reach is not a
     /// wedge) or plans keeps it fresh. On the monotonic clock, as the
@@ -282,7 +282,7 @@ impl SetSnapshots {
 mod tests {
     use super::*;
 
-    use crate::set::test_template as template;
+    use crate::runner::test_template as template;
 
     #[test]
     fn a_set_is_wedged_once_its_loop_has_not_stepped_for_the_bound() {

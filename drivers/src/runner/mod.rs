@@ -1,4 +1,4 @@
-//! `SetRunner`: feeds the core's [`Engine`] its inputs and carries its
+//! `Runner`: feeds the core's [`Engine`] its inputs and carries its
 //! orders out for either driver: a lone lease's or a set's, on the one
 //! loop each database has.
 
@@ -10,13 +10,16 @@ use std::time::Duration;
 use picolease_core::{Epoch, HolderId, Instant, LeaseName, RequestId};
 use tokio::sync::watch;
 
-use super::view::SharedSnapshot;
-use super::{Carried, Execute, TermGate};
 use crate::clock::SharedClock;
 use crate::metrics::Outcome;
 use crate::publish::{Health, Publisher, SharedHealth};
+use crate::set::SharedSnapshot;
 use crate::subscription::Fanout;
-use picolease_core::engine::{Answer, Engine, Input, Order, Ran};
+use picolease_core::engine::{Engine, Order};
+
+/// The core's engine, which the loops drive through [`Runner`], and
+/// what its statements are.
+pub(crate) use picolease_core::engine::{Answer, Input, Ran, Statement};
 
 /// One lease of the set: a lone lease's publisher and gate.
 struct Member<G> {
@@ -39,7 +42,7 @@ impl<G> Member<G> {
 }
 
 /// Carries an [`Engine`]'s orders out for a driver.
-pub(crate) struct SetRunner<G> {
+pub(crate) struct Runner<G> {
     pub(crate) engine: Engine,
     clock: SharedClock,
     /// The set's time zero on `clock`.
@@ -62,10 +65,33 @@ pub(crate) struct SetRunner<G> {
     watching: bool,
 }
 
+/// A statement for the driver to run, as the engine asked for it.
+#[derive(Debug)]
+pub(crate) struct Execute {
+    /// The id to answer with ([`Runner::reply`]).
+    pub(crate) request: RequestId,
+    /// What to run.
+    pub(crate) statement: Statement,
+    /// When the statement must have ended by, on the engine's clock (a
+    /// leader's deadline, a batch's give-up); `None`: the request timeout.
+    pub(crate) end_by: Option<Instant>,
+}
+
+/// What one [`Runner::carry_out`] leaves to the driver.
+#[derive(Debug, Default)]
+pub(crate) struct Carried {
+    /// The next batch to run.
+    pub(crate) execute: Option<Execute>,
+    /// The batch the set gave up on (past its request timeout): the
+    /// driver cancels it on the server and forgets it; its result, should
+    /// it still come, would be ignored by the set.
+    pub(crate) cancel: Option<RequestId>,
+}
+
 /// How often a driver looks whether stopping work has returned.
 pub(crate) const REAP_EVERY: Duration = Duration::from_millis(5);
 
-impl<G: TermGate> SetRunner<G> {
+impl<G: TermGate> Runner<G> {
     /// Whether the engine asks the driver to look for other connections'
     /// commits ([`picolease_core::Command::WatchChanges`]): SQLite's file
     /// watch or change counter.
@@ -263,7 +289,7 @@ impl<G: TermGate> SetRunner<G> {
     }
 
     /// Feeds a statement's answer to the engine, recording its duration
-    /// (from when [`SetRunner::carry_out`] handed it out) and `outcome`
+    /// (from when [`Runner::carry_out`] handed it out) and `outcome`
     /// (how the driver saw it end: answered, failed, interrupted).
     pub(crate) fn reply(&mut self, request: RequestId, answer: Answer, outcome: Outcome) {
         if let Some((at, ran)) = self.handed_out.take() {
@@ -285,8 +311,8 @@ impl<G: TermGate> SetRunner<G> {
     }
 
     /// Tells every lease's work to stop (the driver's end); the driver then
-    /// waits until [`SetRunner::has_stopped`] and calls
-    /// [`SetRunner::finish`].
+    /// waits until [`Runner::has_stopped`] and calls
+    /// [`Runner::finish`].
     pub(crate) fn stop_all(&mut self) {
         for member in self.members.values_mut() {
             member.publish_deadline(None);
@@ -313,8 +339,8 @@ impl<G: TermGate> SetRunner<G> {
     }
 }
 
-impl<G> SetRunner<G> {
-    /// Closes the output side (idempotent): see [`SetRunner::finish`].
+impl<G> Runner<G> {
+    /// Closes the output side (idempotent): see [`Runner::finish`].
     fn close(&mut self) {
         {
             let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
@@ -332,7 +358,7 @@ impl<G> SetRunner<G> {
 
 /// However the loop ends (finished, or its task aborted or dropped with
 /// the runtime), subscribers learn that nothing more will come.
-impl<G> Drop for SetRunner<G> {
+impl<G> Drop for Runner<G> {
     fn drop(&mut self) {
         self.close();
     }
@@ -340,6 +366,13 @@ impl<G> Drop for SetRunner<G> {
 
 /// How a runner is put together, for a set or a lone lease.
 mod assembly;
+mod control;
+mod term_gate;
+
+pub(crate) use control::{Control, Obeyed};
+#[cfg(test)]
+pub(crate) use term_gate::NoWork;
+pub(crate) use term_gate::TermGate;
 /// What a statement's end records: the loop's health, the metrics, the
 /// renew latencies.
 mod record;
@@ -347,3 +380,12 @@ mod record;
 #[cfg(test)]
 #[path = "runner_tests.rs"]
 mod tests;
+
+/// The template of the set tests: holder `me`, ttl 1 s.
+#[cfg(test)]
+pub(crate) fn test_template() -> picolease_core::SetConfig {
+    picolease_core::SetConfig::with_ttl(
+        picolease_core::HolderId::new("me").expect("valid"),
+        std::time::Duration::from_secs(1),
+    )
+}
