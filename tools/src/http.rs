@@ -12,14 +12,15 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeSet;
 
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use picolease::set::{SetSnapshot, SetSnapshots};
-use picolease::{HolderId, Snapshot, Snapshots};
+use picolease::{HolderId, LeaseName, Snapshot, Snapshots};
 use serde_json::json;
 use tiny_http::{Header, Method, Request, Response, Server};
 
+use crate::backend::View;
 use crate::failure::CliError;
 
 /// Bucket bounds of `picolease_statement_duration_seconds`, in seconds.
@@ -78,13 +79,14 @@ impl Listener {
         self.addr
     }
 
-    /// Serves on a thread of its own until the process exits.
-    pub fn serve(self, snapshots: Snapshots) -> Result<(), CliError> {
+    /// Serves `source` on a thread of its own until the process exits.
+    pub fn serve(self, source: impl Into<Source>) -> Result<(), CliError> {
+        let source = source.into();
         std::thread::Builder::new()
             .name("picolease-http".into())
             .spawn(move || {
                 for request in self.server.incoming_requests() {
-                    respond(request, &snapshots, &self.metrics);
+                    respond(request, &source, &self.metrics);
                 }
             })
             .map_err(|e| CliError::runtime(format!("cannot start the HTTP thread: {e}")))?;
@@ -92,35 +94,38 @@ impl Listener {
     }
 }
 
-/// What `/leader` and `/healthz` read for `run` with several names.
-pub struct SetSource {
-    /// The set's status (held leases, members, share).
-    pub status: SetSnapshots,
-    /// Every lease of the set.
-    pub names: Arc<BTreeSet<String>>,
+/// What `/leader` and `/healthz` read: the contender's view and, for a
+/// set, its lease names (`/leader?name=N` for a name outside them is 404).
+pub struct Source {
+    view: View,
+    names: BTreeSet<String>,
 }
 
-impl Listener {
-    /// Serves a lease set: `/leader` answers 200 while this process holds
-    /// at least one lease, with `{"held": [{"name", "holder", "epoch"}]}`;
-    /// `/leader?name=N` answers for one lease as the single-lease `run`
-    /// does (404 for a name outside the set); `/healthz` is 503 only while
-    /// the set's loop is wedged, as a single lease's (a finished set is
-    /// stopped, not wedged: 200).
-    pub fn serve_set(self, source: SetSource) -> Result<(), CliError> {
-        std::thread::Builder::new()
-            .name("picolease-http".into())
-            .spawn(move || {
-                for request in self.server.incoming_requests() {
-                    respond_set(request, &source, &self.metrics);
-                }
-            })
-            .map_err(|e| CliError::runtime(format!("cannot start the HTTP thread: {e}")))?;
-        Ok(())
+impl Source {
+    /// `view` of a contender for `names`.
+    pub fn new(view: View, names: &[LeaseName]) -> Self {
+        let names = names.iter().map(|n| n.as_str().to_string()).collect();
+        Source { view, names }
     }
 }
 
-fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle) {
+impl From<Snapshots> for Source {
+    /// A lone lease's snapshots (its `/leader` reads no name).
+    fn from(snapshots: Snapshots) -> Self {
+        Source {
+            view: View::Lease(snapshots),
+            names: BTreeSet::new(),
+        }
+    }
+}
+
+/// One request's answer. A lone lease's `/leader` answers for it (200
+/// while it leads) whatever the query; a set's answers 200 while this
+/// process holds at least one lease, with `{"held": [{"name", "holder",
+/// "epoch"}]}`, and `/leader?name=N` for one lease as a lone lease's does.
+/// `/healthz` is 503 only while the loop is wedged, for either (a finished
+/// one is stopped, not wedged: 200).
+fn respond(request: Request, source: &Source, metrics: &PrometheusHandle) {
     if !matches!(request.method(), Method::Get | Method::Head) {
         let _ = request.respond(text(405, "only GET\n".into()));
         return;
@@ -133,63 +138,98 @@ fn respond_set(request: Request, source: &SetSource, metrics: &PrometheusHandle)
             .find_map(|pair| pair.strip_prefix("name="))
             .map(percent_decode)
     });
-    let status = source.status.snapshot();
-    let response = match (path, name) {
-        ("/metrics", _) => with(
+    let response = match path {
+        "/metrics" => {
             // The gauges as of now, not as of the loop's last step.
-            {
-                source.status.refresh_metrics();
-                text(200, metrics.render())
-            },
-            "Content-Type",
-            "text/plain; version=0.0.4; charset=utf-8",
-        ),
-        ("/leader", None) => {
-            let held: Vec<serde_json::Value> = status
-                .held
-                .iter()
-                .map(|(lease, epoch)| {
-                    json!({ "name": lease.as_str(), "holder": status_holder(&status), "epoch": epoch.get() })
-                })
-                .collect();
-            body(
-                if held.is_empty() { 503 } else { 200 },
-                json!({ "held": held }),
+            match &source.view {
+                View::Lease(snapshots) => snapshots.refresh_metrics(),
+                View::Set(snapshots) => snapshots.refresh_metrics(),
+            }
+            with(
+                text(200, metrics.render()),
+                "Content-Type",
+                "text/plain; version=0.0.4; charset=utf-8",
             )
         }
-        ("/leader", Some(name)) if !source.names.contains(&name) => body(
-            404,
-            json!({ "error": format!("lease {name:?} is not one of this process's leases") }),
-        ),
-        ("/leader", Some(name)) => {
-            let held = status.held.iter().find(|(lease, _)| lease.as_str() == name);
-            match held {
-                Some((_, epoch)) => body(
-                    200,
-                    json!({ "name": name, "holder": status_holder(&status), "epoch": epoch.get() }),
-                ),
-                None => {
-                    let seen = picolease::LeaseName::new(&name)
-                        .ok()
-                        .and_then(|lease| source.status.leadership(&lease));
-                    let holder = seen
-                        .as_ref()
-                        .and_then(|l| l.holder.as_ref().map(|h| h.as_str().to_string()));
-                    let epoch = seen.and_then(|l| l.epoch.map(|e| e.get()));
-                    body(
-                        503,
-                        json!({ "name": name, "holder": holder, "epoch": epoch }),
-                    )
-                }
-            }
+        "/leader" => {
+            let (code, value) = match &source.view {
+                View::Lease(snapshots) => lease_leader(&snapshots.snapshot()),
+                View::Set(snapshots) => set_leader(snapshots, &source.names, name),
+            };
+            body(code, value)
         }
-        ("/healthz", _) => {
-            let (code, value) = set_healthz(&status);
+        "/healthz" => {
+            let (code, value) = match &source.view {
+                View::Lease(snapshots) => lease_healthz(&snapshots.snapshot()),
+                View::Set(snapshots) => set_healthz(&snapshots.snapshot()),
+            };
             body(code, value)
         }
         _ => text(404, "not found: try /metrics, /leader or /healthz\n".into()),
     };
     let _ = request.respond(response);
+}
+
+/// A lone lease's `/leader`: 200 while it leads.
+fn lease_leader(snapshot: &Snapshot) -> (u16, serde_json::Value) {
+    let code = if snapshot.is_leader() { 200 } else { 503 };
+    (code, leader_json(snapshot))
+}
+
+/// A set's `/leader`: every held lease, or with `name` that one lease.
+fn set_leader(
+    snapshots: &SetSnapshots,
+    names: &BTreeSet<String>,
+    name: Option<String>,
+) -> (u16, serde_json::Value) {
+    let status = snapshots.snapshot();
+    let Some(name) = name else {
+        let held: Vec<serde_json::Value> = status
+            .held
+            .iter()
+            .map(|(lease, epoch)| {
+                json!({ "name": lease.as_str(), "holder": status_holder(&status), "epoch": epoch.get() })
+            })
+            .collect();
+        let code = if held.is_empty() { 503 } else { 200 };
+        return (code, json!({ "held": held }));
+    };
+    if !names.contains(&name) {
+        return (
+            404,
+            json!({ "error": format!("lease {name:?} is not one of this process's leases") }),
+        );
+    }
+    if let Some((_, epoch)) = status.held.iter().find(|(lease, _)| lease.as_str() == name) {
+        return (
+            200,
+            json!({ "name": name, "holder": status_holder(&status), "epoch": epoch.get() }),
+        );
+    }
+    let seen = LeaseName::new(&name)
+        .ok()
+        .and_then(|lease| snapshots.leadership(&lease));
+    let holder = seen
+        .as_ref()
+        .and_then(|l| l.holder.as_ref().map(|h| h.as_str().to_string()));
+    let epoch = seen.and_then(|l| l.epoch.map(|e| e.get()));
+    (
+        503,
+        json!({ "name": name, "holder": holder, "epoch": epoch }),
+    )
+}
+
+/// A lone lease's `/healthz`: 503 once its loop is wedged.
+fn lease_healthz(snapshot: &Snapshot) -> (u16, serde_json::Value) {
+    let wedged = snapshot.is_wedged();
+    (
+        if wedged { 503 } else { 200 },
+        json!({
+            "status": if wedged { "wedged" } else { "ok" },
+            "since_progress_ms": u64::try_from(snapshot.since_progress.as_millis()).unwrap_or(u64::MAX),
+            "stall_after_ms": u64::try_from(snapshot.stall_after.as_millis()).unwrap_or(u64::MAX),
+        }),
+    )
 }
 
 /// A set's `/healthz`: 503 once its loop is wedged (no step for
@@ -248,44 +288,6 @@ fn percent_decode(value: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn respond(request: Request, snapshots: &Snapshots, metrics: &PrometheusHandle) {
-    if !matches!(request.method(), Method::Get | Method::Head) {
-        let _ = request.respond(text(405, "only GET\n".into()));
-        return;
-    }
-    let path = request.url().split('?').next().unwrap_or_default();
-    let response = match path {
-        "/metrics" => {
-            // The gauges as of now, not as of the loop's last step.
-            snapshots.refresh_metrics();
-            with(
-                text(200, metrics.render()),
-                "Content-Type",
-                "text/plain; version=0.0.4; charset=utf-8",
-            )
-        }
-        "/leader" => {
-            let snapshot = snapshots.snapshot();
-            let status = if snapshot.is_leader() { 200 } else { 503 };
-            body(status, leader_json(&snapshot))
-        }
-        "/healthz" => {
-            let snapshot = snapshots.snapshot();
-            let wedged = snapshot.is_wedged();
-            body(
-                if wedged { 503 } else { 200 },
-                json!({
-                    "status": if wedged { "wedged" } else { "ok" },
-                    "since_progress_ms": u64::try_from(snapshot.since_progress.as_millis()).unwrap_or(u64::MAX),
-                    "stall_after_ms": u64::try_from(snapshot.stall_after.as_millis()).unwrap_or(u64::MAX),
-                }),
-            )
-        }
-        _ => text(404, "not found: try /metrics, /leader or /healthz\n".into()),
-    };
-    let _ = request.respond(response);
 }
 
 /// `/leader`'s body.

@@ -2,9 +2,10 @@
 //!
 //! Each backend module (`sqlite`, and `postgres` and `mysql` with the
 //! features of those names, on by default) offers the same operations:
-//! `init`, `status`, `force_release`, `start` (a running [`Contender`] and
-//! its [`Subscription`]) and `start_set`, and for `handover` the request,
-//! its withdrawal and a [`RowWatch`]. The commands only ever call [`Backend`]'s methods,
+//! `init`, `status`, `force_release`, `start` (a running [`Contender`] for
+//! one lease or many, [`Leases`], with its subscription and view:
+//! [`Started`]), and for `handover` the request, its withdrawal and a
+//! [`RowWatch`]. The commands only ever call [`Backend`]'s methods,
 //! so they hold no per-database branch. A binary built without
 //! `postgres` refuses `postgres://` URLs with a clear configuration error.
 
@@ -16,12 +17,14 @@ pub mod postgres;
 mod server;
 pub mod sqlite;
 
+mod contender;
+pub use contender::{lease_snapshots, Contender, Leases, Started, View};
+
 use std::sync::Arc;
 
-use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
 use picolease::sqlite::Location;
-use picolease::{redact_url, Config, Epoch, LeaseName, SetConfig, Subscription, TableName};
+use picolease::{redact_url, Epoch, LeaseName, TableName};
 
 use crate::failure::{one_line, CliError};
 use crate::term::child::Gated;
@@ -57,54 +60,6 @@ impl RowWatch {
         }
     }
 }
-
-/// A running contender of either backend, as `run` sees it.
-pub trait Contender {
-    /// Stops the gated work (CMD), releases the lease if held, and returns
-    /// the fatal error that had stopped the driver, if any. Every change is
-    /// published before this returns.
-    fn shutdown(self: Box<Self>) -> Result<(), CliError>;
-
-    /// Hands the lease to its preferred candidate (DESIGN §3 "Preferred
-    /// holders"; else releases it), then shuts down as
-    /// [`Contender::shutdown`] does: `run`'s SIGUSR1.
-    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError>;
-
-    /// Stops at once WITHOUT releasing, as a crash would: the row is left
-    /// to lapse (for `bench`'s crash takeover).
-    fn abort(self: Box<Self>);
-}
-
-/// A started contender and every transition it publishes from its start.
-pub type Started = (Box<dyn Contender>, Subscription);
-
-/// The snapshots of the lease a lone lease's subscription reads (a set's
-/// subscription has none: its snapshots come with [`StartedSet`]).
-pub fn lease_snapshots(subscription: &Subscription) -> Result<picolease::Snapshots, CliError> {
-    subscription
-        .snapshots()
-        .ok_or_else(|| CliError::runtime("the subscription is a lease set's, not a lease's"))
-}
-
-/// A running lease set of either backend, as `run` sees it.
-pub trait SetContender {
-    /// Gives `lease` up (its CMD ended by itself); the set goes on.
-    fn give_up(&self, lease: &LeaseName);
-
-    /// Stops every CMD, releases every held lease and the membership row,
-    /// and returns the fatal error that had stopped the driver, if any.
-    fn shutdown(self: Box<Self>) -> Result<(), CliError>;
-
-    /// "Hand over, then exit": every held lease goes to the live member
-    /// that ranks first for it (`hand_over_all`), then as
-    /// [`SetContender::shutdown`]. `run`'s SIGUSR1 with several names.
-    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError>;
-}
-
-/// A started set: its handle, every lease's transitions from the start
-/// (each naming its lease), and a reader of its snapshot and of each
-/// lease's leadership.
-pub type StartedSet = (Box<dyn SetContender>, Subscription, SetSnapshots);
 
 /// The database a URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -265,43 +220,20 @@ impl Backend {
         }
     }
 
-    /// `run` with several names: starts one set contending for `leases`
-    /// with the timings and holder of `template`, with `gated` (CMD) as
-    /// each lease's work, as a lone lease's.
-    pub fn start_set(
-        &self,
-        table: &TableName,
-        template: SetConfig,
-        leases: Vec<LeaseName>,
-        gated: Option<Arc<Gated>>,
-    ) -> Result<StartedSet, CliError> {
-        match self {
-            Backend::Sqlite(location) => {
-                sqlite::start_set(location, table, template, leases, gated)
-            }
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(target) => {
-                postgres::start_set(target, table, template, leases, gated)
-            }
-            #[cfg(feature = "mysql")]
-            Backend::Mysql(target) => mysql::start_set(target, table, template, leases, gated),
-        }
-    }
-
-    /// `run`: starts a contender for `config` on `table`, with `gated`
-    /// (CMD) as its gated work.
+    /// `run` (and `bench`): starts a contender for `leases` on `table`,
+    /// with `gated` (CMD) as each term's work.
     pub fn start(
         &self,
         table: &TableName,
-        config: Config,
+        leases: Leases,
         gated: Option<Arc<Gated>>,
     ) -> Result<Started, CliError> {
         match self {
-            Backend::Sqlite(location) => sqlite::start(location, table, config, gated),
+            Backend::Sqlite(location) => sqlite::start(location, table, leases, gated),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(target) => postgres::start(target, table, config, gated),
+            Backend::Postgres(target) => postgres::start(target, table, leases, gated),
             #[cfg(feature = "mysql")]
-            Backend::Mysql(target) => mysql::start(target, table, config, gated),
+            Backend::Mysql(target) => mysql::start(target, table, leases, gated),
         }
     }
 }

@@ -9,12 +9,11 @@
 use std::sync::Arc;
 
 use picolease::mysql::{self, MysqlConnector, MysqlError, MysqlLease, MysqlLeaseSet};
-use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
-use picolease::{Config, Epoch, LeaseName, SetConfig, TableName};
+use picolease::{Epoch, LeaseName, TableName};
 
-use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
-use super::{runtime, Started};
+use super::server::{spawn, supervise, AsyncHandle};
+use super::{runtime, Leases, Started, View};
 use crate::failure::CliError;
 use crate::term::child::Gated;
 
@@ -173,29 +172,55 @@ fn check(target: &Target, table: &TableName) -> Result<tokio::runtime::Runtime, 
     runtime()
 }
 
-/// Starts the driver for `config` on `table`, with `gated` (CMD) as its
-/// gated work.
+/// Starts the driver for `leases` on `table` (one name on a lone lease's
+/// handle, several on a set's), with `gated` (CMD) as each term's work.
 pub fn start(
     target: &Target,
     table: &TableName,
-    config: Config,
+    leases: Leases,
     gated: Option<Arc<Gated>>,
 ) -> Result<Started, CliError> {
     let runtime = check(target, table)?;
-    let mut builder = MysqlLease::builder(config, target.connector.clone()).table(table.clone());
-    let transitions = builder.subscribe();
-    if let Some(gated) = gated {
-        builder = builder.while_leader(supervise(gated));
+    let connector = target.connector.clone();
+    match leases {
+        Leases::One(config) => {
+            let mut builder = MysqlLease::builder(config, connector).table(table.clone());
+            let transitions = builder.subscribe();
+            if let Some(gated) = gated {
+                builder = builder.while_leader(supervise(gated));
+            }
+            spawn(runtime, DATABASE, transitions, move || builder.start())
+        }
+        Leases::Many { template, names } => {
+            let mut builder =
+                MysqlLeaseSet::builder(template, names, connector).table(table.clone());
+            let transitions = builder.subscribe();
+            if let Some(gated) = gated {
+                builder = builder.while_leader(supervise(gated));
+            }
+            spawn(runtime, DATABASE, transitions, move || builder.start())
+        }
     }
-    let contender = spawn_lease(runtime, "MySQL", move || builder.start())?;
-    Ok((contender, transitions))
 }
 
-impl AsyncLease for MysqlLease {
+/// The database's name in messages and the driver thread's name.
+const DATABASE: &str = "MySQL";
+
+impl AsyncHandle for MysqlLease {
     type Error = MysqlError;
+
+    fn view(&self) -> View {
+        View::Lease(self.snapshots())
+    }
 
     async fn stopped(&mut self) -> Result<(), MysqlError> {
         MysqlLease::stopped(self).await
+    }
+
+    fn give_up(&self, _lease: &LeaseName) {}
+
+    fn hand_over_to_preferred(&self) {
+        MysqlLease::hand_over_to_preferred(self);
     }
 
     async fn shutdown(self) -> Result<(), MysqlError> {
@@ -205,48 +230,32 @@ impl AsyncLease for MysqlLease {
     fn abort(self) {
         MysqlLease::abort(self);
     }
-
-    fn hand_over_to_preferred(&self) {
-        MysqlLease::hand_over_to_preferred(self);
-    }
 }
 
-/// Starts a lease set (its own runtime thread), with CMD as each lease's
-/// work.
-pub fn start_set(
-    target: &Target,
-    table: &TableName,
-    template: SetConfig,
-    leases: Vec<LeaseName>,
-    gated: Option<Arc<Gated>>,
-) -> Result<super::StartedSet, CliError> {
-    let runtime = check(target, table)?;
-    let mut builder =
-        MysqlLeaseSet::builder(template, leases, target.connector.clone()).table(table.clone());
-    let transitions = builder.subscribe();
-    if let Some(gated) = gated {
-        builder = builder.while_leader(supervise(gated));
-    }
-    let (contender, view) = spawn_set(runtime, "MySQL", move || builder.start())?;
-    Ok((contender, transitions, view))
-}
-
-impl AsyncSet for MysqlLeaseSet {
+impl AsyncHandle for MysqlLeaseSet {
     type Error = MysqlError;
+
+    fn view(&self) -> View {
+        View::Set(self.snapshots())
+    }
+
+    async fn stopped(&mut self) -> Result<(), MysqlError> {
+        MysqlLeaseSet::stopped(self).await
+    }
 
     fn give_up(&self, lease: &LeaseName) {
         MysqlLeaseSet::give_up(self, lease);
     }
 
-    fn hand_over_all(&self) {
+    fn hand_over_to_preferred(&self) {
         MysqlLeaseSet::hand_over_to_preferred(self);
-    }
-
-    fn snapshots(&self) -> SetSnapshots {
-        (**self).snapshots()
     }
 
     async fn shutdown(self) -> Result<(), MysqlError> {
         MysqlLeaseSet::shutdown(self).await
+    }
+
+    fn abort(self) {
+        MysqlLeaseSet::abort(self);
     }
 }

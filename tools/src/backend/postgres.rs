@@ -5,34 +5,47 @@
 //! block on one statement each. `run` gives the runtime a thread of its
 //! own; the main loop (`commands::run`, shared with SQLite) reads the
 //! driver's [`Subscription`](picolease::Subscription) and stops it through
-//! [`PgContender`], so event printing and the `-- CMD` child are the same
-//! code on both backends.
+//! a [`Contender`](super::Contender), so event printing and the `-- CMD`
+//! child are the same code on every backend.
 
 use std::sync::Arc;
 
 use picolease::postgres::{self, PgConnector, PgError, PgLease, PgLeaseSet};
-use picolease::set::SetSnapshots;
 use picolease::sql::LeaseRow;
-use picolease::{redact_url, Config, Epoch, LeaseName, SetConfig, TableName};
+use picolease::{redact_url, Epoch, LeaseName, TableName};
 
-use super::server::{spawn_lease, spawn_set, supervise, AsyncLease, AsyncSet};
-use super::{runtime, Started};
+use super::server::{spawn, supervise, AsyncHandle};
+use super::{runtime, Leases, Started, View};
 use crate::failure::CliError;
 use crate::term::child::Gated;
 
-/// A validated `postgres://` URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A `postgres://` URL, parsed once into the connector every command of
+/// this backend uses (`run`'s driver, the admin commands, `bench`), beside
+/// the URL without its password for messages.
+#[derive(Clone, Debug)]
 pub struct Target {
-    url: String,
+    /// Boxed: a parsed configuration is large, and `Backend` is passed by
+    /// value.
+    connector: Box<PgConnector>,
+    /// The URL with its password hidden.
+    shown: String,
 }
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        self.shown == other.shown
+    }
+}
+
+impl Eq for Target {}
 
 impl Target {
     /// Parses `url` as tokio-postgres does; a malformed one is a
     /// configuration error (exit 2) whose message hides any password.
     pub fn parse(url: &str) -> Result<Self, CliError> {
-        PgConnector::new(url)?;
         Ok(Target {
-            url: url.to_string(),
+            connector: Box::new(PgConnector::new(url)?),
+            shown: redact_url(url),
         })
     }
 
@@ -41,18 +54,19 @@ impl Target {
     /// (`picolease_notify_url`).
     pub fn has_release_notices(&self) -> bool {
         use picolease::postgres::Connect;
-        PgConnector::new(&self.url).is_ok_and(|c| c.connect_listener().is_some())
+        self.connector.connect_listener().is_some()
     }
 
-    pub(crate) fn connector(&self) -> Result<PgConnector, CliError> {
-        Ok(PgConnector::new(&self.url)?)
+    /// The connector for the URL.
+    pub(crate) fn connector(&self) -> &PgConnector {
+        &self.connector
     }
 }
 
 impl std::fmt::Display for Target {
     /// The URL without its password.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&redact_url(&self.url))
+        f.write_str(&self.shown)
     }
 }
 
@@ -75,10 +89,9 @@ fn with_client<T>(
     target: &Target,
     op: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T, PgError>,
 ) -> Result<T, CliError> {
-    let connector = target.connector()?;
     let runtime = runtime()?;
     runtime.block_on(async {
-        let client = connect(&connector, target).await?;
+        let client = connect(target.connector(), target).await?;
         Ok(op(&client).await?)
     })
 }
@@ -111,9 +124,8 @@ pub struct RowWatch {
 impl RowWatch {
     /// Connects once.
     pub fn open(target: &Target, table: &TableName) -> Result<Self, CliError> {
-        let connector = target.connector()?;
         let runtime = runtime()?;
-        let client = runtime.block_on(connect(&connector, target))?;
+        let client = runtime.block_on(connect(target.connector(), target))?;
         Ok(RowWatch {
             runtime,
             client,
@@ -165,33 +177,58 @@ pub fn force_release(
     })
 }
 
-/// Starts the driver for `config` on `table`, with `gated` (CMD) as its
-/// gated work. Connects once first, so that an unreachable server or a
-/// refused login is reported at once (exit 1 or 2) rather than retried
-/// for ever; after that, outages are the driver's to ride out.
+/// Starts the driver for `leases` on `table` (one name on a lone lease's
+/// handle, several on a set's), with `gated` (CMD) as each term's work.
+/// Connects once first, so that an unreachable server or a refused login
+/// is reported at once (exit 1 or 2) rather than retried for ever; after
+/// that, outages are the driver's to ride out.
 pub fn start(
     target: &Target,
     table: &TableName,
-    config: Config,
+    leases: Leases,
     gated: Option<Arc<Gated>>,
 ) -> Result<Started, CliError> {
-    let connector = target.connector()?;
     let runtime = runtime()?;
-    runtime.block_on(async { connect(&connector, target).await.map(drop) })?;
-    let mut builder = PgLease::builder(config, connector).table(table.clone());
-    let transitions = builder.subscribe();
-    if let Some(gated) = gated {
-        builder = builder.while_leader(supervise(gated));
+    runtime.block_on(async { connect(target.connector(), target).await.map(drop) })?;
+    let connector = target.connector().clone();
+    match leases {
+        Leases::One(config) => {
+            let mut builder = PgLease::builder(config, connector).table(table.clone());
+            let transitions = builder.subscribe();
+            if let Some(gated) = gated {
+                builder = builder.while_leader(supervise(gated));
+            }
+            spawn(runtime, DATABASE, transitions, move || builder.start())
+        }
+        Leases::Many { template, names } => {
+            let mut builder = PgLeaseSet::builder(template, names, connector).table(table.clone());
+            let transitions = builder.subscribe();
+            if let Some(gated) = gated {
+                builder = builder.while_leader(supervise(gated));
+            }
+            spawn(runtime, DATABASE, transitions, move || builder.start())
+        }
     }
-    let contender = spawn_lease(runtime, "PostgreSQL", move || builder.start())?;
-    Ok((contender, transitions))
 }
 
-impl AsyncLease for PgLease {
+/// The database's name in messages and the driver thread's name.
+const DATABASE: &str = "PostgreSQL";
+
+impl AsyncHandle for PgLease {
     type Error = PgError;
+
+    fn view(&self) -> View {
+        View::Lease(self.snapshots())
+    }
 
     async fn stopped(&mut self) -> Result<(), PgError> {
         PgLease::stopped(self).await
+    }
+
+    fn give_up(&self, _lease: &LeaseName) {}
+
+    fn hand_over_to_preferred(&self) {
+        PgLease::hand_over_to_preferred(self);
     }
 
     async fn shutdown(self) -> Result<(), PgError> {
@@ -201,49 +238,32 @@ impl AsyncLease for PgLease {
     fn abort(self) {
         PgLease::abort(self);
     }
-
-    fn hand_over_to_preferred(&self) {
-        PgLease::hand_over_to_preferred(self);
-    }
 }
 
-/// Starts a lease set on the async driver (its own runtime thread), with
-/// CMD as each lease's work. Connects once first, as `start` does.
-pub fn start_set(
-    target: &Target,
-    table: &TableName,
-    template: SetConfig,
-    leases: Vec<LeaseName>,
-    gated: Option<Arc<Gated>>,
-) -> Result<super::StartedSet, CliError> {
-    let connector = target.connector()?;
-    let runtime = runtime()?;
-    runtime.block_on(async { connect(&connector, target).await.map(drop) })?;
-    let mut builder = PgLeaseSet::builder(template, leases, connector).table(table.clone());
-    let transitions = builder.subscribe();
-    if let Some(gated) = gated {
-        builder = builder.while_leader(supervise(gated));
-    }
-    let (contender, view) = spawn_set(runtime, "PostgreSQL", move || builder.start())?;
-    Ok((contender, transitions, view))
-}
-
-impl AsyncSet for PgLeaseSet {
+impl AsyncHandle for PgLeaseSet {
     type Error = PgError;
+
+    fn view(&self) -> View {
+        View::Set(self.snapshots())
+    }
+
+    async fn stopped(&mut self) -> Result<(), PgError> {
+        PgLeaseSet::stopped(self).await
+    }
 
     fn give_up(&self, lease: &LeaseName) {
         PgLeaseSet::give_up(self, lease);
     }
 
-    fn hand_over_all(&self) {
+    fn hand_over_to_preferred(&self) {
         PgLeaseSet::hand_over_to_preferred(self);
-    }
-
-    fn snapshots(&self) -> SetSnapshots {
-        (**self).snapshots()
     }
 
     async fn shutdown(self) -> Result<(), PgError> {
         PgLeaseSet::shutdown(self).await
+    }
+
+    fn abort(self) {
+        PgLeaseSet::abort(self);
     }
 }

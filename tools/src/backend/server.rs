@@ -1,6 +1,6 @@
-//! What the PostgreSQL and MySQL backends share: the async driver on a
-//! current-thread runtime of its own thread, stopped through a
-//! [`Contender`] or a [`SetContender`](super::SetContender); CMD as each
+//! What the PostgreSQL and MySQL backends share: the async driver, a lone
+//! lease's handle or a set's alike ([`AsyncHandle`]), on a current-thread
+//! runtime of its own thread, stopped through a [`Contender`]; CMD as each
 //! term's gated work; the blocking supervisor's view of an async term.
 
 use std::future::Future;
@@ -9,43 +9,33 @@ use std::thread::JoinHandle;
 
 use futures::future::{BoxFuture, FutureExt};
 use picolease::server::LeaderContext;
-use picolease::set::SetSnapshots;
-use picolease::{LeaseName, Term};
+use picolease::{LeaseName, Subscription, Term};
 use tokio::runtime::Runtime;
-use tokio::sync::oneshot;
 
-use super::Contender;
+use super::{Contender, Started, View};
 use crate::failure::CliError;
 use crate::term::child::{Gated, TermView};
 
-/// What `run` needs of a running async lone lease.
-pub(crate) trait AsyncLease: Sized + 'static {
+/// What `run` needs of a running async driver handle, a lone lease's or a
+/// set's: the one adapter [`spawn`] drives.
+pub(crate) trait AsyncHandle: Sized + 'static {
     /// The driver's error type.
     type Error: Into<CliError> + Send + 'static;
-    /// Completes when the driver stops by itself (a fatal error).
+    /// What it publishes, readable from another thread.
+    fn view(&self) -> View;
+    /// Completes when the driver stops by itself (a fatal error);
+    /// cancel-safe.
     fn stopped(&mut self) -> impl Future<Output = Result<(), Self::Error>>;
+    /// Gives `lease` up (a set's; a lone lease's CMD ending by itself ends
+    /// `run` instead, so a lone lease ignores it).
+    fn give_up(&self, lease: &LeaseName);
+    /// Hands what is held to the preferred candidates, else releases it
+    /// (then `shutdown` finishes once that is answered).
+    fn hand_over_to_preferred(&self);
     /// Stops the work, releases, returns the driver's outcome.
     fn shutdown(self) -> impl Future<Output = Result<(), Self::Error>>;
     /// Stops at once without releasing.
     fn abort(self);
-    /// Hands the lease to its preferred candidate, else releases it (then
-    /// `shutdown` finishes once that is answered).
-    fn hand_over_to_preferred(&self);
-}
-
-/// What `run` needs of a running async lease set.
-pub(crate) trait AsyncSet: Sized + 'static {
-    /// The driver's error type.
-    type Error: Into<CliError> + Send + 'static;
-    /// Gives `lease` up.
-    fn give_up(&self, lease: &LeaseName);
-    /// Hands every held lease to the member that ranks first for it and
-    /// shuts down (`hand_over_all`).
-    fn hand_over_all(&self);
-    /// What the set publishes, readable from another thread.
-    fn snapshots(&self) -> SetSnapshots;
-    /// Stops every lease's work, releases, returns the driver's outcome.
-    fn shutdown(self) -> impl Future<Output = Result<(), Self::Error>>;
 }
 
 /// CMD as gated work of a lone lease or of each lease of a set: the same
@@ -115,163 +105,106 @@ fn joined(thread: Option<DriverThread>, database: &str) -> Result<(), CliError> 
     }
 }
 
-/// The driver of `run` (one name), on its own thread with its own runtime.
-pub(crate) struct ServerContender {
-    stop: Option<oneshot::Sender<Ending>>,
-    thread: Option<DriverThread>,
-    database: &'static str,
-}
-
-/// How `run` ends a lone lease.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Ending {
-    /// Shut down: stop the work, release.
-    Release,
-    /// Hand over to the preferred candidate (else release), then shut down.
-    HandOver,
+/// What `run` asks of the handle on its runtime thread.
+enum Ask {
+    GiveUp(LeaseName),
+    /// Stop the work, release.
+    Shutdown,
+    /// Hand over to the preferred candidates (else release), then shut
+    /// down.
+    HandOverThenShutdown,
     /// Stop at once without releasing.
     Abort,
 }
 
-/// Runs the lease `start` makes on `runtime`, on a thread named for
-/// `database`, until it stops by itself or is told to.
-pub(crate) fn spawn_lease<L: AsyncLease, E: Into<CliError> + Send + 'static>(
-    runtime: Runtime,
-    database: &'static str,
-    start: impl FnOnce() -> Result<L, E> + Send + 'static,
-) -> Result<Box<dyn Contender>, CliError> {
-    let (stop_tx, stop) = oneshot::channel::<Ending>();
-    let thread = std::thread::Builder::new()
-        .name(format!("picolease-{}", database.to_lowercase()))
-        .spawn(move || {
-            runtime.block_on(async move {
-                let mut lease = start().map_err(Into::into)?;
-                let outcome = tokio::select! {
-                    result = lease.stopped() => result,
-                    ending = stop => match ending {
-                        Ok(Ending::Abort) => {
-                            lease.abort();
-                            Ok(())
-                        }
-                        Ok(Ending::HandOver) => {
-                            lease.hand_over_to_preferred();
-                            lease.shutdown().await
-                        }
-                        _ => lease.shutdown().await,
-                    },
-                };
-                outcome.map_err(Into::into)
-            })
-        })
-        .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    Ok(Box::new(ServerContender {
-        stop: Some(stop_tx),
-        thread: Some(thread),
-        database,
-    }))
-}
-
-impl ServerContender {
-    fn end(mut self, ending: Ending) -> Result<(), CliError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(ending);
-        }
-        joined(self.thread.take(), self.database)
-    }
-}
-
-impl Contender for ServerContender {
-    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
-        (*self).end(Ending::Release)
-    }
-
-    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
-        (*self).end(Ending::HandOver)
-    }
-
-    fn abort(mut self: Box<Self>) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(Ending::Abort);
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// What `run` asks of a set on its runtime thread.
-enum SetAsk {
-    GiveUp(LeaseName),
-    Shutdown,
-    HandOverThenShutdown,
-}
-
-/// A lease set on its own runtime thread.
-struct ServerSetContender {
-    commands: tokio::sync::mpsc::UnboundedSender<SetAsk>,
+/// A driver handle, a lone lease's or a set's, on its own runtime thread.
+struct ServerContender {
+    asks: tokio::sync::mpsc::UnboundedSender<Ask>,
     thread: Option<DriverThread>,
     database: &'static str,
 }
 
-/// Runs the set `start` makes on `runtime`, on a thread named for
-/// `database`; returns its handle and its snapshots once it started.
-pub(crate) fn spawn_set<S: AsyncSet, E: Into<CliError> + Send + 'static>(
+/// Runs the handle `start` makes on `runtime`, on a thread named for
+/// `database`, until it stops by itself or is told to; returns once it
+/// has started, with `transitions` (its builder's subscription) and its
+/// view.
+pub(crate) fn spawn<H: AsyncHandle, E: Into<CliError> + Send + 'static>(
     runtime: Runtime,
     database: &'static str,
-    start: impl FnOnce() -> Result<S, E> + Send + 'static,
-) -> Result<(Box<dyn super::SetContender>, SetSnapshots), CliError> {
-    let (commands, mut inbox) = tokio::sync::mpsc::unbounded_channel();
+    transitions: Subscription,
+    start: impl FnOnce() -> Result<H, E> + Send + 'static,
+) -> Result<Started, CliError> {
+    let (asks, mut inbox) = tokio::sync::mpsc::unbounded_channel();
     let (started_tx, started) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name(format!("picolease-{}", database.to_lowercase()))
         .spawn(move || {
             runtime.block_on(async move {
-                let set = match start() {
-                    Ok(set) => set,
+                let mut handle = match start() {
+                    Ok(handle) => handle,
                     Err(e) => {
                         let _ = started_tx.send(Err(e.into()));
                         return Ok(());
                     }
                 };
-                let _ = started_tx.send(Ok(set.snapshots()));
-                loop {
-                    match inbox.recv().await {
-                        Some(SetAsk::GiveUp(lease)) => set.give_up(&lease),
-                        Some(SetAsk::HandOverThenShutdown) => {
-                            set.hand_over_all();
-                            return set.shutdown().await.map_err(Into::into);
-                        }
-                        Some(SetAsk::Shutdown) | None => {
-                            return set.shutdown().await.map_err(Into::into)
-                        }
+                let _ = started_tx.send(Ok(handle.view()));
+                let outcome = loop {
+                    tokio::select! {
+                        result = handle.stopped() => break result,
+                        ask = inbox.recv() => match ask {
+                            Some(Ask::GiveUp(lease)) => handle.give_up(&lease),
+                            Some(Ask::Abort) => {
+                                handle.abort();
+                                break Ok(());
+                            }
+                            Some(Ask::HandOverThenShutdown) => {
+                                handle.hand_over_to_preferred();
+                                break handle.shutdown().await;
+                            }
+                            Some(Ask::Shutdown) | None => break handle.shutdown().await,
+                        },
                     }
-                }
+                };
+                outcome.map_err(Into::into)
             })
         })
         .map_err(|e| CliError::runtime(format!("cannot start the lease thread: {e}")))?;
-    let snapshots = started.recv().map_err(|_| {
+    let view = started.recv().map_err(|_| {
         CliError::runtime(format!("the {database} lease thread stopped at its start"))
     })??;
-    let contender = ServerSetContender {
-        commands,
+    let contender = ServerContender {
+        asks,
         thread: Some(thread),
         database,
     };
-    Ok((Box::new(contender), snapshots))
+    Ok(Started {
+        contender: Box::new(contender),
+        transitions,
+        view,
+    })
 }
 
-impl super::SetContender for ServerSetContender {
+impl ServerContender {
+    fn end(mut self, ask: Ask) -> Result<(), CliError> {
+        let _ = self.asks.send(ask);
+        joined(self.thread.take(), self.database)
+    }
+}
+
+impl Contender for ServerContender {
     fn give_up(&self, lease: &LeaseName) {
-        let _ = self.commands.send(SetAsk::GiveUp(lease.clone()));
+        let _ = self.asks.send(Ask::GiveUp(lease.clone()));
     }
 
-    fn shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        let _ = self.commands.send(SetAsk::Shutdown);
-        joined(self.thread.take(), self.database)
+    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
+        (*self).end(Ask::Shutdown)
     }
 
-    fn hand_over_then_shutdown(mut self: Box<Self>) -> Result<(), CliError> {
-        let _ = self.commands.send(SetAsk::HandOverThenShutdown);
-        joined(self.thread.take(), self.database)
+    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
+        (*self).end(Ask::HandOverThenShutdown)
+    }
+
+    fn abort(self: Box<Self>) {
+        let _ = (*self).end(Ask::Abort);
     }
 }

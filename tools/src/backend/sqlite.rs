@@ -6,9 +6,9 @@ use picolease::sql::LeaseRow;
 use picolease::sqlite::{
     Database, LeaderContext, LeaseTable, Location, SqliteLease, SqliteLeaseSet,
 };
-use picolease::{Config, Epoch, LeaseName, SetConfig, TableName, Term};
+use picolease::{Epoch, LeaseName, TableName, Term};
 
-use super::{Contender, Started};
+use super::{Contender, Leases, Started, View};
 use crate::failure::CliError;
 use crate::term::child::{Gated, TermView};
 
@@ -86,19 +86,56 @@ pub fn withdraw_hand_over(
     Ok(leases.withdraw_hand_over(lease, epoch)?)
 }
 
-/// Starts the blocking driver, with CMD as its gated work.
+/// Starts the blocking driver for `leases`: one name on a lone lease's
+/// handle, several on a set's, each with CMD as each term's work (the lone
+/// lease's `LeaderContext`, so the same supervision).
 pub fn start(
     location: &Location,
     table: &TableName,
-    config: Config,
+    leases: Leases,
     gated: Option<Arc<Gated>>,
 ) -> Result<Started, CliError> {
-    let mut builder = SqliteLease::builder(config, database(location, table));
-    let transitions = builder.subscribe();
-    if let Some(gated) = gated {
-        builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
+    let database = database(location, table);
+    match leases {
+        Leases::One(config) => {
+            let mut builder = SqliteLease::builder(config, database);
+            let transitions = builder.subscribe();
+            if let Some(gated) = gated {
+                builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
+            }
+            let lease = builder.start()?;
+            let view = View::Lease(lease.snapshots());
+            Ok(Started {
+                contender: Box::new(lease),
+                transitions,
+                view,
+            })
+        }
+        Leases::Many { template, names } => {
+            let mut builder = SqliteLeaseSet::builder(template, names, database);
+            let transitions = builder.subscribe();
+            // Without CMD no work runs (on this driver a term's work is a
+            // thread, and a set may hold thousands of leases); a term's
+            // end waits, on a thread started then, for its `follower`
+            // line, so the release comes after the line.
+            match gated {
+                Some(gated) if gated.runs_command() => {
+                    builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
+                }
+                Some(gated) => {
+                    builder = builder.when_term_ends(move |term| gated.wait_printed(&term))
+                }
+                None => {}
+            }
+            let set = builder.start()?;
+            let view = View::Set(set.snapshots());
+            Ok(Started {
+                contender: Box::new(set),
+                transitions,
+                view,
+            })
+        }
     }
-    Ok((Box::new(builder.start()?), transitions))
 }
 
 impl TermView for LeaderContext {
@@ -115,7 +152,11 @@ impl TermView for LeaderContext {
     }
 }
 
+/// A lone lease: its CMD ending by itself ends `run`, so nothing is given
+/// up here.
 impl Contender for SqliteLease {
+    fn give_up(&self, _lease: &LeaseName) {}
+
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
         SqliteLease::shutdown(*self).map_err(CliError::from)
     }
@@ -130,34 +171,7 @@ impl Contender for SqliteLease {
     }
 }
 
-/// Starts a lease set on the blocking driver, with CMD as each lease's
-/// work (the lone lease's `LeaderContext`, so the same supervision).
-pub fn start_set(
-    location: &Location,
-    table: &TableName,
-    template: SetConfig,
-    leases: Vec<LeaseName>,
-    gated: Option<Arc<Gated>>,
-) -> Result<super::StartedSet, CliError> {
-    let mut builder = SqliteLeaseSet::builder(template, leases, database(location, table));
-    let transitions = builder.subscribe();
-    // Without CMD no work runs (on this driver a term's work is a thread,
-    // and a set may hold thousands of leases); a term's end waits, on a
-    // thread started then, for its `follower` line, so the release comes
-    // after the line.
-    match gated {
-        Some(gated) if gated.runs_command() => {
-            builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
-        }
-        Some(gated) => builder = builder.when_term_ends(move |term| gated.wait_printed(&term)),
-        None => {}
-    }
-    let set = builder.start()?;
-    let snapshots = set.snapshots();
-    Ok((Box::new(set), transitions, snapshots))
-}
-
-impl super::SetContender for SqliteLeaseSet {
+impl Contender for SqliteLeaseSet {
     fn give_up(&self, lease: &LeaseName) {
         SqliteLeaseSet::give_up(self, lease);
     }
@@ -169,5 +183,9 @@ impl super::SetContender for SqliteLeaseSet {
     fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
         self.hand_over_to_preferred();
         SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
+    }
+
+    fn abort(self: Box<Self>) {
+        SqliteLeaseSet::abort(*self)
     }
 }

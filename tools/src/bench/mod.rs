@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use picolease::{Config, HolderId, Leadership, LeaseName, Subscription, TableName};
 
-use crate::backend::{Backend, Contender};
+use crate::backend::{Backend, Contender, Leases};
 use crate::failure::CliError;
 pub use report::Figures;
 
@@ -258,7 +258,8 @@ fn start(
     lease: &str,
     node: &str,
 ) -> Result<(Box<dyn Contender>, Subscription), CliError> {
-    backend.start(table, config(lease, node)?, None)
+    let started = backend.start(table, Leases::One(config(lease, node)?), None)?;
+    Ok((started.contender, started.transitions))
 }
 
 /// How long a bench step may wait for a transition before giving up.

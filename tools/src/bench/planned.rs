@@ -44,7 +44,7 @@ pub fn start(
         #[cfg(feature = "postgres")]
         Backend::Postgres(target) => {
             use picolease::postgres::PgLease;
-            let builder = PgLease::builder(config, target.connector()?).table(table.clone());
+            let builder = PgLease::builder(config, target.connector().clone()).table(table.clone());
             let transitions = builder.subscribe();
             Ok((spawn("PostgreSQL", move || builder.start())?, transitions))
         }

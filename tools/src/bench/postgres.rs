@@ -144,7 +144,7 @@ impl PgProbe {
     /// Connects (an unreachable server is exit 1), creates the scratch
     /// table and its rows, and starts listening for its releases.
     pub fn open(target: &Target, table: &TableName) -> Result<Self, CliError> {
-        let connector: PgConnector = target.connector()?;
+        let connector: PgConnector = target.connector().clone();
         let runtime = runtime()?;
         let statements = Statements::new(Dialect::Postgres, table);
         let unnamed = connector.pooler() == Pooler::Transaction;

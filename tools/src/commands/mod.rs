@@ -4,8 +4,6 @@ mod admin;
 mod check;
 mod handover;
 pub mod run;
-mod run_loop;
-pub mod run_set;
 mod simulate;
 mod sql;
 

@@ -23,30 +23,8 @@ use picolease::{LeaseName, Term};
 
 use super::events::Printed;
 use super::guard_link::{Guard, Report};
+use super::status::ChildStatus;
 use crate::guard::message;
-
-/// How CMD ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChildStatus {
-    /// It exited with this code.
-    Code(i32),
-    /// A signal ended it (by name, e.g. `SIGKILL`).
-    Signal(String),
-}
-
-impl ChildStatus {
-    /// The exit code that mirrors it (128 + signal number when killed).
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            ChildStatus::Code(code) => u8::try_from(*code).unwrap_or(1),
-            ChildStatus::Signal(name) => name
-                .parse::<nix::sys::signal::Signal>()
-                .ok()
-                .and_then(|s| u8::try_from(128 + s as i32).ok())
-                .unwrap_or(1),
-        }
-    }
-}
 
 /// What the supervisor reports to the main loop.
 #[derive(Debug)]

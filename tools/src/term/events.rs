@@ -13,10 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
-use picolease::{HolderId, Leadership, Role, Transition};
+use picolease::{HolderId, Leadership, LeaseName, Role, Transition};
 use serde_json::{json, Value};
 
-use super::child::ChildStatus;
+use super::status::ChildStatus;
 use crate::output::{line, unix_ms};
 
 /// The terms whose `leader` and `follower` lines are out, per lease (the
@@ -76,10 +76,10 @@ impl Printed {
     }
 }
 
-/// Prints one contender's events.
+/// Prints one contender's events, for one lease or many: every line names
+/// its lease (a transition carries its own; CMD's lines are given theirs),
+/// so a lone lease and a set print through the same code.
 pub struct Printer {
-    /// The lease.
-    pub lease: String,
     /// The `--node` value (or the holder id when none was given).
     pub node: String,
     /// This process's holder id, as stored in the row.
@@ -91,11 +91,11 @@ pub struct Printer {
 }
 
 impl Printer {
-    fn emit(&self, event: &str, at: SystemTime, keys: Value, text: String) {
+    fn emit(&self, event: &str, lease: &str, at: SystemTime, keys: Value, text: String) {
         if self.json {
             let mut object = json!({
                 "event": event,
-                "name": self.lease,
+                "name": lease,
                 "node": self.node,
                 "unix_ms": unix_ms(at),
             });
@@ -108,13 +108,22 @@ impl Printer {
         }
     }
 
-    /// The first line of the text output.
-    pub fn start(&self) {
-        if !self.json {
-            line(&format!(
-                "{} contending for lease \"{}\" as {}",
-                self.node, self.lease, self.holder
-            ));
+    /// The first line of the text output: a lone lease is named, a set
+    /// counted.
+    pub fn start(&self, leases: &[LeaseName]) {
+        if self.json {
+            return;
+        }
+        let (node, holder) = (&self.node, &self.holder);
+        match leases {
+            [lease] => line(&format!(
+                "{node} contending for lease \"{}\" as {holder}",
+                lease.as_str()
+            )),
+            _ => line(&format!(
+                "{node} contending for {} leases as {holder} (fair share between the live members)",
+                leases.len()
+            )),
         }
     }
 
@@ -128,7 +137,7 @@ impl Printer {
         } = &transition.leadership;
         let epoch = epoch.map(|e| e.get());
         let shown = epoch.unwrap_or(0);
-        let (node, lease) = (&self.node, &self.lease);
+        let (node, lease) = (&self.node, transition.lease.as_str());
         // The second publication of a planned handover names the
         // reservation the row went to (DESIGN §3 "Planned handover").
         let reserved = match (reason, holder) {
@@ -138,6 +147,7 @@ impl Printer {
         if let Some(to) = reserved {
             return self.emit(
                 "handover",
+                lease,
                 transition.at,
                 json!({ "from": self.holder.as_str(), "to": to, "epoch": epoch }),
                 format!("{node} handed \"{lease}\" over to {to} at epoch {shown}"),
@@ -147,6 +157,7 @@ impl Printer {
             (Role::Leader, _) => {
                 self.emit(
                     "leader",
+                    lease,
                     transition.at,
                     json!({ "holder": self.holder.as_str(), "epoch": epoch }),
                     format!("{node} leader of \"{lease}\" at epoch {shown}"),
@@ -156,6 +167,7 @@ impl Printer {
             (Role::Follower, Some(reason)) => {
                 self.emit(
                     "follower",
+                    lease,
                     transition.at,
                     json!({ "holder": self.holder.as_str(), "epoch": epoch, "reason": reason.as_str() }),
                     format!(
@@ -167,6 +179,7 @@ impl Printer {
             }
             (Role::Follower, None) if epoch.is_some() || holder.is_some() => self.emit(
                 "observed",
+                lease,
                 transition.at,
                 json!({ "holder": holder.as_ref().map(HolderId::as_str), "epoch": epoch }),
                 match holder {
@@ -183,9 +196,10 @@ impl Printer {
     }
 
     /// CMD started.
-    pub fn child(&self, pid: u32, epoch: u64) {
+    pub fn child(&self, lease: &LeaseName, pid: u32, epoch: u64) {
         self.emit(
             "child",
+            lease.as_str(),
             SystemTime::now(),
             json!({ "pid": pid, "epoch": epoch }),
             format!("{} started the command (pid {pid})", self.node),
@@ -193,7 +207,7 @@ impl Printer {
     }
 
     /// CMD ended.
-    pub fn child_exit(&self, pid: u32, epoch: u64, status: &ChildStatus) {
+    pub fn child_exit(&self, lease: &LeaseName, pid: u32, epoch: u64, status: &ChildStatus) {
         let (keys, how) = match status {
             ChildStatus::Code(code) => (
                 json!({ "pid": pid, "epoch": epoch, "code": code }),
@@ -206,6 +220,7 @@ impl Printer {
         };
         self.emit(
             "child_exit",
+            lease.as_str(),
             SystemTime::now(),
             keys,
             format!("{} the command (pid {pid}) {how}", self.node),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use picolease::Term;
 
-use super::child::ChildStatus;
+use super::status::ChildStatus;
 use crate::guard::message;
 
 /// CMD's end, as the guard reports it.

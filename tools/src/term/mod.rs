@@ -3,7 +3,9 @@
 //! `Gated`, the work every backend runs; `guard_link.rs`: `run`'s end of
 //! the socket to the guard, `Guard` and the guard's `Report`s), and the
 //! event lines it prints (`events.rs`: `Printer`, and `Printed`, which a
-//! term's end waits on so its `follower` line precedes the release).
+//! term's end waits on so its `follower` line precedes the release), and
+//! how CMD ended (`status.rs`: `ChildStatus`, which the other three speak,
+//! so none of them imports another for it).
 //!
 //! It sits outside `commands/` so that the backends, which run the gated
 //! work, depend on it without depending on the commands that start them:
@@ -12,3 +14,4 @@
 pub mod child;
 pub mod events;
 mod guard_link;
+pub mod status;

@@ -1,55 +1,38 @@
-//! `picolease run`: contend for a lease until stopped, printing each event;
-//! optionally run a command while leader.
+//! `picolease run`: contend for one lease or many until stopped, printing
+//! each event; optionally run a command while leader (one per held lease).
 //!
-//! The loop is event-driven: the driver's transitions, signals and the
-//! command's start and end all arrive on one channel, and the loop sleeps
-//! until one does (no polling), so a transition is printed as soon as the
-//! driver publishes it and a SIGTERM starts the release at once.
+//! One path for one name or many: the arguments become [`Leases`] (one
+//! name: the driver's lone-lease handle; several: its set handle, with a
+//! fair share between the processes, DESIGN §9), which every backend
+//! starts; one event loop (`session.rs`) prints and stops either. With
+//! several names one CMD runs per held lease (each under its own guard,
+//! with that lease's PICOLEASE_NAME, PICOLEASE_HOLDER and
+//! PICOLEASE_EPOCH); a CMD that exits by itself gives its lease up and the
+//! process goes on contending, where a lone lease's ends `run`.
+
+mod session;
+mod signals;
 
 use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use picolease::{
-    random_u64, unique_holder_id, Config, HolderId, LeaseName, Rank, RecvError, Subscription,
-    TableName, Transition,
-};
+use picolease::{random_u64, unique_holder_id, Config, HolderId, LeaseName, Rank, TableName};
 
-use super::run_loop::{install_signals_with, print_during, wedge_for_tests, IsDriverEnd};
-use crate::backend::{Backend, Contender};
+use crate::backend::{Backend, Leases};
 use crate::cli::RunArgs;
 use crate::duration::show;
 use crate::failure::CliError;
-use crate::term::child::{ChildEvent, Gated};
+use crate::term::child::Gated;
 use crate::term::events::{Printed, Printer};
+use session::{forward_transitions, Event, Session};
+use signals::{install_signals, wedge_for_tests};
 
 /// The default grace: at most this, and at most half the bound.
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
-/// Everything the loop waits for.
-enum Event {
-    Transition(Transition),
-    Lagged(u64),
-    /// The driver stopped and published everything.
-    DriverEnded,
-    Signal,
-    /// SIGUSR1 (or, with --handover-on-term, any stopping signal): hand
-    /// over, then exit.
-    HandOverSignal,
-    Child(ChildEvent),
-}
-
-/// Why the loop stopped.
-enum Stop {
-    Signal,
-    HandOver,
-    ChildExited(u8),
-    ChildFailed(String),
-    DriverFinished,
-}
-
-/// Runs until SIGTERM, SIGINT or SIGHUP, CMD's own exit, or a fatal driver
-/// error.
+/// Runs until SIGTERM, SIGINT or SIGHUP, a lone lease's CMD's own exit,
+/// or a fatal driver error.
 pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCode, CliError> {
     let names =
         crate::name_spec::expand_names(&args.name).map_err(|e| CliError::usage(e.to_string()))?;
@@ -111,31 +94,18 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         None => None,
     };
 
-    if names.len() > 1 {
-        // The membership row's name carries the rank: refused here if it
-        // would not fit (DESIGN §9 "Preferred members").
-        let template = config.without_lease();
-        template.validate().map_err(CliError::usage)?;
-        let prepared = super::run_set::Prepared {
-            node,
-            holder,
-            template,
-            grace,
-            listener,
-        };
-        return super::run_set::run(backend, table, args, names, prepared);
-    }
+    let leases = Leases::new(config, names)?;
+    let names = leases.names();
 
     // Signals first, so a SIGTERM during start-up is not lost.
     let (tx, events) = mpsc::channel();
-    let stop_signal = if args.handover_on_term {
-        || Event::HandOverSignal
-    } else {
-        || Event::Signal
-    };
-    install_signals_with(tx.clone(), stop_signal, || Event::HandOverSignal)?;
-    // Gated work even without CMD: a term's end waits for its `follower`
-    // line, and the release for the work.
+    install_signals(tx.clone(), args.handover_on_term)?;
+    // Gated work even without CMD: each term's end waits for its
+    // `follower` line, so a lease is released only after the line is out.
+    // With CMD the supervisor waits; without, on PostgreSQL and MySQL a
+    // task per held lease waits, and on SQLite the lone lease's work or,
+    // in a set, a thread started when the term ends (`when_term_ends`: its
+    // work would be a thread per held lease for the whole term).
     let printed = Arc::new(Printed::default());
     let child_tx = tx.clone();
     let gated = Some(Arc::new(Gated::new(
@@ -143,26 +113,28 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         grace,
         node.clone(),
         Some(Arc::clone(&printed)),
-        move |_: &LeaseName, event| {
-            let _ = child_tx.send(Event::Child(event));
+        move |lease: &LeaseName, event| {
+            let _ = child_tx.send(Event::Child(lease.clone(), event));
         },
     )));
-    let printer = Printer {
-        lease: lease.as_str().to_string(),
-        node,
-        holder,
-        json: args.json,
-        printed,
-    };
-    let (driver, transitions) = backend.start(table, config, gated)?;
-    let snapshots = crate::backend::lease_snapshots(&transitions)?;
+    let started = backend.start(table, leases, gated)?;
+    let wedge = started.view.clone();
+    wedge_for_tests(move || wedge.wedge_loop_for_tests());
     if let Some(listener) = listener {
         tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
-        listener.serve(snapshots.clone())?;
+        listener.serve(crate::http::Source::new(started.view, &names))?;
     }
-    wedge_for_tests(move || snapshots.wedge_loop_for_tests());
-    forward_transitions(transitions, tx);
-    session(&printer, driver, events)
+    forward_transitions(started.transitions, tx);
+    let session = Session {
+        printer: Printer {
+            node,
+            holder,
+            json: args.json,
+            printed,
+        },
+        leases: names,
+    };
+    session.run(started.contender, events)
 }
 
 /// The grace between SIGTERM and SIGKILL when a term ends. It is the core's
@@ -186,108 +158,6 @@ fn grace(config: &Config, asked: Option<Duration>, command: bool) -> Result<Dura
             show(config.request_timeout)
         ))),
     }
-}
-
-/// Prints events until a reason to stop, then shuts the driver down (CMD
-/// first, then the release) while printing what that publishes as it is
-/// published.
-fn session(
-    printer: &Printer,
-    driver: Box<dyn Contender>,
-    events: mpsc::Receiver<Event>,
-) -> Result<ExitCode, CliError> {
-    printer.start();
-    let stop = loop {
-        let Ok(event) = events.recv() else {
-            break Stop::DriverFinished;
-        };
-        if let Some(stop) = handle(printer, event) {
-            break stop;
-        }
-    };
-    let printing = !matches!(stop, Stop::DriverFinished);
-    let hand_over = matches!(stop, Stop::HandOver);
-    let outcome = print_during(
-        printing,
-        events,
-        |event| {
-            handle(printer, event);
-        },
-        || {
-            if hand_over {
-                driver.hand_over_then_shutdown()
-            } else {
-                driver.shutdown()
-            }
-        },
-    );
-    outcome?;
-    match stop {
-        Stop::Signal | Stop::HandOver => Ok(ExitCode::SUCCESS),
-        Stop::ChildExited(code) => Ok(ExitCode::from(code)),
-        Stop::ChildFailed(message) => Err(CliError::runtime(message)),
-        Stop::DriverFinished => Err(CliError::runtime(format!(
-            "the lease driver for \"{}\" stopped unexpectedly",
-            printer.lease
-        ))),
-    }
-}
-
-/// Prints one event; says whether it is a reason to stop.
-fn handle(printer: &Printer, event: Event) -> Option<Stop> {
-    match event {
-        Event::Transition(transition) => printer.transition(&transition),
-        Event::Lagged(missed) => {
-            // The loop reads promptly; if it ever fell behind, say so.
-            tracing::error!(missed, "the event stream fell behind the driver");
-            eprintln!(
-                "warning: {missed} transitions were published faster than they could be printed"
-            );
-        }
-        Event::Child(ChildEvent::Started { pid, epoch }) => printer.child(pid, epoch),
-        Event::Child(ChildEvent::Ended {
-            pid,
-            epoch,
-            status,
-            by_itself,
-        }) => {
-            printer.child_exit(pid, epoch, &status);
-            // A CMD stopped at its term's end (by the core, or by the
-            // guard's SIGTERM just before it) is no reason to stop: the
-            // core ends the term and `run` contends on.
-            if by_itself {
-                return Some(Stop::ChildExited(status.exit_code()));
-            }
-        }
-        Event::Child(ChildEvent::SpawnFailed(message)) => return Some(Stop::ChildFailed(message)),
-        Event::Signal => return Some(Stop::Signal),
-        Event::HandOverSignal => return Some(Stop::HandOver),
-        Event::DriverEnded => return Some(Stop::DriverFinished),
-    }
-    None
-}
-
-impl IsDriverEnd for Event {
-    fn is_driver_end(&self) -> bool {
-        matches!(self, Event::DriverEnded)
-    }
-}
-
-/// Feeds the driver's transitions to the loop, then `DriverEnded`.
-fn forward_transitions(transitions: Subscription, events: mpsc::Sender<Event>) {
-    std::thread::spawn(move || {
-        for received in transitions {
-            let event = match received {
-                Ok(transition) => Event::Transition(transition),
-                Err(RecvError::Lagged(missed)) => Event::Lagged(missed),
-                Err(_) => break,
-            };
-            if events.send(event).is_err() {
-                return;
-            }
-        }
-        let _ = events.send(Event::DriverEnded);
-    });
 }
 
 #[cfg(test)]
