@@ -6,20 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use picolease_core::sql::{Dialect, Statements};
 use picolease_core::LeaseName;
 
 use super::connect::Connect;
 use super::error::PgError;
 use super::fence::Fence;
-use super::link::Link;
 use super::transaction::FencedTransaction;
 use super::LeaderContext;
 use crate::scope::Scope;
-use crate::server::driver::TaskRunner;
-use crate::server::options::ServerOptions;
-use crate::server::task::DriverTask;
-use crate::server::{Builder, Connects, Contender, Database, Driver, Listen};
+use crate::server::{Builder, Connects, Contender, Database};
 use crate::set::SetView;
 use crate::view::LeaseView;
 
@@ -28,28 +23,6 @@ use crate::view::LeaseView;
 pub struct Postgres;
 
 impl Database for Postgres {}
-
-// The sealed trait names crate-private types (see `server/database.rs`).
-#[allow(private_interfaces)]
-impl Driver for Postgres {
-    const NAME: &'static str = "PostgreSQL";
-    const DIALECT: Dialect = Dialect::Postgres;
-    type Connector = Arc<dyn Connect>;
-    type Options = PgOptions;
-    type Error = PgError;
-    type Link = Link;
-    type Fence = Fence;
-
-    fn start(
-        runner: TaskRunner<Fence>,
-        connector: Arc<dyn Connect>,
-        statements: &Arc<Statements>,
-        options: &ServerOptions<Self>,
-        listen: Listen,
-    ) -> DriverTask<Link, Fence> {
-        super::task::start(runner, connector, statements, options, listen)
-    }
-}
 
 /// PostgreSQL's own options.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
-//! Starting PostgreSQL's task (the shared one of `crate::server`) with its
-//! statement connection and its listener.
+//! PostgreSQL as the shared task's `Driver` (`crate::server`): its types,
+//! and starting its task with its statement connection and its listener.
 //!
 //! # Connections
 //!
@@ -17,51 +17,64 @@
 
 use std::sync::Arc;
 
-use picolease_core::sql::Statements;
+use picolease_core::sql::{Dialect, Statements};
 use tokio::sync::mpsc;
 
 use super::connect::Connect;
+use super::error::PgError;
 use super::fence::Fence;
-use super::handle::Postgres;
+use super::handle::{PgOptions, Postgres};
 use super::link::Link;
 use super::notify::spawn_listener;
 use crate::server::backoff::backoff_cap;
 use crate::server::driver::TaskRunner;
 use crate::server::options::ServerOptions;
 use crate::server::task::DriverTask;
-use crate::server::Listen;
+use crate::server::{Driver, Listen};
 
 /// How many release notices may wait for a set's task before the listener
 /// waits for it (a node giving up its surplus frees hundreds of rows in
 /// one commit; none is dropped).
 const NOTICE_BACKLOG: usize = 4096;
 
-/// Spawns `runner`'s task on the current tokio runtime (panics outside
-/// one) with its statement connection and, when `options` ask for
-/// notifications, its listener for the notices `listen` names. Both
-/// connections come from `connector`; connecting happens in the task.
-pub(crate) fn start(
-    runner: TaskRunner<Fence>,
-    connector: Arc<dyn Connect>,
-    statements: &Arc<Statements>,
-    options: &ServerOptions<Postgres>,
-    listen: Listen,
-) -> DriverTask<Link, Fence> {
-    let link = Arc::new(Link::new(
-        Arc::clone(&connector),
-        Arc::clone(statements),
-        options.auto_create,
-        backoff_cap(&runner.engine.config()),
-    ));
-    let backlog = match listen {
-        Listen::Lease(_) => 1,
-        Listen::Every => NOTICE_BACKLOG,
-    };
-    let listening = if options.own.notifications {
-        let (tx, rx) = mpsc::channel(backlog);
-        spawn_listener(connector, statements, listen, tx).map(|listener| (rx, listener))
-    } else {
-        None
-    };
-    DriverTask::start(runner, link, listening, options.own.linger)
+// The sealed trait names crate-private types (see `server/database.rs`).
+#[allow(private_interfaces)]
+impl Driver for Postgres {
+    const NAME: &'static str = "PostgreSQL";
+    const DIALECT: Dialect = Dialect::Postgres;
+    type Connector = Arc<dyn Connect>;
+    type Options = PgOptions;
+    type Error = PgError;
+    type Link = Link;
+    type Fence = Fence;
+
+    /// Spawns `runner`'s task on the current tokio runtime (panics outside
+    /// one) with its statement connection and, when `options` ask for
+    /// notifications, its listener for the notices `listen` names. Both
+    /// connections come from `connector`; connecting happens in the task.
+    fn start(
+        runner: TaskRunner<Fence>,
+        connector: Arc<dyn Connect>,
+        statements: &Arc<Statements>,
+        options: &ServerOptions<Self>,
+        listen: Listen,
+    ) -> DriverTask<Link, Fence> {
+        let link = Arc::new(Link::new(
+            Arc::clone(&connector),
+            Arc::clone(statements),
+            options.auto_create,
+            backoff_cap(&runner.engine.config()),
+        ));
+        let backlog = match listen {
+            Listen::Lease(_) => 1,
+            Listen::Every => NOTICE_BACKLOG,
+        };
+        let listening = if options.own.notifications {
+            let (tx, rx) = mpsc::channel(backlog);
+            spawn_listener(connector, statements, listen, tx).map(|listener| (rx, listener))
+        } else {
+            None
+        };
+        DriverTask::start(runner, link, listening, options.own.linger)
+    }
 }

@@ -3,6 +3,7 @@
 //! SQLite thread and the server task alike.
 
 use picolease_core::engine::Input;
+use picolease_core::{ConfigError, HolderId, LeaseName};
 
 use super::{Runner, TermGate};
 
@@ -25,6 +26,26 @@ pub(crate) enum Control<W, L = std::convert::Infallible> {
 impl<W, L> Control<W, L> {
     /// Stop the work, release, finish.
     pub(crate) const SHUTDOWN: Self = Control::Engine(Input::Shutdown);
+    /// Hand what is held to the preferred candidates (else release).
+    pub(crate) const HAND_OVER_TO_PREFERRED: Self = Control::Engine(Input::HandOverToPreferred);
+
+    /// Hand `lease` (`None`: the lone lease) over to node `to`, or release
+    /// it; an error names a node that cannot be reserved for.
+    pub(crate) fn hand_over(
+        lease: Option<&LeaseName>,
+        to: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        let to = to.map(HolderId::reserved_for).transpose()?;
+        Ok(Control::Engine(Input::HandOver {
+            lease: lease.cloned(),
+            to,
+        }))
+    }
+
+    /// Give `lease` up (a set's; a lone lease's engine ignores it).
+    pub(crate) fn give_up(lease: &LeaseName) -> Self {
+        Control::Engine(Input::GiveUp(lease.clone()))
+    }
 }
 
 /// What a control leaves the loop to do once the runner has had it.

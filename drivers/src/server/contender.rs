@@ -18,7 +18,6 @@ use super::gate::{gated_task, Gate, LeaderContext};
 use super::options::ServerOptions;
 use super::task::DriverTask;
 use super::TermFence;
-use crate::runner::Input;
 use crate::scope::{LonePlan, Scope, SetPlan};
 use crate::set::SetView;
 use crate::subscription::Subscription;
@@ -223,13 +222,6 @@ impl<D: Database> Contender<D, SetView> {
     pub fn hand_over(&self, lease: &LeaseName, to: Option<&str>) -> Result<(), ConfigError> {
         self.hand_over_lease(Some(lease), to)
     }
-
-    /// Gives `lease` up (its work stops, then it is released); this node
-    /// keeps contending, and does not take it back for a ttl.
-    pub fn give_up(&self, lease: &LeaseName) {
-        self.task
-            .send(Control::Engine(Input::GiveUp(lease.clone())));
-    }
 }
 
 impl<D: Database, S: Scope> Contender<D, S> {
@@ -246,12 +238,16 @@ impl<D: Database, S: Scope> Contender<D, S> {
         lease: Option<&LeaseName>,
         to: Option<&str>,
     ) -> Result<(), ConfigError> {
-        let to = to.map(HolderId::reserved_for).transpose()?;
-        self.task.send(Control::Engine(Input::HandOver {
-            lease: lease.cloned(),
-            to,
-        }));
+        self.task.send(Control::hand_over(lease, to)?);
         Ok(())
+    }
+
+    /// Gives `lease` up (its work stops, then it is released); this node
+    /// keeps contending, and does not take it back for a ttl. A set's
+    /// call: a lone lease's driver ignores it (shut it down instead), so
+    /// code over either scope can call it.
+    pub fn give_up(&self, lease: &LeaseName) {
+        self.task.send(Control::give_up(lease));
     }
 
     /// "Hand over, then exit" (what `picolease run` does on SIGUSR1): a
@@ -263,7 +259,7 @@ impl<D: Database, S: Scope> Contender<D, S> {
     /// the set shuts down. Follow it with `shutdown`, which finishes once
     /// the statements are answered.
     pub fn hand_over_to_preferred(&self) {
-        self.task.send(Control::Engine(Input::HandOverToPreferred));
+        self.task.send(Control::HAND_OVER_TO_PREFERRED);
     }
 
     /// Registers more work, like the builder's `while_leader`: it starts at

@@ -20,7 +20,6 @@ use super::inbox::Control;
 use super::open::Database;
 use super::options::SqliteOptions;
 use super::thread::DriverThread;
-use crate::runner::Input;
 use crate::scope::{drop_limit, LonePlan, Scope, SetPlan};
 use crate::set::SetView;
 use crate::subscription::Subscription;
@@ -265,13 +264,6 @@ impl SqliteLeaseSet {
     pub fn hand_over(&self, lease: &LeaseName, to: Option<&str>) -> Result<(), ConfigError> {
         self.hand_over_lease(Some(lease), to)
     }
-
-    /// Gives `lease` up (its work stops, then it is released); this node
-    /// keeps contending, and does not take it back for a ttl.
-    pub fn give_up(&self, lease: &LeaseName) {
-        self.thread
-            .send(Control::Engine(Input::GiveUp(lease.clone())));
-    }
 }
 
 impl<S: Scope> Contender<S> {
@@ -288,12 +280,16 @@ impl<S: Scope> Contender<S> {
         lease: Option<&LeaseName>,
         to: Option<&str>,
     ) -> Result<(), ConfigError> {
-        let to = to.map(HolderId::reserved_for).transpose()?;
-        self.thread.send(Control::Engine(Input::HandOver {
-            lease: lease.cloned(),
-            to,
-        }));
+        self.thread.send(Control::hand_over(lease, to)?);
         Ok(())
+    }
+
+    /// Gives `lease` up (its work stops, then it is released); this node
+    /// keeps contending, and does not take it back for a ttl. A set's
+    /// call: a lone lease's driver ignores it (shut it down instead), so
+    /// code over either scope can call it.
+    pub fn give_up(&self, lease: &LeaseName) {
+        self.thread.send(Control::give_up(lease));
     }
 
     /// "Hand over, then exit" (what `picolease run` does on SIGUSR1): a
@@ -305,8 +301,7 @@ impl<S: Scope> Contender<S> {
     /// the set shuts down. Follow it with `shutdown`, which finishes once
     /// the statements are answered.
     pub fn hand_over_to_preferred(&self) {
-        self.thread
-            .send(Control::Engine(Input::HandOverToPreferred));
+        self.thread.send(Control::HAND_OVER_TO_PREFERRED);
     }
 
     /// Registers more work, like the builder's `while_leader`: it starts at

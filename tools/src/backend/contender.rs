@@ -5,12 +5,15 @@
 //! `/leader` and `/healthz` read of it; [`Started`], the three together
 //! with every transition from the start.
 //!
-//! Each backend maps `Leases` onto its own driver's two handle types (the
-//! driver API has a type per case) and hands back the same [`Started`], so
-//! from here up a lone lease is the one-name case of one path.
+//! Each backend maps `Leases` onto its driver's one handle over the scope
+//! the names call for (`picolease::scope::Scope`: a `LeaseView` or a
+//! `SetView`), whose [`View`] [`ScopeView`] reads, and hands back the same
+//! [`Started`], so from here up a lone lease is the one-name case of one
+//! path.
 
-use picolease::set::SetSnapshots;
-use picolease::{Config, LeaseName, SetConfig, Snapshots, Subscription};
+use picolease::scope::Scope;
+use picolease::set::{SetSnapshots, SetView};
+use picolease::{Config, LeaseName, LeaseView, SetConfig, Snapshots, Subscription};
 
 use crate::failure::CliError;
 
@@ -95,6 +98,25 @@ impl View {
             View::Lease(snapshots) => snapshots.wedge_loop_for_tests(),
             View::Set(snapshots) => snapshots.wedge_loop_for_tests(),
         }
+    }
+}
+
+/// What `run` reads of a driver handle's scope: its snapshots, as a
+/// [`View`].
+pub trait ScopeView: Scope {
+    /// The scope's snapshots, readable from another thread.
+    fn view(&self) -> View;
+}
+
+impl ScopeView for LeaseView {
+    fn view(&self) -> View {
+        View::Lease(self.snapshots())
+    }
+}
+
+impl ScopeView for SetView {
+    fn view(&self) -> View {
+        View::Set(self.snapshots())
     }
 }
 

@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use picolease::mysql::{self, MysqlConnector, MysqlError, MysqlLease, MysqlLeaseSet};
+use picolease::mysql::{self, MysqlConnector, MysqlError};
 use picolease::sql::LeaseRow;
 use picolease::{Epoch, LeaseName, TableName};
 
-use super::server::{spawn, supervise, AsyncHandle};
-use super::{runtime, Leases, Started, View};
+use super::server;
+use super::{runtime, Leases, Started};
 use crate::failure::CliError;
 use crate::term::child::Gated;
 
@@ -182,80 +182,8 @@ pub fn start(
 ) -> Result<Started, CliError> {
     let runtime = check(target, table)?;
     let connector = target.connector.clone();
-    match leases {
-        Leases::One(config) => {
-            let mut builder = MysqlLease::builder(config, connector).table(table.clone());
-            let transitions = builder.subscribe();
-            if let Some(gated) = gated {
-                builder = builder.while_leader(supervise(gated));
-            }
-            spawn(runtime, DATABASE, transitions, move || builder.start())
-        }
-        Leases::Many { template, names } => {
-            let mut builder =
-                MysqlLeaseSet::builder(template, names, connector).table(table.clone());
-            let transitions = builder.subscribe();
-            if let Some(gated) = gated {
-                builder = builder.while_leader(supervise(gated));
-            }
-            spawn(runtime, DATABASE, transitions, move || builder.start())
-        }
-    }
+    server::start::<picolease::mysql::Mysql>(runtime, DATABASE, connector, table, leases, gated)
 }
 
 /// The database's name in messages and the driver thread's name.
 const DATABASE: &str = "MySQL";
-
-impl AsyncHandle for MysqlLease {
-    type Error = MysqlError;
-
-    fn view(&self) -> View {
-        View::Lease(self.snapshots())
-    }
-
-    async fn stopped(&mut self) -> Result<(), MysqlError> {
-        MysqlLease::stopped(self).await
-    }
-
-    fn give_up(&self, _lease: &LeaseName) {}
-
-    fn hand_over_to_preferred(&self) {
-        MysqlLease::hand_over_to_preferred(self);
-    }
-
-    async fn shutdown(self) -> Result<(), MysqlError> {
-        MysqlLease::shutdown(self).await
-    }
-
-    fn abort(self) {
-        MysqlLease::abort(self);
-    }
-}
-
-impl AsyncHandle for MysqlLeaseSet {
-    type Error = MysqlError;
-
-    fn view(&self) -> View {
-        View::Set(self.snapshots())
-    }
-
-    async fn stopped(&mut self) -> Result<(), MysqlError> {
-        MysqlLeaseSet::stopped(self).await
-    }
-
-    fn give_up(&self, lease: &LeaseName) {
-        MysqlLeaseSet::give_up(self, lease);
-    }
-
-    fn hand_over_to_preferred(&self) {
-        MysqlLeaseSet::hand_over_to_preferred(self);
-    }
-
-    async fn shutdown(self) -> Result<(), MysqlError> {
-        MysqlLeaseSet::shutdown(self).await
-    }
-
-    fn abort(self) {
-        MysqlLeaseSet::abort(self);
-    }
-}

@@ -10,12 +10,12 @@
 
 use std::sync::Arc;
 
-use picolease::postgres::{self, PgConnector, PgError, PgLease, PgLeaseSet};
+use picolease::postgres::{self, PgConnector, PgError};
 use picolease::sql::LeaseRow;
 use picolease::{redact_url, Epoch, LeaseName, TableName};
 
-use super::server::{spawn, supervise, AsyncHandle};
-use super::{runtime, Leases, Started, View};
+use super::server;
+use super::{runtime, Leases, Started};
 use crate::failure::CliError;
 use crate::term::child::Gated;
 
@@ -191,79 +191,10 @@ pub fn start(
     let runtime = runtime()?;
     runtime.block_on(async { connect(target.connector(), target).await.map(drop) })?;
     let connector = target.connector().clone();
-    match leases {
-        Leases::One(config) => {
-            let mut builder = PgLease::builder(config, connector).table(table.clone());
-            let transitions = builder.subscribe();
-            if let Some(gated) = gated {
-                builder = builder.while_leader(supervise(gated));
-            }
-            spawn(runtime, DATABASE, transitions, move || builder.start())
-        }
-        Leases::Many { template, names } => {
-            let mut builder = PgLeaseSet::builder(template, names, connector).table(table.clone());
-            let transitions = builder.subscribe();
-            if let Some(gated) = gated {
-                builder = builder.while_leader(supervise(gated));
-            }
-            spawn(runtime, DATABASE, transitions, move || builder.start())
-        }
-    }
+    server::start::<picolease::postgres::Postgres>(
+        runtime, DATABASE, connector, table, leases, gated,
+    )
 }
 
 /// The database's name in messages and the driver thread's name.
 const DATABASE: &str = "PostgreSQL";
-
-impl AsyncHandle for PgLease {
-    type Error = PgError;
-
-    fn view(&self) -> View {
-        View::Lease(self.snapshots())
-    }
-
-    async fn stopped(&mut self) -> Result<(), PgError> {
-        PgLease::stopped(self).await
-    }
-
-    fn give_up(&self, _lease: &LeaseName) {}
-
-    fn hand_over_to_preferred(&self) {
-        PgLease::hand_over_to_preferred(self);
-    }
-
-    async fn shutdown(self) -> Result<(), PgError> {
-        PgLease::shutdown(self).await
-    }
-
-    fn abort(self) {
-        PgLease::abort(self);
-    }
-}
-
-impl AsyncHandle for PgLeaseSet {
-    type Error = PgError;
-
-    fn view(&self) -> View {
-        View::Set(self.snapshots())
-    }
-
-    async fn stopped(&mut self) -> Result<(), PgError> {
-        PgLeaseSet::stopped(self).await
-    }
-
-    fn give_up(&self, lease: &LeaseName) {
-        PgLeaseSet::give_up(self, lease);
-    }
-
-    fn hand_over_to_preferred(&self) {
-        PgLeaseSet::hand_over_to_preferred(self);
-    }
-
-    async fn shutdown(self) -> Result<(), PgError> {
-        PgLeaseSet::shutdown(self).await
-    }
-
-    fn abort(self) {
-        PgLeaseSet::abort(self);
-    }
-}

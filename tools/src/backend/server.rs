@@ -1,41 +1,67 @@
-//! What the PostgreSQL and MySQL backends share: the async driver, a lone
-//! lease's handle or a set's alike ([`AsyncHandle`]), on a current-thread
+//! What the PostgreSQL and MySQL backends share: starting the async
+//! driver's one handle (`picolease::server::Contender`, over either
+//! database and a lone lease's or a set's scope) on a current-thread
 //! runtime of its own thread, stopped through a [`Contender`]; CMD as each
 //! term's gated work; the blocking supervisor's view of an async term.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use futures::future::{BoxFuture, FutureExt};
-use picolease::server::LeaderContext;
-use picolease::{LeaseName, Subscription, Term};
+use picolease::server::{self, Connects, Database, LeaderContext};
+use picolease::set::SetView;
+use picolease::{LeaseName, LeaseView, Subscription, TableName, Term};
 use tokio::runtime::Runtime;
 
-use super::{Contender, Started, View};
+use super::{Contender, Leases, ScopeView, Started};
 use crate::failure::CliError;
 use crate::term::child::{Gated, TermView};
 
-/// What `run` needs of a running async driver handle, a lone lease's or a
-/// set's: the one adapter [`spawn`] drives.
-pub(crate) trait AsyncHandle: Sized + 'static {
-    /// The driver's error type.
-    type Error: Into<CliError> + Send + 'static;
-    /// What it publishes, readable from another thread.
-    fn view(&self) -> View;
-    /// Completes when the driver stops by itself (a fatal error);
-    /// cancel-safe.
-    fn stopped(&mut self) -> impl Future<Output = Result<(), Self::Error>>;
-    /// Gives `lease` up (a set's; a lone lease's CMD ending by itself ends
-    /// `run` instead, so a lone lease ignores it).
-    fn give_up(&self, lease: &LeaseName);
-    /// Hands what is held to the preferred candidates, else releases it
-    /// (then `shutdown` finishes once that is answered).
-    fn hand_over_to_preferred(&self);
-    /// Stops the work, releases, returns the driver's outcome.
-    fn shutdown(self) -> impl Future<Output = Result<(), Self::Error>>;
-    /// Stops at once without releasing.
-    fn abort(self);
+/// Starts database `D`'s driver for `leases` on `table` (one name on a
+/// lone lease's handle, several on a set's) over `connector`, with `gated`
+/// (CMD) as each term's work, on `runtime`'s own thread named for
+/// `database`.
+pub(crate) fn start<D: Database>(
+    runtime: Runtime,
+    database: &'static str,
+    connector: impl Connects<D> + Send + 'static,
+    table: &TableName,
+    leases: Leases,
+    gated: Option<Arc<Gated>>,
+) -> Result<Started, CliError>
+where
+    D::Error: Into<CliError> + Send,
+{
+    match leases {
+        Leases::One(config) => {
+            let builder = server::Contender::<D, LeaseView>::builder(config, connector);
+            launch(runtime, database, builder, table, gated)
+        }
+        Leases::Many { template, names } => {
+            let builder = server::Contender::<D, SetView>::builder(template, names, connector);
+            launch(runtime, database, builder, table, gated)
+        }
+    }
+}
+
+/// [`start`] for one scope: the table, CMD as work, the subscription, the
+/// runtime thread.
+fn launch<D: Database, S: ScopeView>(
+    runtime: Runtime,
+    database: &'static str,
+    builder: server::Builder<D, S>,
+    table: &TableName,
+    gated: Option<Arc<Gated>>,
+) -> Result<Started, CliError>
+where
+    D::Error: Into<CliError> + Send,
+{
+    let mut builder = builder.table(table.clone());
+    let transitions = builder.subscribe();
+    if let Some(gated) = gated {
+        builder = builder.while_leader(supervise(gated));
+    }
+    spawn(runtime, database, transitions, move || builder.start())
 }
 
 /// CMD as gated work of a lone lease or of each lease of a set: the same
@@ -128,12 +154,15 @@ struct ServerContender {
 /// `database`, until it stops by itself or is told to; returns once it
 /// has started, with `transitions` (its builder's subscription) and its
 /// view.
-pub(crate) fn spawn<H: AsyncHandle, E: Into<CliError> + Send + 'static>(
+fn spawn<D: Database, S: ScopeView>(
     runtime: Runtime,
     database: &'static str,
     transitions: Subscription,
-    start: impl FnOnce() -> Result<H, E> + Send + 'static,
-) -> Result<Started, CliError> {
+    start: impl FnOnce() -> Result<server::Contender<D, S>, D::Error> + Send + 'static,
+) -> Result<Started, CliError>
+where
+    D::Error: Into<CliError> + Send,
+{
     let (asks, mut inbox) = tokio::sync::mpsc::unbounded_channel();
     let (started_tx, started) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()

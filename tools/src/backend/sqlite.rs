@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use picolease::sql::LeaseRow;
 use picolease::sqlite::{
-    Database, LeaderContext, LeaseTable, Location, SqliteLease, SqliteLeaseSet,
+    self, Database, LeaderContext, LeaseTable, Location, SqliteLease, SqliteLeaseSet,
 };
 use picolease::{Epoch, LeaseName, TableName, Term};
 
-use super::{Contender, Leases, Started, View};
+use super::{Contender, Leases, ScopeView, Started};
 use crate::failure::CliError;
 use crate::term::child::{Gated, TermView};
 
@@ -103,13 +103,7 @@ pub fn start(
             if let Some(gated) = gated {
                 builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
             }
-            let lease = builder.start()?;
-            let view = View::Lease(lease.snapshots());
-            Ok(Started {
-                contender: Box::new(lease),
-                transitions,
-                view,
-            })
+            started(builder.start()?, transitions)
         }
         Leases::Many { template, names } => {
             let mut builder = SqliteLeaseSet::builder(template, names, database);
@@ -127,15 +121,21 @@ pub fn start(
                 }
                 None => {}
             }
-            let set = builder.start()?;
-            let view = View::Set(set.snapshots());
-            Ok(Started {
-                contender: Box::new(set),
-                transitions,
-                view,
-            })
+            started(builder.start()?, transitions)
         }
     }
+}
+
+/// A started handle of either scope, with its builder's `transitions`.
+fn started<S: ScopeView>(
+    handle: sqlite::Contender<S>,
+    transitions: picolease::Subscription,
+) -> Result<Started, CliError> {
+    Ok(Started {
+        view: handle.view(),
+        contender: Box::new(handle),
+        transitions,
+    })
 }
 
 impl TermView for LeaderContext {
@@ -152,40 +152,24 @@ impl TermView for LeaderContext {
     }
 }
 
-/// A lone lease: its CMD ending by itself ends `run`, so nothing is given
-/// up here.
-impl Contender for SqliteLease {
-    fn give_up(&self, _lease: &LeaseName) {}
-
-    fn shutdown(self: Box<Self>) -> Result<(), CliError> {
-        SqliteLease::shutdown(*self).map_err(CliError::from)
-    }
-
-    fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
-        self.hand_over_to_preferred();
-        SqliteLease::shutdown(*self).map_err(CliError::from)
-    }
-
-    fn abort(self: Box<Self>) {
-        SqliteLease::abort(*self)
-    }
-}
-
-impl Contender for SqliteLeaseSet {
+/// The driver's one handle, over a lone lease or a set: `give_up` comes
+/// only for a set (a lone lease's CMD ending by itself ends `run`), and a
+/// lone lease's driver would ignore it.
+impl<S: ScopeView> Contender for sqlite::Contender<S> {
     fn give_up(&self, lease: &LeaseName) {
-        SqliteLeaseSet::give_up(self, lease);
+        sqlite::Contender::give_up(self, lease);
     }
 
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
-        SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
+        sqlite::Contender::shutdown(*self).map_err(CliError::from)
     }
 
     fn hand_over_then_shutdown(self: Box<Self>) -> Result<(), CliError> {
         self.hand_over_to_preferred();
-        SqliteLeaseSet::shutdown(*self).map_err(CliError::from)
+        sqlite::Contender::shutdown(*self).map_err(CliError::from)
     }
 
     fn abort(self: Box<Self>) {
-        SqliteLeaseSet::abort(*self)
+        sqlite::Contender::abort(*self)
     }
 }
