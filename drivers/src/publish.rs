@@ -293,17 +293,14 @@ impl Publisher {
         samples.push_back(latency);
     }
 
-    pub(crate) fn subscribe(self: &Arc<Self>) -> Subscription {
+    pub(crate) fn subscribe(&self) -> Subscription {
         let mailbox = Arc::new(Mailbox::default());
         if lock(&self.progress).finished {
             mailbox.close();
         } else {
             lock(&self.subscribers).push(Arc::clone(&mailbox));
         }
-        Subscription {
-            mailbox,
-            source: Some(Arc::clone(self)),
-        }
+        Subscription { mailbox }
     }
 
     pub(crate) fn watch(&self) -> watch::Receiver<Leadership> {

@@ -239,11 +239,7 @@ fn the_snapshot_shows_role_holder_progress_and_success() {
     // A failure is progress, not success.
     std::thread::sleep(Duration::from_millis(20));
     publisher.record_statement(Operation::Acquire, Duration::ZERO, Outcome::Transient);
-    let snapshot = publisher
-        .subscribe()
-        .snapshots()
-        .expect("a lease's")
-        .snapshot();
+    let snapshot = crate::Snapshots::new(Arc::clone(&publisher)).snapshot();
     assert!(snapshot.since_progress < snapshot.since_success.unwrap());
     let stalled = Snapshot {
         since_progress: Duration::from_millis(1_001),

@@ -152,10 +152,7 @@ impl Fanout {
         } else {
             mailboxes.push((lease, Arc::clone(&mailbox)));
         }
-        Subscription {
-            mailbox,
-            source: None,
-        }
+        Subscription { mailbox }
     }
 
     /// Hands `transition` to every live subscriber, forgetting dropped ones.
@@ -188,9 +185,6 @@ impl Fanout {
 /// iterator) or async code ([`Subscription::recv`]).
 pub struct Subscription {
     pub(crate) mailbox: Arc<Mailbox>,
-    /// The lease's publisher it reads from (for [`Subscription::snapshots`]);
-    /// `None` for a set's subscription, which reads every member's.
-    pub(crate) source: Option<Arc<crate::publish::Publisher>>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -205,16 +199,6 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    /// A reader of the lease's [`crate::Snapshot`] (the same as the
-    /// handle's `snapshots()`), for code that holds only the subscription;
-    /// `None` for a lease set's subscription (read the set's own
-    /// `snapshots()`).
-    pub fn snapshots(&self) -> Option<crate::Snapshots> {
-        self.source
-            .as_ref()
-            .map(|source| crate::Snapshots::new(Arc::clone(source)))
-    }
-
     /// Changes waiting to be read (for tests of the bound).
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {

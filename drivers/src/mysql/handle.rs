@@ -48,7 +48,7 @@ impl Driver for Mysql {
         runner: TaskRunner<Fence>,
         connector: MysqlConnector,
         statements: &Arc<Statements>,
-        options: &ServerOptions<Self>,
+        options: &ServerOptions<Self::Fence, Self::Options>,
         listen: Listen,
     ) -> DriverTask<Link, Fence> {
         let config = runner.engine.config();

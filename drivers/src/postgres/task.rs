@@ -56,7 +56,7 @@ impl Driver for Postgres {
         runner: TaskRunner<Fence>,
         connector: Arc<dyn Connect>,
         statements: &Arc<Statements>,
-        options: &ServerOptions<Self>,
+        options: &ServerOptions<Self::Fence, Self::Options>,
         listen: Listen,
     ) -> DriverTask<Link, Fence> {
         let link = Arc::new(Link::new(

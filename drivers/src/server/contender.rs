@@ -28,7 +28,7 @@ use crate::view::LeaseView;
 pub struct Builder<D: Database, S: Scope> {
     plan: S::Plan,
     connector: D::Connector,
-    pub(crate) options: ServerOptions<D>,
+    pub(crate) options: ServerOptions<D::Fence, D::Options>,
 }
 
 impl<D: Database, S: Scope> std::fmt::Debug for Builder<D, S> {

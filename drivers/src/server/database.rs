@@ -70,7 +70,7 @@ pub(crate) mod sealed {
             runner: TaskRunner<Self::Fence>,
             connector: Self::Connector,
             statements: &Arc<Statements>,
-            options: &ServerOptions<Self>,
+            options: &ServerOptions<Self::Fence, Self::Options>,
             listen: Listen,
         ) -> DriverTask<Self::Link, Self::Fence>;
     }

@@ -5,33 +5,32 @@
 
 use picolease_core::TableName;
 
-use super::database::sealed::Driver;
 use super::gate::GatedTask;
 use crate::clock::SharedClock;
 
-/// Where the lease rows live, whether to create them, the gated work, the
-/// clock, and the database's own options.
-pub(crate) struct ServerOptions<D: Driver> {
+/// Where the lease rows live, whether to create them, the gated work (of
+/// fence `F`), the clock, and the database's own options `O`.
+pub(crate) struct ServerOptions<F, O> {
     pub(crate) table: TableName,
     pub(crate) auto_create: bool,
-    pub(crate) tasks: Vec<GatedTask<D::Fence>>,
+    pub(crate) tasks: Vec<GatedTask<F>>,
     pub(crate) clock: SharedClock,
-    pub(crate) own: D::Options,
+    pub(crate) own: O,
 }
 
-impl<D: Driver> Default for ServerOptions<D> {
+impl<F, O: Default> Default for ServerOptions<F, O> {
     fn default() -> Self {
         ServerOptions {
             table: TableName::default(),
             auto_create: true,
             tasks: Vec::new(),
             clock: crate::clock::system(),
-            own: D::Options::default(),
+            own: O::default(),
         }
     }
 }
 
-impl<D: Driver> std::fmt::Debug for ServerOptions<D> {
+impl<F, O: std::fmt::Debug> std::fmt::Debug for ServerOptions<F, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerOptions")
             .field("table", &self.table)

@@ -130,11 +130,3 @@ pub struct Started {
     /// What it publishes.
     pub view: View,
 }
-
-/// The snapshots of the lease a lone lease's subscription reads (a set's
-/// subscription has none: its view comes with [`Started`]).
-pub fn lease_snapshots(subscription: &Subscription) -> Result<Snapshots, CliError> {
-    subscription
-        .snapshots()
-        .ok_or_else(|| CliError::runtime("the subscription is a lease set's, not a lease's"))
-}

@@ -18,7 +18,7 @@ mod server;
 pub mod sqlite;
 
 mod contender;
-pub use contender::{lease_snapshots, Contender, Leases, ScopeView, Started, View};
+pub use contender::{Contender, Leases, ScopeView, Started, View};
 
 use std::sync::Arc;
 

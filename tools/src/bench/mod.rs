@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use picolease::{Config, HolderId, Leadership, LeaseName, Subscription, TableName};
 
-use crate::backend::{Backend, Contender, Leases};
+use crate::backend::{Backend, Contender, Leases, View};
 use crate::failure::CliError;
 pub use report::Figures;
 
@@ -111,9 +111,12 @@ fn measure(
 
     let renew_samples = (rounds * 3).clamp(30, picolease::RENEW_SAMPLES);
     progress.step("renew", 0, renew_samples);
-    let (contender, mut changes) = start(backend, table, "renew", "r")?;
+    let started = backend.start(table, Leases::One(config("renew", "r")?), None)?;
+    let (contender, mut changes) = (started.contender, started.transitions);
     until_leader(&mut changes)?;
-    let snapshots = crate::backend::lease_snapshots(&changes)?;
+    let View::Lease(snapshots) = started.view else {
+        unreachable!("one name is a lone lease");
+    };
     let mut bare = Vec::with_capacity(renew_samples);
     let pace = TTL / 4;
     while snapshots.renew_latencies().len() < renew_samples {
