@@ -148,7 +148,7 @@ impl SetView {
     /// only), `time_left()`, `renew_latencies()` (each renewal batch's time)
     /// and `snapshot()`, whose progress and last answer are the set loop's
     /// (it renews every lease). `None` for a lease outside the set.
-    pub fn lease(&self, lease: &LeaseName) -> Option<LeaseView> {
+    pub fn lease_view(&self, lease: &LeaseName) -> Option<LeaseView> {
         let publisher = self.publishers.get(lease)?;
         let config = self.template.for_lease(lease.clone());
         Some(LeaseView::new(config, Arc::clone(publisher)))

@@ -873,7 +873,7 @@ async fn a_gated_task_commits_through_its_fenced_transaction() {
     .table(t.table.clone())
     .start()
     .unwrap();
-    let mut s_watch = set.lease(&s_lease).unwrap().watch();
+    let mut s_watch = set.lease_view(&s_lease).unwrap().watch();
     wait_for(&mut s_watch, "the set leads s", |l| l.is_leader()).await;
     let tx = set.fenced_transaction(&s_lease, &mut conn).await.unwrap();
     assert!(tx.time_left() > Duration::ZERO);

@@ -168,7 +168,7 @@ fn a_sqlite_set_waits_on_one_lease_as_a_lone_lease_does() {
     assert!(led.is_leader());
     assert_eq!(set.leadership(&s0), Some(led.clone()));
     // The same through the lease's own view.
-    let view = set.lease(&s0).expect("s0 is in the set");
+    let view = set.lease_view(&s0).expect("s0 is in the set");
     assert_eq!(
         view.wait_for(Duration::from_secs(1), |l| l.is_leader()),
         Some(led.clone())
@@ -184,7 +184,7 @@ fn a_sqlite_set_waits_on_one_lease_as_a_lone_lease_does() {
     // Giving s0 up is seen by a thread waiting on its view; the next
     // change is this node taking it back once its rest (a ttl) is over.
     let waiter = {
-        let view = set.lease(&s0).unwrap();
+        let view = set.lease_view(&s0).unwrap();
         std::thread::spawn(move || view.wait_for(Duration::from_secs(5), |l| !l.is_leader()))
     };
     set.give_up(&s0);

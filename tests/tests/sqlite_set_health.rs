@@ -125,7 +125,11 @@ fn a_held_sets_readings_turn_by_the_deadline_while_its_loop_is_held() {
         "before the deadline"
     );
     let left = set.time_left(&x).expect("leading x");
-    let until = set.lease(&x).unwrap().leader_until().expect("leading x");
+    let until = set
+        .lease_view(&x)
+        .unwrap()
+        .leader_until()
+        .expect("leading x");
     let waited = Instant::now();
     let ended = set
         .wait_for(&x, Duration::from_secs(30), |l| !l.is_leader())
@@ -147,7 +151,7 @@ fn a_held_sets_readings_turn_by_the_deadline_while_its_loop_is_held() {
             "{lease}"
         );
         assert!(
-            !set.lease(&lease).unwrap().snapshot().is_leader(),
+            !set.lease_view(&lease).unwrap().snapshot().is_leader(),
             "{lease}"
         );
     }

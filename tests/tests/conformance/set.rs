@@ -245,7 +245,7 @@ impl<B: SetBackend, const N: usize> Backend for AsSet<B, N> {
         self.running.lock().unwrap().push(holder);
         let lease = set
             .view()
-            .lease(&lease_name())
+            .lease_view(&lease_name())
             .expect("the set has the shared cases' lease");
         Ok(SetMember {
             set,
