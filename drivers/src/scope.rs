@@ -6,7 +6,7 @@
 //! (one row, single-row statements, the measured floor of DESIGN §4; a
 //! user with one lease never names it); [`SetView`] is a lease set
 //! (batched statements, a fair share between nodes, DESIGN §9; its calls
-//! name a lease). Each builder keeps its scope's [`Plan`](sealed::Scoped::Plan)
+//! name a lease). Each builder keeps its scope's plan ([`LonePlan`], [`SetPlan`])
 //! until `start()`, which asks the scope for the loop's runner and the
 //! view; everything else a handle does is the same code for both.
 

@@ -223,7 +223,7 @@ impl Snapshot {
 }
 
 /// A cloneable reader of one lease's [`Snapshot`], usable from any thread;
-/// from [`LeaseView::snapshots`] or [`crate::Subscription::snapshots`].
+/// from [`LeaseView::snapshots`].
 ///
 /// Wiring it into a service's health check and "who leads" endpoint (the
 /// same answers as `picolease run --listen`), whatever the HTTP framework:
