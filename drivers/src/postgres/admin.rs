@@ -35,6 +35,18 @@ impl<'c> Admin for &'c Client {
     }
 }
 
+/// A shared client, as callers that keep one in an `Arc` pass it (a
+/// generic argument is not coerced to `&Client`).
+impl<'c> Admin for &'c std::sync::Arc<Client> {
+    type Error = PgError;
+    type Session = Session<'c>;
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    async fn session(self, table: &TableName) -> Result<Session<'c>, PgError> {
+        (&**self).session(table).await
+    }
+}
+
 impl AdminSession for Session<'_> {
     type Error = PgError;
 
