@@ -6,7 +6,6 @@
 //! its beginning, which reads, arms and locks in one race with the
 //! deadline.
 
-use std::future::Future;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -14,6 +13,7 @@ use mysql_async::{Conn, Opts, Transaction, TxOpts};
 use tokio::time::Instant;
 
 use super::error::MysqlError;
+use crate::server::fenced::{until, Begun};
 
 /// How long the kill sent at the deadline (a connection and `KILL`) may
 /// take before it is given up; the caller never waits for it.
@@ -160,20 +160,6 @@ fn kill(id: u32, opts: Opts) {
     });
 }
 
-/// How a fenced transaction's beginning ended.
-pub(super) enum Begun<'c> {
-    /// The fence holds: the transaction, its lease row locked and its
-    /// bounds armed.
-    Holds(Transaction<'c>, Session),
-    /// The fence no longer holds: rolled back, the bounds put back.
-    Refused,
-    /// A statement failed: rolled back, the bounds put back if the
-    /// connection allowed.
-    Failed(MysqlError),
-    /// The deadline came first: the session is being killed.
-    Late,
-}
-
 /// Begins a fenced transaction on `conn`: reads the session's bounds,
 /// starts a transaction, arms them to the time left, and runs `check` (the
 /// fence, whose read locks the lease row) with `params`, all before
@@ -183,7 +169,7 @@ pub(super) async fn begin(
     check: String,
     params: Vec<mysql_async::Value>,
     deadline: Instant,
-) -> Begun<'_> {
+) -> Begun<(Transaction<'_>, Session), MysqlError> {
     let (id, opts) = (conn.id(), conn.opts().clone());
     let (bounds, restore) = match until(deadline, Bounds::of(conn)).await {
         Some(Ok(read)) => read,
@@ -218,7 +204,7 @@ pub(super) async fn begin(
         }
     };
     match until(deadline, work).await {
-        Some(Ok(Some(tx))) => Begun::Holds(tx, session),
+        Some(Ok(Some(tx))) => Begun::Holds((tx, session)),
         Some(Ok(None)) => Begun::Refused,
         Some(Err(e)) => Begun::Failed(statement_error(BEGIN, &e)),
         None => {
@@ -235,15 +221,6 @@ pub(super) async fn finish(
 ) -> Result<(), mysql_async::Error> {
     tx.query_drop(&session.restore).await?;
     tx.rollback().await
-}
-
-/// `work`'s outcome, or `None` if `deadline` comes first.
-pub(super) async fn until<T>(deadline: Instant, work: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        outcome = work => Some(outcome),
-        () = tokio::time::sleep_until(deadline) => None,
-    }
 }
 
 /// The server's code and message, if `err` is a statement stopped by a

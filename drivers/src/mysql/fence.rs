@@ -10,6 +10,7 @@ use picolease_core::sql::{Bindings, Statements, Value};
 use picolease_core::{Epoch, HolderId, LeaseName};
 
 use super::error::MysqlError;
+use crate::server::fenced::Refuses;
 
 /// The fence of one term: a condition true while `holder` holds `lease` at
 /// `epoch`, unexpired, on the database's clock. AND [`Fence::condition`]
@@ -97,9 +98,12 @@ impl Fence {
     pub fn params(&self) -> Vec<mysql_async::Value> {
         self.params.clone()
     }
+}
 
-    /// The error that refuses or ends a fenced transaction of this term.
-    pub(super) fn over(&self, reason: &str) -> MysqlError {
+impl Refuses for Fence {
+    type Error = MysqlError;
+
+    fn over(&self, reason: &str) -> MysqlError {
         MysqlError::Fenced {
             lease: self.lease.clone(),
             epoch: self.epoch.get(),

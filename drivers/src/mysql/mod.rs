@@ -83,9 +83,10 @@ mod link;
 mod transaction;
 mod wake;
 
-pub use admin::{
-    force_release, init, lease_row, request_hand_over, run_statement, status, withdraw_hand_over,
+pub use crate::server::admin::{
+    force_release, lease_row, request_hand_over, status, withdraw_hand_over,
 };
+pub use admin::{init, run_statement};
 pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;

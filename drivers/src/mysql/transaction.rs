@@ -10,9 +10,10 @@ use mysql_async::{Conn, Params, Transaction};
 use picolease_core::LeaseName;
 use tokio::time::Instant;
 
-use super::bounds::{begin, cut_by_the_server, finish, statement_error, until, Begun, Session};
+use super::bounds::{begin, cut_by_the_server, finish, statement_error, Session};
 use super::error::MysqlError;
 use super::fence::Fence;
+use crate::server::fenced::{open, until, Refuses};
 
 /// A transaction fenced by a lease term and bounded by the leader's
 /// deadline, opened with [`Fence::transaction`] (or
@@ -312,24 +313,17 @@ impl Fence {
         conn: &'c mut Conn,
         deadline: Instant,
     ) -> Result<FencedTransaction<'c>, MysqlError> {
-        if deadline <= Instant::now() {
-            return Err(self.over("the leader's deadline had passed before it began"));
-        }
         let check = format!("SELECT {}", self.condition());
-        match begin(conn, check, self.params(), deadline).await {
-            Begun::Holds(tx, session) => Ok(FencedTransaction {
-                tx,
-                fence: self.clone(),
-                deadline,
-                session,
-                over: false,
-                failed: None,
-            }),
-            Begun::Refused => Err(self
-                .over("the fence no longer holds (the lease was taken over, released or lapsed)")),
-            Begun::Failed(e) => Err(e),
-            Begun::Late => Err(self.over("the leader's deadline passed while it began")),
-        }
+        let begun = begin(conn, check, self.params(), deadline);
+        let (tx, session) = open(self, deadline, begun).await?;
+        Ok(FencedTransaction {
+            tx,
+            fence: self.clone(),
+            deadline,
+            session,
+            over: false,
+            failed: None,
+        })
     }
 }
 

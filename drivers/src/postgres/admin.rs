@@ -1,15 +1,15 @@
 //! Administrative statements, for the CLI and for operators: create the
-//! table, read the leases, force a lease free, ask for a handover. Each
-//! takes a connected client (see [`PgConnector::connect_client`](super::PgConnector::connect_client));
-//! all but `init` are `server/admin.rs`'s, run on it.
+//! table (`init`, here), and run `server/admin.rs`'s (read the leases,
+//! force a lease free, ask for a handover) on a connected client (see
+//! [`PgConnector::connect_client`](super::PgConnector::connect_client)).
 
-use picolease_core::sql::{Bindings, Cell, Dialect, LeaseRow, Statement, Statements};
-use picolease_core::{Epoch, LeaseName, TableName};
+use picolease_core::sql::{Dialect, Statements};
+use picolease_core::TableName;
 use tokio_postgres::Client;
 
 use super::cells::{rows_to_cells, typed};
 use super::error::PgError;
-use crate::server::admin::{self, AdminSession};
+use crate::server::admin::{Admin, AdminSession, Call, Rows};
 
 /// Creates the lease table if it does not exist (`init`), and the unique
 /// index on `(name, epoch)` that orders fenced transactions before a
@@ -17,126 +17,45 @@ use crate::server::admin::{self, AdminSession};
 /// see [`Statements::create_index`]). Idempotent, and safe to run from
 /// several nodes at once.
 pub async fn init(client: &Client, table: &TableName) -> Result<(), PgError> {
-    create_table(client, &statements(table)).await
-}
-
-/// Every lease in the table, by name, with time left on the database's
-/// clock. A missing table is [`PgError::MissingTable`]; a malformed row is
-/// [`PgError::Row`] naming it.
-pub async fn status(client: &Client, table: &TableName) -> Result<Vec<LeaseRow>, PgError> {
-    admin::status(&mut Session(client, table.to_string()), &statements(table)).await
-}
-
-/// One lease's row, if it exists, as [`status`] reads every row: for a
-/// tool that watches one lease (`picolease handover`) on one connection.
-/// A missing table is [`PgError::MissingTable`].
-pub async fn lease_row(
-    client: &Client,
-    table: &TableName,
-    lease: &LeaseName,
-) -> Result<Option<LeaseRow>, PgError> {
-    admin::lease_row(
-        &mut Session(client, table.to_string()),
-        &statements(table),
-        lease,
-        "status",
-    )
-    .await
-}
-
-/// Frees `lease` whoever holds it, bumping the epoch so the old holder's
-/// renewals and fenced writes are rejected (it demotes with reason `lost`),
-/// and notifies waiting contenders. The epoch bump waits for the holder's
-/// open fenced transactions to end (they hold the row `FOR KEY SHARE`), so
-/// their writes are ordered before it. Returns the new epoch, or `None` when
-/// there is no such lease. A malformed row is left untouched by the
-/// statement itself and reported as [`PgError::Row`].
-pub async fn force_release(
-    client: &Client,
-    table: &TableName,
-    lease: &LeaseName,
-) -> Result<Option<Epoch>, PgError> {
-    admin::force_release(
-        &mut Session(client, table.to_string()),
-        &statements(table),
-        lease,
-    )
-    .await
-}
-
-/// Asks the holder of term `epoch` of `lease` to hand it over to node `to`
-/// (`""`: to whoever comes next; DESIGN §3 "Planned handover"): writes
-/// the request row, which the holder reads with its next renewal. A
-/// request for a term that has ended changes nothing. Pick the epoch with
-/// [`term_to_hand_over`](picolease_core::sql::term_to_hand_over).
-pub async fn request_hand_over(
-    client: &Client,
-    table: &TableName,
-    lease: &LeaseName,
-    epoch: Epoch,
-    to: &str,
-) -> Result<(), PgError> {
-    let statements = statements(table);
-    let statement = statements.request_hand_over();
-    admin::on_request(
-        &mut Session(client, table.to_string()),
-        statement,
-        "hand over",
-        lease,
-        epoch,
-        to,
-    )
-    .await
-}
-
-/// Withdraws the request to hand term `epoch` of `lease` over, if the
-/// request row still names that term (`picolease handover` once the term
-/// has ended, or when the holder did not act in time: a request left in
-/// place would fire at the holder's next renewal, whenever that is).
-pub async fn withdraw_hand_over(
-    client: &Client,
-    table: &TableName,
-    lease: &LeaseName,
-    epoch: Epoch,
-) -> Result<(), PgError> {
-    let statements = statements(table);
-    let statement = statements.withdraw_hand_over();
-    let what = "withdraw hand over";
-    admin::on_request(
-        &mut Session(client, table.to_string()),
-        statement,
-        what,
-        lease,
-        epoch,
-        "",
-    )
-    .await
-}
-
-fn statements(table: &TableName) -> Statements {
-    Statements::new(Dialect::Postgres, table)
+    create_table(client, &Statements::new(Dialect::Postgres, table)).await
 }
 
 /// A client as an administrative session: each statement unnamed with
 /// typed parameters (one round trip, and nothing left on the session for
 /// a pooler to mix up), its rows as cells; the table named in errors.
-struct Session<'c>(&'c Client, String);
+pub struct Session<'c>(&'c Client, String);
+
+impl<'c> Admin for &'c Client {
+    type Error = PgError;
+    type Session = Session<'c>;
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    async fn session(self, table: &TableName) -> Result<Session<'c>, PgError> {
+        Ok(Session(self, table.to_string()))
+    }
+}
+
+/// A shared client, as callers that keep one in an `Arc` pass it (a
+/// generic argument is not coerced to `&Client`).
+impl<'c> Admin for &'c std::sync::Arc<Client> {
+    type Error = PgError;
+    type Session = Session<'c>;
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    async fn session(self, table: &TableName) -> Result<Session<'c>, PgError> {
+        (&**self).session(table).await
+    }
+}
 
 impl AdminSession for Session<'_> {
     type Error = PgError;
 
-    async fn rows(
-        &mut self,
-        during: &'static str,
-        statement: &Statement,
-        bindings: &Bindings<'_>,
-        epoch: Option<Epoch>,
-    ) -> Result<Vec<Vec<Cell>>, PgError> {
+    async fn rows(&mut self, during: &'static str, call: Call<'_>) -> Result<Rows, PgError> {
         let fail = |e: tokio_postgres::Error| PgError::from_statement(during, &self.1, &e);
-        let values: Vec<_> = statement.bind(bindings, epoch).collect();
+        let values: Vec<_> = call.statement.bind(call.bindings, call.epoch).collect();
         let rows = self
             .0
-            .query_typed(statement.sql(), &typed(statement, &values))
+            .query_typed(call.statement.sql(), &typed(call.statement, &values))
             .await
             .map_err(fail)?;
         rows_to_cells(&rows).map_err(fail)

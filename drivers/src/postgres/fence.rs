@@ -173,6 +173,14 @@ impl Fence {
     }
 }
 
+impl crate::server::fenced::Refuses for Fence {
+    type Error = PgError;
+
+    fn over(&self, reason: &str) -> PgError {
+        Fence::over(self, reason)
+    }
+}
+
 impl crate::server::TermFence for Fence {
     fn for_term(
         statements: &Statements,

@@ -110,7 +110,10 @@ mod statement;
 mod task;
 mod transaction;
 
-pub use admin::{force_release, init, lease_row, request_hand_over, status, withdraw_hand_over};
+pub use crate::server::admin::{
+    force_release, lease_row, request_hand_over, status, withdraw_hand_over,
+};
+pub use admin::init;
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};
 pub use error::PgError;
 pub use fence::Fence;

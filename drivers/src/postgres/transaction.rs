@@ -5,7 +5,6 @@
 //! `LeaderContext::fenced_transaction`, a handle through
 //! `PgLease::fenced_transaction` (both in `handle.rs`).
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -17,6 +16,7 @@ use tokio_postgres::{CancelToken, Client, NoTls, Row, ToStatement, Transaction};
 
 use super::error::PgError;
 use super::fence::Fence;
+use crate::server::fenced::{open, until, Begun};
 
 /// How long a cancel request sent at the deadline may take before it is
 /// given up (it is never waited for by the caller).
@@ -230,15 +230,6 @@ pub(super) fn timeouts(left: Duration) -> String {
     )
 }
 
-/// `work`'s outcome, or `None` if `deadline` comes first.
-pub(super) async fn until<T>(deadline: Instant, work: impl Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        outcome = work => Some(outcome),
-        () = tokio::time::sleep_until(deadline) => None,
-    }
-}
-
 /// An error of the application's own statement: its SQLSTATE and message,
 /// or the connection's failure (not sorted like the lease statements',
 /// which name the lease table).
@@ -328,45 +319,41 @@ impl Fence {
         deadline: Instant,
     ) -> Result<FencedTransaction<'c>, PgError> {
         let cancel = client.cancel_token();
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(self.over("the leader's deadline had passed before it began"));
-        }
         let check = format!("SELECT {}", self.condition(1));
         let params = self.typed_params();
-        let bounds = timeouts(left);
-        let begin = async {
-            let tx = client.transaction().await?;
-            let (_, row) = try_join(
-                tx.batch_execute(&bounds),
-                // Unnamed: one round trip, and safe behind a pooler.
-                tx.query_typed_one(check.as_str(), &params),
-            )
-            .await?;
-            let holds: bool = row.try_get(0)?;
-            Ok::<_, tokio_postgres::Error>((tx, holds))
+        let begun = async {
+            let bounds = timeouts(deadline.saturating_duration_since(Instant::now()));
+            let begin = async {
+                let tx = client.transaction().await?;
+                let (_, row) = try_join(
+                    tx.batch_execute(&bounds),
+                    // Unnamed: one round trip, and safe behind a pooler.
+                    tx.query_typed_one(check.as_str(), &params),
+                )
+                .await?;
+                let holds: bool = row.try_get(0)?;
+                Ok::<_, tokio_postgres::Error>((tx, holds))
+            };
+            match until(deadline, begin).await {
+                Some(Ok((tx, true))) => Begun::Holds(tx),
+                // Dropping the transaction rolls it back.
+                Some(Ok((_, false))) => Begun::Refused,
+                Some(Err(e)) => Begun::Failed(statement_error("begin of a fenced transaction", &e)),
+                None => {
+                    self.send_cancel(cancel.clone());
+                    Begun::Late
+                }
+            }
         };
-        match until(deadline, begin).await {
-            Some(Ok((tx, true))) => Ok(FencedTransaction {
-                tx,
-                cancel,
-                fence: self.clone(),
-                deadline,
-                over: AtomicBool::new(false),
-                failed: Mutex::new(None),
-            }),
-            Some(Ok((tx, false))) => {
-                drop(tx);
-                Err(self.over(
-                    "the fence no longer holds (the lease was taken over, released or lapsed)",
-                ))
-            }
-            Some(Err(e)) => Err(statement_error("begin of a fenced transaction", &e)),
-            None => {
-                self.send_cancel(cancel);
-                Err(self.over("the leader's deadline passed while it began"))
-            }
-        }
+        let tx = open(self, deadline, begun).await?;
+        Ok(FencedTransaction {
+            tx,
+            cancel,
+            fence: self.clone(),
+            deadline,
+            over: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        })
     }
 
     /// Asks the server to cancel whatever runs on the connection of

@@ -3,7 +3,8 @@
 //! (`contender.rs`) with the options they share (`options.rs`), one tokio
 //! task per handle (`driver.rs`), each lease's work behind its gate
 //! (`gate.rs`), the handle's side of the task (`task.rs`), the reconnect
-//! backoff (`backoff.rs`), the administrative statements (`admin.rs`). A
+//! backoff (`backoff.rs`), the administrative statements (`admin.rs`),
+//! the opening of a fenced transaction (`fenced.rs`). A
 //! database (`database.rs`) brings only its connector, its own options,
 //! its statement connection (a `Link`), its fence, how one statement runs
 //! on an administrative session and, where it has them, release notices.
@@ -19,6 +20,7 @@ pub(crate) mod backoff;
 mod contender;
 mod database;
 pub(crate) mod driver;
+pub(crate) mod fenced;
 pub(crate) mod gate;
 pub(crate) mod options;
 pub(crate) mod task;
@@ -32,6 +34,7 @@ use picolease_core::{BatchReply, Epoch, Failure, HolderId, LeaseName, Reply, Row
 
 use picolease_core::engine::{Answer, Ran, Statement};
 
+pub use admin::{force_release, lease_row, request_hand_over, status, withdraw_hand_over, Admin};
 pub use contender::{Builder, Contender};
 pub(crate) use database::{sealed::Driver, Listen};
 pub use database::{Connects, Database};

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use picolease::mysql::{self, MysqlConnector, MysqlError};
 use picolease::sql::LeaseRow;
-use picolease::{Epoch, LeaseName, TableName};
+use picolease::{LeaseName, TableName};
 
-use super::server;
+use super::server::{self, AdminTarget};
+pub use super::server::{force_release, request_hand_over, withdraw_hand_over};
 use super::{runtime, Leases, Started};
 use crate::failure::CliError;
 use crate::term::child::Gated;
@@ -73,6 +74,19 @@ fn named(target: &Target, error: MysqlError) -> CliError {
     }
 }
 
+/// The administrative commands connect from the target's connector.
+impl AdminTarget for Target {
+    type Admin<'a> = &'a MysqlConnector;
+    type Error = MysqlError;
+
+    fn admin<T>(
+        &self,
+        op: impl for<'a> AsyncFnOnce(&'a MysqlConnector) -> Result<T, MysqlError>,
+    ) -> Result<T, CliError> {
+        admin(self, op)
+    }
+}
+
 /// `init`: creates the table if missing.
 pub fn init(target: &Target, table: &TableName) -> Result<(), CliError> {
     admin(target, async |c| mysql::init(c, table).await)
@@ -126,42 +140,6 @@ impl Drop for RowWatch {
             let _ = self.runtime.block_on(conn.disconnect());
         }
     }
-}
-
-/// `handover`: writes the request row.
-pub fn request_hand_over(
-    target: &Target,
-    table: &TableName,
-    lease: &LeaseName,
-    epoch: Epoch,
-    to: &str,
-) -> Result<(), CliError> {
-    admin(target, async |c| {
-        mysql::request_hand_over(c, table, lease, epoch, to).await
-    })
-}
-
-/// `handover`: withdraws the request row if it still names `epoch`.
-pub fn withdraw_hand_over(
-    target: &Target,
-    table: &TableName,
-    lease: &LeaseName,
-    epoch: Epoch,
-) -> Result<(), CliError> {
-    admin(target, async |c| {
-        mysql::withdraw_hand_over(c, table, lease, epoch).await
-    })
-}
-
-/// `release --force`: the epoch it was held at, or `None`.
-pub fn force_release(
-    target: &Target,
-    table: &TableName,
-    lease: &LeaseName,
-) -> Result<Option<Epoch>, CliError> {
-    admin(target, async |c| {
-        mysql::force_release(c, table, lease).await
-    })
 }
 
 /// Checks that the server answers and the login works (by creating the

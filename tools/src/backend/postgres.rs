@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use picolease::postgres::{self, PgConnector, PgError};
 use picolease::sql::LeaseRow;
-use picolease::{redact_url, Epoch, LeaseName, TableName};
+use picolease::{redact_url, LeaseName, TableName};
 
-use super::server;
+use super::server::{self, AdminTarget};
+pub use super::server::{force_release, request_hand_over, withdraw_hand_over};
 use super::{runtime, Leases, Started};
 use crate::failure::CliError;
 use crate::term::child::Gated;
@@ -96,6 +97,19 @@ fn with_client<T>(
     })
 }
 
+/// The administrative commands run on a client of their own.
+impl AdminTarget for Target {
+    type Admin<'a> = &'a tokio_postgres::Client;
+    type Error = PgError;
+
+    fn admin<T>(
+        &self,
+        op: impl for<'a> AsyncFnOnce(&'a tokio_postgres::Client) -> Result<T, PgError>,
+    ) -> Result<T, CliError> {
+        with_client(self, op)
+    }
+}
+
 /// `init`: creates the table if missing.
 pub fn init(target: &Target, table: &TableName) -> Result<(), CliError> {
     with_client(target, async |client| postgres::init(client, table).await)
@@ -138,43 +152,6 @@ impl RowWatch {
         let read = postgres::lease_row(&self.client, &self.table, lease);
         Ok(self.runtime.block_on(read)?)
     }
-}
-
-/// `handover`: writes the request row.
-pub fn request_hand_over(
-    target: &Target,
-    table: &TableName,
-    lease: &LeaseName,
-    epoch: Epoch,
-    to: &str,
-) -> Result<(), CliError> {
-    with_client(target, async |client| {
-        postgres::request_hand_over(client, table, lease, epoch, to).await
-    })
-}
-
-/// `handover`: withdraws the request row if it still names `epoch`.
-pub fn withdraw_hand_over(
-    target: &Target,
-    table: &TableName,
-    lease: &LeaseName,
-    epoch: Epoch,
-) -> Result<(), CliError> {
-    with_client(target, async |client| {
-        postgres::withdraw_hand_over(client, table, lease, epoch).await
-    })
-}
-
-/// `release --force`: the new epoch, or `None` when there is no such lease
-/// (the statement leaves a malformed row as it is; the driver reports it).
-pub fn force_release(
-    target: &Target,
-    table: &TableName,
-    lease: &LeaseName,
-) -> Result<Option<Epoch>, CliError> {
-    with_client(target, async |client| {
-        postgres::force_release(client, table, lease).await
-    })
 }
 
 /// Starts the driver for `leases` on `table` (one name on a lone lease's

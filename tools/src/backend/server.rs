@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use futures::future::{BoxFuture, FutureExt};
 use picolease::server::{self, Connects, Database, LeaderContext};
 use picolease::set::SetView;
-use picolease::{LeaseName, LeaseView, Subscription, TableName, Term};
+use picolease::{Epoch, LeaseName, LeaseView, Subscription, TableName, Term};
 use tokio::runtime::Runtime;
 
 use super::{Contender, Leases, ScopeView, Started};
@@ -236,4 +236,54 @@ impl Contender for ServerContender {
     fn abort(self: Box<Self>) {
         let _ = (*self).end(Ask::Abort);
     }
+}
+
+/// A server database's target as the administrative commands reach it:
+/// what runs one call there (a PostgreSQL client, a MySQL connector), on
+/// a runtime of its own, with the server named in a connection failure.
+pub(crate) trait AdminTarget {
+    /// What the driver's administrative functions run on.
+    type Admin<'a>: server::Admin<Error = Self::Error>
+    where
+        Self: 'a;
+    /// The database's error type.
+    type Error;
+
+    /// Runs `op` on this target.
+    fn admin<T>(
+        &self,
+        op: impl for<'a> AsyncFnOnce(Self::Admin<'a>) -> Result<T, Self::Error>,
+    ) -> Result<T, CliError>;
+}
+
+/// `handover`: writes the request row.
+pub fn request_hand_over<A: AdminTarget>(
+    target: &A,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+    to: &str,
+) -> Result<(), CliError> {
+    target.admin(async |admin| server::request_hand_over(admin, table, lease, epoch, to).await)
+}
+
+/// `handover`: withdraws the request row if it still names `epoch`.
+pub fn withdraw_hand_over<A: AdminTarget>(
+    target: &A,
+    table: &TableName,
+    lease: &LeaseName,
+    epoch: Epoch,
+) -> Result<(), CliError> {
+    target.admin(async |admin| server::withdraw_hand_over(admin, table, lease, epoch).await)
+}
+
+/// `release --force`: the epoch the driver reports (PostgreSQL's new one,
+/// MySQL's the lease was held at), or `None` when there is no such lease
+/// (the statement leaves a malformed row as it is; the driver reports it).
+pub fn force_release<A: AdminTarget>(
+    target: &A,
+    table: &TableName,
+    lease: &LeaseName,
+) -> Result<Option<Epoch>, CliError> {
+    target.admin(async |admin| server::force_release(admin, table, lease).await)
 }
