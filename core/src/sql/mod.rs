@@ -468,6 +468,27 @@ impl Statements {
         &self.fence
     }
 
+    /// The fence of `holder` on `lease` at `epoch` as a driver binds it:
+    /// the condition's text and its placeholders' values, in order, each
+    /// made a driver's own value by `value`. The one place the fence's
+    /// bindings are made, for every driver's `Fence`.
+    pub fn fence_bound<T>(
+        &self,
+        lease: &LeaseName,
+        holder: &HolderId,
+        epoch: Epoch,
+        value: impl Fn(Value<'_>) -> T,
+    ) -> (&str, Vec<T>) {
+        let bindings = Bindings {
+            lease: lease.as_str(),
+            holder: holder.as_str(),
+            ttl_millis: 0,
+            ..Bindings::default()
+        };
+        let values = self.fence.bind(&bindings, Some(epoch)).map(value).collect();
+        (self.fence.sql(), values)
+    }
+
     /// The fence with PostgreSQL placeholders starting at `$first` (SQLite
     /// placeholders are positional `?`, so this is the same text there).
     pub fn fence_from(&self, first: usize) -> Statement {

@@ -6,7 +6,7 @@
 //! at all. Fenced transactions, opened from a fence and bounded by the
 //! leader's deadline, are in `transaction.rs`.
 
-use picolease_core::sql::{Bindings, Statements, Value};
+use picolease_core::sql::{Statements, Value};
 use picolease_core::{Epoch, HolderId, LeaseName};
 
 use super::error::MysqlError;
@@ -61,22 +61,12 @@ impl Fence {
         holder: &HolderId,
         epoch: Epoch,
     ) -> Self {
-        let statement = statements.fence();
-        let bindings = Bindings {
-            lease: lease.as_str(),
-            holder: holder.as_str(),
-            ttl_millis: 0,
-            ..Bindings::default()
-        };
-        let params = statement
-            .bind(&bindings, Some(epoch))
-            .map(|v| match v {
-                Value::Text(s) => mysql_async::Value::Bytes(s.as_bytes().to_vec()),
-                Value::Int(n) => mysql_async::Value::Int(n),
-            })
-            .collect();
+        let (sql, params) = statements.fence_bound(lease, holder, epoch, |v| match v {
+            Value::Text(s) => mysql_async::Value::Bytes(s.as_bytes().to_vec()),
+            Value::Int(n) => mysql_async::Value::Int(n),
+        });
         Fence {
-            sql: statement.sql().to_string(),
+            sql: sql.to_string(),
             params,
             lease: lease.to_string(),
             epoch,

@@ -16,7 +16,7 @@ use futures::FutureExt;
 use mysql_async::consts::ColumnType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params};
-use picolease_core::sql::{BatchBindings, Cell, ReadOrder, Statement, Statements, Value};
+use picolease_core::sql::{Cell, ReadOrder, Statement, Statements, Value};
 use picolease_core::Operation;
 use tokio::time::Instant;
 
@@ -195,12 +195,7 @@ impl Link {
             }
             picolease_core::engine::Statement::Batch(batch) => {
                 let json = batch.json();
-                let bindings = BatchBindings {
-                    holder: binding.holder.as_str(),
-                    ttl_millis: binding.ttl_millis,
-                    batch: &json,
-                    stale_millis: binding.stale_millis,
-                };
+                let bindings = binding.batch_bindings(&json);
                 let sql = statements.for_batch(batch.kind);
                 let values = sql.bind_batch(&bindings).collect();
                 let read = sql

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use picolease_core::sql::BatchBindings;
 use picolease_core::{Failure, RowError};
 
 use super::error::PgError;
@@ -80,12 +79,7 @@ async fn execute(link: &Link, binding: Binding, statement: Statement) -> (Answer
         }
         Statement::Batch(batch) => {
             let json = batch.json();
-            let bindings = BatchBindings {
-                holder: binding.holder.as_str(),
-                ttl_millis: binding.ttl_millis,
-                batch: &json,
-                stale_millis: binding.stale_millis,
-            };
+            let bindings = binding.batch_bindings(&json);
             link.execute_batch(batch.kind, &bindings, deadline, binding.timeout)
                 .await
         }

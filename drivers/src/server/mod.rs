@@ -69,6 +69,19 @@ pub(crate) struct Binding {
 }
 
 impl Binding {
+    /// A batch's values, its items being `json` (the batch's own text).
+    pub(crate) fn batch_bindings<'a>(
+        &'a self,
+        json: &'a str,
+    ) -> picolease_core::sql::BatchBindings<'a> {
+        picolease_core::sql::BatchBindings {
+            holder: self.holder.as_str(),
+            ttl_millis: self.ttl_millis,
+            batch: json,
+            stale_millis: self.stale_millis,
+        }
+    }
+
     /// The single-row statement's values.
     pub(crate) fn bindings(&self) -> picolease_core::sql::Bindings<'_> {
         picolease_core::sql::Bindings {

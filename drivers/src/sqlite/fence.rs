@@ -3,7 +3,7 @@
 //! a fenced write against a successor's acquire: whichever commits first is
 //! seen by the other.
 
-use picolease_core::sql::{Bindings, Statement, Statements, Value};
+use picolease_core::sql::{Statements, Value};
 use picolease_core::{Epoch, HolderId, LeaseName};
 
 /// The fence of one term: a condition true while `holder` holds `lease` at
@@ -25,22 +25,12 @@ impl Fence {
         holder: &HolderId,
         epoch: Epoch,
     ) -> Self {
-        let statement: &Statement = statements.fence();
-        let bindings = Bindings {
-            lease: lease.as_str(),
-            holder: holder.as_str(),
-            ttl_millis: 0,
-            ..Bindings::default()
-        };
-        let params = statement
-            .bind(&bindings, Some(epoch))
-            .map(|v| match v {
-                Value::Text(s) => rusqlite::types::Value::Text(s.to_string()),
-                Value::Int(n) => rusqlite::types::Value::Integer(n),
-            })
-            .collect();
+        let (sql, params) = statements.fence_bound(lease, holder, epoch, |v| match v {
+            Value::Text(s) => rusqlite::types::Value::Text(s.to_string()),
+            Value::Int(n) => rusqlite::types::Value::Integer(n),
+        });
         Fence {
-            sql: statement.sql().to_string(),
+            sql: sql.to_string(),
             params,
             epoch,
         }
