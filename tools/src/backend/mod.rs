@@ -231,9 +231,23 @@ impl Backend {
         match self {
             Backend::Sqlite(location) => sqlite::start(location, table, leases, gated),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(target) => postgres::start(target, table, leases, gated),
+            Backend::Postgres(target) => server::start::<picolease::postgres::Postgres>(
+                postgres::checked_runtime(target)?,
+                "PostgreSQL",
+                target.connector().clone(),
+                table,
+                leases,
+                gated,
+            ),
             #[cfg(feature = "mysql")]
-            Backend::Mysql(target) => mysql::start(target, table, leases, gated),
+            Backend::Mysql(target) => server::start::<picolease::mysql::Mysql>(
+                mysql::checked_runtime(target, table)?,
+                "MySQL",
+                target.connector().clone(),
+                table,
+                leases,
+                gated,
+            ),
         }
     }
 }

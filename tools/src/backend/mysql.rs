@@ -6,17 +6,14 @@
 //! subscription, so event printing and the `-- CMD` child are the same
 //! code on every backend.
 
-use std::sync::Arc;
-
 use picolease::mysql::{self, MysqlConnector, MysqlError};
 use picolease::sql::LeaseRow;
 use picolease::{LeaseName, TableName};
 
-use super::server::{self, AdminTarget};
+use super::runtime;
+use super::server::AdminTarget;
 pub use super::server::{force_release, request_hand_over, withdraw_hand_over};
-use super::{runtime, Leases, Started};
 use crate::failure::CliError;
-use crate::term::child::Gated;
 
 /// A validated `mysql://` or `mariadb://` URL.
 #[derive(Clone, Debug)]
@@ -142,26 +139,14 @@ impl Drop for RowWatch {
     }
 }
 
-/// Checks that the server answers and the login works (by creating the
-/// table, which the driver would do anyway): an unreachable server or a
-/// refused login is reported at once, not retried for ever.
-fn check(target: &Target, table: &TableName) -> Result<tokio::runtime::Runtime, CliError> {
+/// The driver's runtime, once the server has answered and the login
+/// worked (by creating the table, which the driver would do anyway): an
+/// unreachable server or a refused login is reported at once, not retried
+/// for ever.
+pub fn checked_runtime(
+    target: &Target,
+    table: &TableName,
+) -> Result<tokio::runtime::Runtime, CliError> {
     init(target, table)?;
     runtime()
 }
-
-/// Starts the driver for `leases` on `table` (one name on a lone lease's
-/// handle, several on a set's), with `gated` (CMD) as each term's work.
-pub fn start(
-    target: &Target,
-    table: &TableName,
-    leases: Leases,
-    gated: Option<Arc<Gated>>,
-) -> Result<Started, CliError> {
-    let runtime = check(target, table)?;
-    let connector = target.connector.clone();
-    server::start::<picolease::mysql::Mysql>(runtime, DATABASE, connector, table, leases, gated)
-}
-
-/// The database's name in messages and the driver thread's name.
-const DATABASE: &str = "MySQL";

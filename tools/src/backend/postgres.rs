@@ -8,17 +8,14 @@
 //! a [`Contender`](super::Contender), so event printing and the `-- CMD`
 //! child are the same code on every backend.
 
-use std::sync::Arc;
-
 use picolease::postgres::{self, PgConnector, PgError};
 use picolease::sql::LeaseRow;
 use picolease::{redact_url, LeaseName, TableName};
 
-use super::server::{self, AdminTarget};
+use super::runtime;
+use super::server::AdminTarget;
 pub use super::server::{force_release, request_hand_over, withdraw_hand_over};
-use super::{runtime, Leases, Started};
 use crate::failure::CliError;
-use crate::term::child::Gated;
 
 /// A `postgres://` URL, parsed once into the connector every command of
 /// this backend uses (`run`'s driver, the admin commands, `bench`), beside
@@ -154,24 +151,12 @@ impl RowWatch {
     }
 }
 
-/// Starts the driver for `leases` on `table` (one name on a lone lease's
-/// handle, several on a set's), with `gated` (CMD) as each term's work.
-/// Connects once first, so that an unreachable server or a refused login
-/// is reported at once (exit 1 or 2) rather than retried for ever; after
+/// The driver's runtime, once the server has answered: connects once
+/// first, so that an unreachable server or a refused login is reported at
+/// once (exit 1 or 2) rather than retried for ever by the driver; after
 /// that, outages are the driver's to ride out.
-pub fn start(
-    target: &Target,
-    table: &TableName,
-    leases: Leases,
-    gated: Option<Arc<Gated>>,
-) -> Result<Started, CliError> {
+pub fn checked_runtime(target: &Target) -> Result<tokio::runtime::Runtime, CliError> {
     let runtime = runtime()?;
     runtime.block_on(async { connect(target.connector(), target).await.map(drop) })?;
-    let connector = target.connector().clone();
-    server::start::<picolease::postgres::Postgres>(
-        runtime, DATABASE, connector, table, leases, gated,
-    )
+    Ok(runtime)
 }
-
-/// The database's name in messages and the driver thread's name.
-const DATABASE: &str = "PostgreSQL";
