@@ -205,16 +205,7 @@ impl MysqlError {
                 }
             }
             _ => {
-                let mut reason = err.to_string();
-                let mut source = std::error::Error::source(err);
-                while let Some(cause) = source {
-                    let cause_text = cause.to_string();
-                    if !reason.contains(&cause_text) {
-                        reason.push_str(": ");
-                        reason.push_str(&cause_text);
-                    }
-                    source = cause.source();
-                }
+                let reason = crate::server::with_causes(err);
                 MysqlError::Connect { reason }
             }
         }

@@ -166,6 +166,23 @@ pub(crate) trait TermFence: Clone + Send + Sync + 'static {
     ) -> Self;
 }
 
+/// `err`'s message with every cause its own text leaves out, joined by
+/// `: ` (tokio-postgres and mysql_async leave "Connection refused" or
+/// "failed to lookup address" out of their own messages).
+pub(crate) fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut reason = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !reason.contains(&cause_text) {
+            reason.push_str(": ");
+            reason.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    reason
+}
+
 /// The name of an operation in messages.
 pub(crate) fn operation_name(operation: picolease_core::Operation) -> &'static str {
     use picolease_core::Operation;
