@@ -23,6 +23,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+/// Plain SQL on the test MariaDB server, shared with the CLI tests.
+#[path = "../../tools/tests/support/mysql.rs"]
+#[allow(dead_code)]
+mod mysql;
+
 const BOUND_MS: u64 = 50;
 const PAUSES: usize = 20;
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -152,28 +157,6 @@ fn pauses(case: &str, url: &str, table: Option<&str>) -> Vec<u64> {
     delays
 }
 
-fn mysql(sql: &str) {
-    let out = Command::new("mysql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-P",
-            "3306",
-            "-u",
-            "root",
-            "test",
-            "-e",
-            sql,
-        ])
-        .output()
-        .expect("the mysql client runs");
-    assert!(
-        out.status.success(),
-        "MariaDB at 127.0.0.1:3306 must be running: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn psql(sql: &str) {
     let out = Command::new("psql")
         .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c", sql])
@@ -192,7 +175,7 @@ fn a_paused_leaders_watch_says_follower_within_50_ms_of_sigcont() {
     let table = format!("pl_watch_pause_{}", std::process::id());
     let drop = format!("DROP TABLE IF EXISTS {table}");
     psql(&drop);
-    mysql(&drop);
+    mysql::sql("test", &drop);
     let dir = tempfile::tempdir().unwrap();
     let sqlite = format!("sqlite://{}", dir.path().join("watch.db").display());
     let cases: Vec<(&str, String, Option<String>)> = vec![
@@ -222,6 +205,6 @@ fn a_paused_leaders_watch_says_follower_within_50_ms_of_sigcont() {
         .filter_map(|(case, thread)| thread.join().is_err().then_some(case))
         .collect();
     psql(&drop);
-    mysql(&drop);
+    mysql::sql("test", &drop);
     assert!(failed.is_empty(), "failed (see above): {failed:?}");
 }

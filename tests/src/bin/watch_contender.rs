@@ -8,7 +8,10 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use picolease::{unique_holder_id, Config, Leadership, LeaseName, TableName};
+use picolease::mysql::MysqlLease;
+use picolease::postgres::PgLease;
+use picolease::server::{Builder, Database};
+use picolease::{unique_holder_id, Config, Leadership, LeaseName, LeaseView, TableName};
 use tokio::sync::watch;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,28 +31,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let lease = SqliteLease::builder(config, Database::file(path)).start()?;
         runtime.block_on(print_changes(lease.watch()));
     } else if url.starts_with("postgres://") {
-        use picolease::postgres::{PgConnector, PgLease};
-        let mut builder = PgLease::builder(config, PgConnector::new(&url)?);
-        if let Some(table) = table {
-            builder = builder.table(table);
-        }
-        runtime.block_on(async {
-            let lease = builder.start()?;
-            print_changes(lease.watch()).await;
-            Ok::<_, Box<dyn std::error::Error>>(())
-        })?;
+        let connector = picolease::postgres::PgConnector::new(&url)?;
+        runtime.block_on(watch_server(PgLease::builder(config, connector), table))?;
     } else {
-        use picolease::mysql::{MysqlConnector, MysqlLease};
-        let mut builder = MysqlLease::builder(config, MysqlConnector::new(&url)?);
-        if let Some(table) = table {
-            builder = builder.table(table);
-        }
-        runtime.block_on(async {
-            let lease = builder.start()?;
-            print_changes(lease.watch()).await;
-            Ok::<_, Box<dyn std::error::Error>>(())
-        })?;
+        let connector = picolease::mysql::MysqlConnector::new(&url)?;
+        runtime.block_on(watch_server(MysqlLease::builder(config, connector), table))?;
     }
+    Ok(())
+}
+
+/// A server database's lone lease on `table` (the default without one),
+/// its watch printed until its driver finishes: the driver's one generic
+/// handle, whichever the database.
+async fn watch_server<D: Database>(
+    builder: Builder<D, LeaseView>,
+    table: Option<TableName>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let builder = match table {
+        Some(table) => builder.table(table),
+        None => builder,
+    };
+    let lease = builder.start()?;
+    print_changes(lease.watch()).await;
     Ok(())
 }
 
