@@ -48,13 +48,17 @@ mod runner;
 pub mod scope;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 pub mod set;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod snapshots;
 mod subscription;
 mod view;
 
 pub use clock::{boottime, Clock, SystemClock};
 pub use publish::RENEW_SAMPLES;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub use snapshots::Snapshots;
 pub use subscription::{RecvError, Subscription, Transition, SUBSCRIPTION_CAPACITY};
-pub use view::{LeaseView, Snapshot, Snapshots, Term};
+pub use view::{LeaseView, Snapshot, Term};
 
 #[cfg(feature = "mysql")]
 pub mod mysql;

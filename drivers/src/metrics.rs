@@ -123,7 +123,8 @@ const DEMOTIONS: [picolease_core::Demotion; 6] = [
     picolease_core::Demotion::HandedOver,
 ];
 
-/// One lease's metric handles, taken once from the recorder.
+/// One lease's metric handles, taken once from the recorder when a lone
+/// lease's handle is built, every series registered at zero.
 #[cfg(feature = "metrics")]
 pub(crate) struct Metrics {
     leader: metrics::Gauge,
@@ -139,6 +140,11 @@ pub(crate) struct Metrics {
     /// failed or timed out; the row lapses by its ttl).
     handovers: [metrics::Counter; 3],
 }
+
+/// The `result` labels of `picolease_handovers_total`, in the order of
+/// [`Metrics::handovers`].
+#[cfg(feature = "metrics")]
+const HAND_OVER_RESULTS: [&str; 3] = ["reserved", "refused", "failed"];
 
 #[cfg(feature = "metrics")]
 impl Metrics {
@@ -174,7 +180,7 @@ impl Metrics {
                     )
                 })
             }),
-            handovers: ["reserved", "refused", "failed"].map(|result| {
+            handovers: HAND_OVER_RESULTS.map(|result| {
                 counter!(
                     "picolease_handovers_total",
                     "lease" => lease.clone(), "result" => result
@@ -196,64 +202,150 @@ impl Metrics {
         metrics
     }
 
-    /// A published state: the gauges, and a transition if it is one.
-    pub(crate) fn leadership(&self, leadership: &picolease_core::Leadership, became_leader: bool) {
-        self.leader
-            .set(if leadership.is_leader() { 1.0 } else { 0.0 });
-        if let Some(epoch) = leadership.epoch {
-            // Epochs stay far below 2^53 in practice; the gauge is an f64.
-            self.epoch.set(epoch.get() as f64);
-        }
-        if became_leader {
-            self.to_leader.increment(1);
-        }
-        match (leadership.reason, &leadership.holder) {
-            // The second publication of a handover: the row went to the
-            // reservation it names (the transition was counted before).
-            (Some(picolease_core::Demotion::HandedOver), Some(_)) => {
-                self.handovers[0].increment(1);
-            }
-            (Some(reason), _) => {
-                if let Some(i) = DEMOTIONS.iter().position(|&r| r == reason) {
-                    self.to_follower[i].increment(1);
-                }
-            }
-            (None, _) => {}
-        }
-        if !leadership.is_leader() {
-            self.remaining.set(0.0);
-        }
-    }
-
-    /// Whether this node leads as of now (the leader gauge alone).
-    pub(crate) fn leads(&self, leads: bool) {
-        self.leader.set(if leads { 1.0 } else { 0.0 });
-    }
-
-    /// The leader's time left (zero on a follower).
-    pub(crate) fn remaining(&self, left: Option<Duration>) {
-        self.remaining
-            .set(left.map_or(0.0, |left| left.as_secs_f64()));
-    }
-
-    /// One statement's outcome.
+    /// One statement's outcome (a lone lease's; a set counts batches).
     pub(crate) fn statement(&self, statement: StatementKind, elapsed: Duration, outcome: Outcome) {
         if outcome != Outcome::Timeout {
             self.durations[statement.index()].record(elapsed.as_secs_f64());
         }
         if let Some(i) = outcome.failure_index() {
             self.failures[statement.index()][i].increment(1);
-            if statement == StatementKind::HandOver {
-                self.handovers[2].increment(1);
+        }
+    }
+}
+
+/// One lease's series, however they are held: a lone lease's handles,
+/// registered at zero ([`Metrics`]), or a set member's, looked up at each
+/// change (a set may have 100,000 leases, so its per-lease series appear
+/// with a lease's first change and it keeps no handles). What a
+/// leadership, a refresh or a hand-over counts is decided once, here, for
+/// both.
+#[cfg(feature = "metrics")]
+pub(crate) enum LeaseSeries<'a> {
+    /// A lone lease's.
+    Registered(&'a Metrics),
+    /// A set member's, by its lease name.
+    OnChange(&'a picolease_core::LeaseName),
+}
+
+#[cfg(feature = "metrics")]
+impl LeaseSeries<'_> {
+    fn leader(&self) -> metrics::Gauge {
+        match self {
+            LeaseSeries::Registered(m) => m.leader.clone(),
+            LeaseSeries::OnChange(lease) => {
+                metrics::gauge!("picolease_leader", "lease" => lease.as_str().to_string())
             }
         }
     }
 
-    /// A hand-over statement the database refused: the term had ended.
-    pub(crate) fn hand_over_refused(&self) {
-        self.handovers[1].increment(1);
+    fn epoch(&self) -> metrics::Gauge {
+        match self {
+            LeaseSeries::Registered(m) => m.epoch.clone(),
+            LeaseSeries::OnChange(lease) => {
+                metrics::gauge!("picolease_epoch", "lease" => lease.as_str().to_string())
+            }
+        }
+    }
+
+    fn to_leader(&self) -> metrics::Counter {
+        match self {
+            LeaseSeries::Registered(m) => m.to_leader.clone(),
+            LeaseSeries::OnChange(lease) => metrics::counter!(
+                "picolease_transitions_total",
+                "lease" => lease.as_str().to_string(), "to" => "leader", "reason" => "acquired"
+            ),
+        }
+    }
+
+    fn to_follower(&self, reason: picolease_core::Demotion) -> metrics::Counter {
+        match self {
+            LeaseSeries::Registered(m) => {
+                let i = DEMOTIONS.iter().position(|&r| r == reason).unwrap_or(0);
+                m.to_follower[i].clone()
+            }
+            LeaseSeries::OnChange(lease) => metrics::counter!(
+                "picolease_transitions_total",
+                "lease" => lease.as_str().to_string(), "to" => "follower", "reason" => reason.as_str()
+            ),
+        }
+    }
+
+    fn handovers(&self, result: HandOverResult) -> metrics::Counter {
+        match self {
+            LeaseSeries::Registered(m) => m.handovers[result as usize].clone(),
+            LeaseSeries::OnChange(lease) => metrics::counter!(
+                "picolease_handovers_total",
+                "lease" => lease.as_str().to_string(), "result" => HAND_OVER_RESULTS[result as usize]
+            ),
+        }
+    }
+
+    /// A published state: the gauges, and a transition if it is one
+    /// (`became_leader`: a new term, not a repeated publication of one).
+    pub(crate) fn leadership(&self, leadership: &picolease_core::Leadership, became_leader: bool) {
+        self.leads(leadership.is_leader());
+        if let Some(epoch) = leadership.epoch {
+            // Epochs stay far below 2^53 in practice; the gauge is an f64.
+            self.epoch().set(epoch.get() as f64);
+        }
+        if became_leader {
+            self.to_leader().increment(1);
+        }
+        match (leadership.reason, &leadership.holder) {
+            // The second publication of a handover: the row went to the
+            // reservation it names (the transition was counted before).
+            (Some(picolease_core::Demotion::HandedOver), Some(_)) => {
+                self.handovers(HandOverResult::Reserved).increment(1);
+            }
+            (Some(reason), _) => self.to_follower(reason).increment(1),
+            (None, _) => {}
+        }
+        if !leadership.is_leader() {
+            self.time_left(None);
+        }
+    }
+
+    /// Whether this node leads as of now (the leader gauge alone).
+    pub(crate) fn leads(&self, leads: bool) {
+        self.leader().set(if leads { 1.0 } else { 0.0 });
+    }
+
+    /// The leader's time left (zero on a follower): a lone lease's
+    /// `picolease_lease_remaining_seconds`; a set has no such series.
+    pub(crate) fn time_left(&self, left: Option<Duration>) {
+        if let LeaseSeries::Registered(m) = self {
+            m.remaining.set(left.map_or(0.0, |left| left.as_secs_f64()));
+        }
+    }
+
+    /// A hand-over statement ended with `answer` (`None`: given up past
+    /// the request timeout): refused (the term had ended) or failed (no
+    /// answer, or a failure); `reserved` is counted when the handover is
+    /// published.
+    pub(crate) fn hand_over_answered(&self, answer: Option<&picolease_core::engine::Answer>) {
+        use picolease_core::{engine::Answer, Reply};
+        match answer {
+            Some(Answer::Row(Reply::Rejected)) => {
+                self.handovers(HandOverResult::Refused).increment(1)
+            }
+            Some(Answer::Row(Reply::Failed(_))) | None => {
+                self.handovers(HandOverResult::Failed).increment(1)
+            }
+            Some(_) => {}
+        }
     }
 }
+
+/// How a planned handover ended, as `picolease_handovers_total`'s
+/// `result` label names it ([`HAND_OVER_RESULTS`]).
+#[cfg(feature = "metrics")]
+#[derive(Clone, Copy)]
+pub(crate) enum HandOverResult {
+    Reserved = 0,
+    Refused = 1,
+    Failed = 2,
+}
+
 /// The metrics of lease sets (feature `metrics`), beside the single-lease
 /// ones of `crate::metrics`:
 ///
@@ -273,66 +365,7 @@ impl Metrics {
 pub(crate) mod set {
     use std::time::Duration;
 
-    use picolease_core::{BatchKind, BatchReply, Demotion, Failure, Leadership, LeaseName};
-
-    pub(crate) fn leadership(lease: &LeaseName, leadership: &Leadership) {
-        let name = lease.as_str().to_string();
-        metrics::gauge!("picolease_leader", "lease" => name.clone())
-            .set(if leadership.is_leader() { 1.0 } else { 0.0 });
-        if let Some(epoch) = leadership.epoch {
-            metrics::gauge!("picolease_epoch", "lease" => name.clone()).set(epoch.get() as f64);
-        }
-        if leadership.is_leader() {
-            metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "leader", "reason" => "acquired")
-                .increment(1);
-        } else if let (Some(Demotion::HandedOver), Some(_)) =
-            (leadership.reason, &leadership.holder)
-        {
-            // The second publication of a handover: the row went to the
-            // reservation it names (the transition was counted before).
-            hand_over(lease, "reserved");
-        } else if let Some(reason) = leadership.reason {
-            metrics::counter!("picolease_transitions_total", "lease" => name, "to" => "follower", "reason" => reason.as_str())
-                .increment(1);
-        }
-    }
-
-    /// The leader gauge of one lease alone, as of now (a scrape's
-    /// refresh: the term's deadline passed before the loop published it).
-    pub(crate) fn leads(lease: &LeaseName, leads: bool) {
-        metrics::gauge!("picolease_leader", "lease" => lease.as_str().to_string()).set(if leads {
-            1.0
-        } else {
-            0.0
-        });
-    }
-
-    /// `picolease_handovers_total{lease, result}`, as a lone lease counts
-    /// it.
-    pub(crate) fn hand_over(lease: &LeaseName, result: &'static str) {
-        let lease = lease.as_str().to_string();
-        metrics::counter!("picolease_handovers_total", "lease" => lease, "result" => result)
-            .increment(1);
-    }
-
-    /// A set's hand-over statement ended: refused (the term had ended) or
-    /// failed (no answer, or timed out); `reserved` is counted when the
-    /// handover is published.
-    pub(crate) fn hand_over_answered(
-        lease: &LeaseName,
-        answer: Option<&picolease_core::engine::Answer>,
-    ) {
-        use picolease_core::Reply;
-        match answer {
-            Some(picolease_core::engine::Answer::Row(Reply::Rejected)) => {
-                hand_over(lease, "refused")
-            }
-            Some(picolease_core::engine::Answer::Row(Reply::Failed(_))) | None => {
-                hand_over(lease, "failed")
-            }
-            Some(_) => {}
-        }
-    }
+    use picolease_core::{BatchKind, BatchReply, Failure};
 
     pub(crate) fn share(held: usize, target: Option<usize>, members: usize) {
         metrics::gauge!("picolease_set_held").set(held as f64);

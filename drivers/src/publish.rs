@@ -32,8 +32,8 @@ pub(crate) struct Attached {
     pub(crate) holder: HolderId,
     /// How long the loop may go without a step before it counts as wedged.
     pub(crate) stall_after: Duration,
-    /// A lone lease's series; none for a set's member (the set has its
-    /// own, `metrics::set`, whatever the number of leases).
+    /// A lone lease's series, registered at zero; none for a set's
+    /// member (see `metrics::LeaseSeries`).
     #[cfg(feature = "metrics")]
     metrics: Option<crate::metrics::Metrics>,
 }
@@ -143,17 +143,30 @@ impl Publisher {
         }
         // Anything published before (the driver may start first).
         #[cfg(feature = "metrics")]
-        if let Some(metrics) = self.metrics() {
+        if let Some(series) = self.series() {
             let now = self.leadership();
-            metrics.leadership(&now, led.is_some());
+            series.leadership(&now, led.is_some());
         }
         lock(&self.health).last_step = std::time::Instant::now();
     }
 
     /// A lone lease's metrics, once attached.
     #[cfg(feature = "metrics")]
-    pub(crate) fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+    fn metrics(&self) -> Option<&crate::metrics::Metrics> {
         self.attached.get().and_then(|a| a.metrics.as_ref())
+    }
+
+    /// This lease's series: a lone lease's registered handles once
+    /// attached, a set member's looked up by name; `None` for a lone
+    /// lease not attached yet (`attach` brings its series up to date).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn series(&self) -> Option<crate::metrics::LeaseSeries<'_>> {
+        use crate::metrics::LeaseSeries;
+        match self.metrics() {
+            Some(metrics) => Some(LeaseSeries::Registered(metrics)),
+            None if self.fanout.is_some() => Some(LeaseSeries::OnChange(&self.lease)),
+            None => None,
+        }
     }
 
     /// The lease's name and timings, once attached.
@@ -216,8 +229,8 @@ impl Publisher {
             let became_leader = leadership.is_leader() && *led != Some(epoch);
             *led = leadership.is_leader().then_some(epoch);
             #[cfg(feature = "metrics")]
-            if let Some(metrics) = self.metrics() {
-                metrics.leadership(&leadership, became_leader);
+            if let Some(series) = self.series() {
+                series.leadership(&leadership, became_leader);
             }
             #[cfg(not(feature = "metrics"))]
             let _ = became_leader;
@@ -273,8 +286,8 @@ impl Publisher {
         *lock(&self.deadline) = deadline;
         lock(&self.health).last_step = std::time::Instant::now();
         #[cfg(feature = "metrics")]
-        if let Some(metrics) = self.metrics() {
-            metrics.remaining(self.time_left());
+        if let Some(series) = self.series() {
+            series.time_left(self.time_left());
         }
     }
 

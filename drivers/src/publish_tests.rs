@@ -208,8 +208,19 @@ fn handovers_are_counted_by_result() {
         epoch: Epoch::new(3),
     };
     publisher.record_statement(hand_over, Duration::from_millis(3), Outcome::Answered);
-    publisher.metrics().expect("attached").hand_over_refused();
+    publisher
+        .series()
+        .expect("attached")
+        .hand_over_answered(Some(&picolease_core::engine::Answer::Row(
+            picolease_core::Reply::Rejected,
+        )));
+    // Given up past the request timeout: no answer (as `Runner::record`
+    // reports it).
     publisher.record_statement(hand_over, Duration::from_millis(250), Outcome::Timeout);
+    publisher
+        .series()
+        .expect("attached")
+        .hand_over_answered(None);
     assert_eq!(value(&result("refused")), Some(1.0));
     assert_eq!(value(&result("failed")), Some(1.0));
     assert_eq!(value(&result("reserved")), Some(1.0));
@@ -239,7 +250,10 @@ fn the_snapshot_shows_role_holder_progress_and_success() {
     // A failure is progress, not success.
     std::thread::sleep(Duration::from_millis(20));
     publisher.record_statement(Operation::Acquire, Duration::ZERO, Outcome::Transient);
-    let snapshot = crate::Snapshots::new(Arc::clone(&publisher)).snapshot();
+    let snapshot = crate::Snapshots::<crate::LeaseView>::new(crate::snapshots::LoneReader(
+        Arc::clone(&publisher),
+    ))
+    .snapshot();
     assert!(snapshot.since_progress < snapshot.since_success.unwrap());
     let stalled = Snapshot {
         since_progress: Duration::from_millis(1_001),
@@ -345,8 +359,9 @@ fn refreshed_metrics_say_a_leader_past_its_deadline_is_not() {
     );
 }
 
-/// A set's member has no series of its own (the set's are per lease, by
-/// name): the refresh sets its lease's leader gauge to the deadline's word.
+/// A set's member keeps no handles (its series are looked up by name at
+/// each change): its publication and the refresh both reach its lease's
+/// leader gauge, the refresh with the deadline's word.
 #[cfg(feature = "metrics")]
 #[test]
 fn a_set_members_refresh_turns_its_leases_gauge_at_the_deadline() {
@@ -368,9 +383,8 @@ fn a_set_members_refresh_turns_its_leases_gauge_at_the_deadline() {
         })
     };
     member.set_deadline(Some(member.now() + Duration::from_millis(20)));
-    member.publish(leading(3));
     metrics::with_local_recorder(&recorder, || {
-        crate::metrics::set::leadership(&LeaseName::new("m").unwrap(), &leading(3));
+        member.publish(leading(3));
         member.refresh_metrics();
     });
     assert_eq!(gauge(), Some(1.0));

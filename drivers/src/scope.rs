@@ -19,6 +19,7 @@ use crate::clock::SharedClock;
 use crate::publish::Publisher;
 use crate::runner::{Runner, TermGate};
 use crate::set::SetView;
+use crate::snapshots::{LoneReader, SetReader};
 use crate::subscription::{Fanout, Subscription};
 use crate::view::LeaseView;
 
@@ -72,6 +73,22 @@ pub(crate) mod sealed {
         /// True once the loop has published its end (before its thread or
         /// task has returned).
         fn loop_finished(&self) -> bool;
+
+        /// What a [`crate::Snapshots`] reads: [`crate::Snapshot`] or
+        /// [`crate::set::SetSnapshot`].
+        type Snapshot: Clone + std::fmt::Debug;
+
+        /// What a [`crate::Snapshots`] keeps to read it.
+        type Reader: Clone + Send + Sync + 'static;
+
+        /// The snapshot as of now.
+        fn read(reader: &Self::Reader) -> Self::Snapshot;
+
+        /// Calls `f` with each lease's publisher (a metrics refresh).
+        fn each_publisher(reader: &Self::Reader, f: &mut dyn FnMut(&Publisher));
+
+        /// Test seam: the loop blocks at its next step.
+        fn wedge(reader: &Self::Reader);
     }
 }
 
@@ -129,6 +146,21 @@ impl sealed::Scoped for LeaseView {
 
     fn loop_finished(&self) -> bool {
         self.publisher().is_finished()
+    }
+
+    type Snapshot = crate::Snapshot;
+    type Reader = LoneReader;
+
+    fn read(reader: &LoneReader) -> crate::Snapshot {
+        LeaseView::read(&reader.0)
+    }
+
+    fn each_publisher(reader: &LoneReader, f: &mut dyn FnMut(&Publisher)) {
+        f(&reader.0)
+    }
+
+    fn wedge(reader: &LoneReader) {
+        reader.0.wedge();
     }
 }
 
@@ -207,6 +239,21 @@ impl sealed::Scoped for SetView {
 
     fn loop_finished(&self) -> bool {
         self.is_loop_finished()
+    }
+
+    type Snapshot = crate::set::SetSnapshot;
+    type Reader = SetReader;
+
+    fn read(reader: &SetReader) -> crate::set::SetSnapshot {
+        reader.read()
+    }
+
+    fn each_publisher(reader: &SetReader, f: &mut dyn FnMut(&Publisher)) {
+        reader.publishers().for_each(f)
+    }
+
+    fn wedge(reader: &SetReader) {
+        reader.wedge();
     }
 }
 

@@ -3,14 +3,14 @@
 //! watch of the held leases, subscriptions, the set's snapshot.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picolease_core::{Epoch, HolderId, Leadership, LeaseName, SetConfig};
 use tokio::sync::watch;
 
-use crate::publish::{Health, Publisher, SharedHealth};
+use crate::publish::{Publisher, SharedHealth};
 use crate::subscription::{Fanout, Subscription};
 use crate::view::LeaseView;
 
@@ -210,73 +210,17 @@ impl SetView {
     /// lease's leadership, for other threads (an HTTP server's, say); it
     /// outlives the handle.
     pub fn snapshots(&self) -> SetSnapshots {
-        SetSnapshots {
+        crate::Snapshots::new(crate::snapshots::SetReader {
             snapshot: Arc::clone(&self.snapshot),
             health: Arc::clone(&self.health),
             wedge: Arc::clone(&self.wedge),
             publishers: Arc::clone(&self.publishers),
-        }
+        })
     }
 }
 
-/// A cheap, cloneable reader of a set's [`SetSnapshot`] and of each of its
-/// leases' leadership, for threads that do not own the handle.
-#[derive(Clone)]
-pub struct SetSnapshots {
-    snapshot: SharedSnapshot,
-    health: SharedHealth,
-    wedge: Arc<AtomicBool>,
-    publishers: Arc<HashMap<LeaseName, Arc<Publisher>>>,
-}
-
-impl std::fmt::Debug for SetSnapshots {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SetSnapshots").finish_non_exhaustive()
-    }
-}
-
-impl SetSnapshots {
-    /// The set as of its last step, except that a lease whose deadline
-    /// has passed since is not among the held ones (its deadline ends it
-    /// without a step of the loop, as [`SetView::leadership`] reads it).
-    pub fn snapshot(&self) -> SetSnapshot {
-        let mut snapshot = self
-            .snapshot
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        snapshot.last_step = Some(Health::read(&self.health).last_step);
-        snapshot.held.retain(|lease, _| {
-            self.publishers
-                .get(lease)
-                .is_some_and(|p| p.leadership().is_leader())
-        });
-        snapshot
-    }
-
-    /// `lease`'s leadership as [`SetView::leadership`] reads it.
-    pub fn leadership(&self, lease: &LeaseName) -> Option<Leadership> {
-        self.publishers.get(lease).map(|p| p.leadership())
-    }
-
-    /// Brings each held lease's `picolease_leader` gauge to this moment,
-    /// as a lone lease's [`crate::Snapshots::refresh_metrics`]: call it in
-    /// the scrape handler, before rendering.
-    #[cfg(feature = "metrics")]
-    pub fn refresh_metrics(&self) {
-        for publisher in self.publishers.values() {
-            publisher.refresh_metrics();
-        }
-    }
-
-    /// Test seam: blocks the set's loop at its next step, for ever, so
-    /// that a health check can be seen to fail (as
-    /// [`crate::Snapshots::wedge_loop_for_tests`]). Not for production use.
-    #[doc(hidden)]
-    pub fn wedge_loop_for_tests(&self) {
-        self.wedge.store(true, Ordering::SeqCst);
-    }
-}
+/// A set's [`crate::Snapshots`]: the reader of a [`SetSnapshot`].
+pub type SetSnapshots = crate::Snapshots<SetView>;
 
 #[cfg(test)]
 mod tests {

@@ -162,20 +162,51 @@ impl LeaseView {
 
     /// Everything a health check or a "who leads" endpoint needs, read at
     /// once: see [`Snapshot`].
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     pub fn snapshot(&self) -> Snapshot {
         self.snapshots().snapshot()
     }
 
     /// A cheap, cloneable reader of [`LeaseView::snapshot`] to hand to
     /// another thread (an HTTP server's, say); it outlives the handle.
-    pub fn snapshots(&self) -> Snapshots {
-        Snapshots::new(Arc::clone(&self.publisher))
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    pub fn snapshots(&self) -> crate::Snapshots {
+        crate::Snapshots::new(crate::snapshots::LoneReader(Arc::clone(&self.publisher)))
+    }
+
+    /// What [`Snapshots::snapshot`] reads for a lone lease: the publisher's
+    /// state, checked against the term's deadline now.
+    pub(crate) fn read(publisher: &Publisher) -> Snapshot {
+        let leadership = publisher.leadership();
+        let health = publisher.health();
+        let (lease, me, stall_after) = match publisher.attached() {
+            Some(a) => (a.lease.clone(), a.holder.clone(), a.stall_after),
+            // Only between a builder's `subscribe` and its `start`.
+            None => (
+                LeaseName::new("unknown").unwrap_or_else(|_| unreachable!()),
+                HolderId::new("unknown").unwrap_or_else(|_| unreachable!()),
+                Duration::MAX,
+            ),
+        };
+        Snapshot {
+            lease,
+            me,
+            role: leadership.role,
+            epoch: leadership.epoch,
+            holder: leadership.holder,
+            last_success: health.last_success.map(|(_, at)| at),
+            since_success: health.last_success.map(|(at, _)| at.elapsed()),
+            since_progress: health.last_step.elapsed(),
+            stall_after,
+            time_left: publisher.time_left(),
+            finished: publisher.is_finished(),
+        }
     }
 }
 
 /// What a contender knows of its lease at one moment: the data behind a
 /// `/leader` and a `/healthz` endpoint. Plain data; read it with
-/// [`LeaseView::snapshot`] or [`Snapshots::snapshot`].
+/// [`LeaseView::snapshot`] or [`crate::Snapshots::snapshot`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// The lease.
@@ -219,116 +250,6 @@ impl Snapshot {
     /// progress too).
     pub fn is_wedged(&self) -> bool {
         !self.finished && self.since_progress > self.stall_after
-    }
-}
-
-/// A cloneable reader of one lease's [`Snapshot`], usable from any thread;
-/// from [`LeaseView::snapshots`].
-///
-/// Wiring it into a service's health check and "who leads" endpoint (the
-/// same answers as `picolease run --listen`), whatever the HTTP framework:
-///
-/// ```no_run
-/// # #[cfg(feature = "sqlite")]
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::time::Duration;
-/// use picolease::sqlite::{Database, SqliteLease};
-/// use picolease::{unique_holder_id, Config, LeaseName, Snapshots};
-///
-/// /// GET /healthz: 503 only when the election loop is wedged (a follower,
-/// /// or a database out of reach, is healthy).
-/// fn healthz(snapshots: &Snapshots) -> (u16, String) {
-///     let s = snapshots.snapshot();
-///     let status = if s.is_wedged() { 503 } else { 200 };
-///     (status, format!("{{\"since_progress_ms\":{}}}", s.since_progress.as_millis()))
-/// }
-///
-/// /// GET /leader: 200 on the leader, 503 elsewhere; who holds it, as seen.
-/// fn leader(snapshots: &Snapshots) -> (u16, String) {
-///     let s = snapshots.snapshot();
-///     let holder = s.holder.as_ref().map_or("null".to_string(), |h| format!("{:?}", h.as_str()));
-///     let epoch = s.epoch.map_or("null".to_string(), |e| e.get().to_string());
-///     let status = if s.is_leader() { 200 } else { 503 };
-///     (status, format!("{{\"name\":{:?},\"holder\":{holder},\"epoch\":{epoch}}}", s.lease.as_str()))
-/// }
-///
-/// let config = Config::with_ttl(LeaseName::new("reports")?, unique_holder_id(), Duration::from_secs(10));
-/// let lease = SqliteLease::builder(config, Database::file("app.db")).start()?;
-/// let snapshots = lease.snapshots(); // clone it into the server's handlers
-/// let (status, body) = healthz(&snapshots);
-/// println!("{status} {body}; {:?}", leader(&snapshots));
-/// # Ok(())
-/// # }
-/// # #[cfg(not(feature = "sqlite"))]
-/// # fn main() {}
-/// ```
-#[derive(Clone)]
-pub struct Snapshots {
-    publisher: Arc<Publisher>,
-}
-
-impl std::fmt::Debug for Snapshots {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Snapshots").finish_non_exhaustive()
-    }
-}
-
-impl Snapshots {
-    pub(crate) fn new(publisher: Arc<Publisher>) -> Self {
-        Snapshots { publisher }
-    }
-
-    /// The lease's state now.
-    pub fn snapshot(&self) -> Snapshot {
-        let publisher = &self.publisher;
-        let leadership = publisher.leadership();
-        let health = publisher.health();
-        let (lease, me, stall_after) = match publisher.attached() {
-            Some(a) => (a.lease.clone(), a.holder.clone(), a.stall_after),
-            // Only between a builder's `subscribe` and its `start`.
-            None => (
-                LeaseName::new("unknown").unwrap_or_else(|_| unreachable!()),
-                HolderId::new("unknown").unwrap_or_else(|_| unreachable!()),
-                Duration::MAX,
-            ),
-        };
-        Snapshot {
-            lease,
-            me,
-            role: leadership.role,
-            epoch: leadership.epoch,
-            holder: leadership.holder,
-            last_success: health.last_success.map(|(_, at)| at),
-            since_success: health.last_success.map(|(at, _)| at.elapsed()),
-            since_progress: health.last_step.elapsed(),
-            stall_after,
-            time_left: publisher.time_left(),
-            finished: publisher.is_finished(),
-        }
-    }
-
-    /// The latencies of the most recent accepted renewals, as
-    /// [`LeaseView::renew_latencies`].
-    pub fn renew_latencies(&self) -> Vec<Duration> {
-        self.publisher.renew_latencies()
-    }
-
-    /// Brings this lease's `picolease_leader` and
-    /// `picolease_lease_remaining_seconds` gauges to this moment: the
-    /// driver sets them at its loop's steps, so a scrape that comes while
-    /// the loop is late (a resumed process, a blocked statement) would
-    /// read a leader past its deadline. Call it in the scrape handler,
-    /// before rendering (as `picolease run --listen` does).
-    #[cfg(feature = "metrics")]
-    pub fn refresh_metrics(&self) {
-        self.publisher.refresh_metrics();
-    }
-
-    /// Test seam: blocks the driver's loop at its next step, for ever, so
-    /// that a health check can be seen to fail. Not for production use.
-    #[doc(hidden)]
-    pub fn wedge_loop_for_tests(&self) {
-        self.publisher.wedge();
     }
 }
 

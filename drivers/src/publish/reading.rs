@@ -58,17 +58,18 @@ impl Publisher {
     #[cfg(feature = "metrics")]
     pub(crate) fn refresh_metrics(&self) {
         let leads = self.leadership().is_leader();
-        match self.metrics() {
-            Some(metrics) => {
-                metrics.leads(leads);
-                metrics.remaining(self.time_left().filter(|_| leads));
-            }
-            // A set's member: its series are the set's.
-            None if self.published().is_leader() => {
-                crate::metrics::set::leads(&self.lease, leads);
-            }
-            None => {}
+        // A set member's series exist once it has changed: a lease it
+        // does not lead by its last publication has nothing to refresh.
+        let Some(series) = self.series() else {
+            return;
+        };
+        if matches!(series, crate::metrics::LeaseSeries::OnChange(_))
+            && !self.published().is_leader()
+        {
+            return;
         }
+        series.leads(leads);
+        series.time_left(self.time_left().filter(|_| leads));
     }
 
     /// Blocks until the state satisfies `done` (checked now and on every

@@ -249,10 +249,6 @@ impl<G: TermGate> Runner<G> {
             }
             Order::Publish { lease, leadership } => {
                 tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
-                #[cfg(feature = "metrics")]
-                if self.engine.is_set() {
-                    crate::metrics::set::leadership(&lease, &leadership);
-                }
                 {
                     let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
                     match leadership.leader_epoch() {

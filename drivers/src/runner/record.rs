@@ -26,9 +26,7 @@ impl<G> Runner<G> {
             Ran::Row(operation) => {
                 // A lone lease's, or a set's hand-over (known in flight).
                 let lease = self.engine.row_lease();
-                let Some((lease, member)) =
-                    lease.and_then(|lease| Some((lease, self.members.get(lease.as_str())?)))
-                else {
+                let Some(member) = lease.and_then(|lease| self.members.get(lease.as_str())) else {
                     return;
                 };
                 member
@@ -38,16 +36,13 @@ impl<G> Runner<G> {
                     (Operation::Renew { .. }, Some(Answer::Row(Reply::Accepted))) => {
                         member.publisher.record_renewal(elapsed);
                     }
-                    // `picolease_handovers_total`: a lone lease's refusal, or a
-                    // set's outcome (its members have no series of their own).
+                    // `picolease_handovers_total`: refused or failed.
                     #[cfg(feature = "metrics")]
-                    (Operation::HandOver { .. }, answer) => match member.publisher.metrics() {
-                        Some(metrics) if matches!(answer, Some(Answer::Row(Reply::Rejected))) => {
-                            metrics.hand_over_refused()
+                    (Operation::HandOver { .. }, answer) => {
+                        if let Some(series) = member.publisher.series() {
+                            series.hand_over_answered(answer);
                         }
-                        Some(_) => {}
-                        None => crate::metrics::set::hand_over_answered(lease, answer),
-                    },
+                    }
                     _ => {}
                 }
             }
