@@ -90,16 +90,22 @@ async fn a_pooled_lease_elects_and_hands_over_through_the_pooler() {
     drop_table(&admin, &table).await;
 }
 
-/// Without the pooler option, named statements collide behind the pooler
-/// (SQLSTATE 42P05/26000): the driver names the pooler, retires the
-/// session, switches to unnamed statements, and goes on; no contender
-/// finishes, and one leads.
+/// With `picolease_pooler=none` (a promise that no pooler is in the way,
+/// broken here), named statements collide behind the pooler (SQLSTATE
+/// 42P05/26000): the driver names the pooler, retires the session,
+/// switches to unnamed statements, and goes on; no contender finishes,
+/// and one leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pooler_met_unannounced_is_survived_not_fatal() {
+async fn a_pooler_behind_a_broken_promise_is_survived_not_fatal() {
     let bouncer = Bouncer::start();
     let admin = admin().await;
     let table = unique_table("pooled_unannounced");
-    let leases = contenders(&bouncer, &table, &["a", "b", "c", "d"], "");
+    let leases = contenders(
+        &bouncer,
+        &table,
+        &["a", "b", "c", "d"],
+        "&picolease_pooler=none",
+    );
     tokio::time::sleep(4 * TTL).await;
     for lease in &leases {
         assert!(!lease.is_finished(), "a pooler's errors are not fatal");

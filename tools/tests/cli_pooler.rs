@@ -120,3 +120,61 @@ fn bench_measures_through_the_pooler() {
         eprintln!("bench {what}: {figures}");
     }
 }
+
+/// Issue 43's scenario: two `run` processes through a transaction pooler
+/// of 2 server connections, one on table `…_xa` and one on `…_xb`, with
+/// nothing in the URL about the pooler. With named statements each
+/// process's `s0` ran the other's statement on the shared server
+/// sessions, with its own parameters: each saw the other table's holder
+/// as its own lease's, and nothing failed. Unnamed statements by default:
+/// over many restarts, every holder a process names is its own (it is
+/// its table's only contender), and none loses its term.
+#[test]
+fn two_tables_through_an_unannounced_pooler_never_mix_statements() {
+    let bouncer = Bouncer::start();
+    let url = bouncer.url("cli_pooled_tables", "");
+    let tables = [
+        Table(format!("pl_cli_pooler_xa_{}", std::process::id())),
+        Table(format!("pl_cli_pooler_xb_{}", std::process::id())),
+    ];
+    let log: Log = Arc::default();
+    for round in 0..6 {
+        let mut nodes: Vec<Node> = tables
+            .iter()
+            .enumerate()
+            .map(|(i, table)| {
+                support::spawn(&url, &["--table", &table.0], "job", "1s", i, &log, &[])
+            })
+            .collect();
+        let from = support::len(&log);
+        for node in 0..nodes.len() {
+            support::wait_event(&log, from, |e| e.node == node && e.kind() == "leader");
+        }
+        std::thread::sleep(2 * TTL);
+        support::stop_cleanly(&mut nodes);
+        eprintln!("round {round}: {} events so far", support::len(&log));
+    }
+    let events = log.lock().unwrap().clone();
+    let mut holders_seen = 0;
+    for event in &events {
+        if let Some(holder) = event.json.get("holder").and_then(|h| h.as_str()) {
+            holders_seen += 1;
+            assert!(
+                holder.starts_with(&format!("n{}", event.node)),
+                "node n{} (its table's only contender) saw {holder} as its lease's holder: \
+                 it ran the other table's statement: {}",
+                event.node,
+                event.json
+            );
+        }
+        assert!(
+            !(event.kind() == "follower" && event.json["reason"] == "lost"),
+            "a term was lost with no rival on its table: {}",
+            event.json
+        );
+    }
+    assert!(
+        holders_seen >= 12,
+        "every round named its holders ({holders_seen})"
+    );
+}

@@ -4,21 +4,34 @@
 //! that bound a statement on the server.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder};
+use mysql_async::{Conn, DriverError, Opts, OptsBuilder};
 
 use super::error::MysqlError;
+use super::tls::{is_tls_key, MysqlTls, SslMode};
 
 /// The `program_name` of the driver's connections.
 pub(crate) const PROGRAM_NAME: &str = "picolease";
 
 /// Where the driver connects: `mysql://USER[:PASSWORD]@HOST[:PORT]/DB`
-/// (or `mariadb://…`), always over TCP.
+/// (or `mariadb://…`), always over TCP, over TLS as the URL's `ssl-mode`,
+/// `ssl-ca`, `ssl-cert` and `ssl-key` say ([`MysqlTls`]; the mysql
+/// client's names) on every connection it opens: the driver's, the
+/// wake-up connection, the one that kills a fenced transaction.
 #[derive(Clone)]
 pub struct MysqlConnector {
+    /// With the TLS options (none under `DISABLED`).
     opts: Opts,
+    /// The same without TLS, for `PREFERRED` when the server has none.
+    plain: Opts,
+    tls: MysqlTls,
+    /// Under `PREFERRED`: the server was found to offer no TLS, so
+    /// connections go in plain text without asking again.
+    plain_only: Arc<AtomicBool>,
     shown: String,
 }
 
@@ -58,19 +71,60 @@ impl MysqlConnector {
                 ))
             }
         };
+        let (normalised, tls_pairs) = take_tls_pairs(&normalised);
+        let tls = MysqlTls::from_params(&tls_pairs).map_err(invalid)?;
+        tls.check_files().map_err(|reason| MysqlError::Tls {
+            url: shown.clone(),
+            reason,
+        })?;
         let opts = Opts::from_url(&normalised).map_err(|e| invalid(e.to_string()))?;
         if opts.db_name().is_none_or(str::is_empty) {
             return Err(invalid("no database named (…/DATABASE)".into()));
         }
         let attributes = HashMap::from([("program_name".to_string(), PROGRAM_NAME.to_string())]);
-        let opts = OptsBuilder::from_opts(opts)
+        let plain: Opts = OptsBuilder::from_opts(opts)
             // Stay on TCP, as to a remote server (no switch to the socket).
             .prefer_socket(false)
             .tcp_nodelay(true)
             .tcp_keepalive(Some(Duration::from_secs(1)))
             .connect_attributes(attributes)
+            .ssl_opts(None)
             .into();
-        Ok(MysqlConnector { opts, shown })
+        let opts = OptsBuilder::from_opts(plain.clone())
+            .ssl_opts(tls.ssl_opts())
+            .into();
+        Ok(MysqlConnector {
+            opts,
+            plain,
+            tls,
+            plain_only: Arc::default(),
+            shown,
+        })
+    }
+
+    /// The TLS settings connections are made with.
+    pub fn tls(&self) -> &MysqlTls {
+        &self.tls
+    }
+
+    /// Opens a connection with the URL's TLS; under `PREFERRED`, in plain
+    /// text when the server offers no TLS (remembered). Under `REQUIRED`
+    /// or stronger a server without TLS is refused, never fallen back
+    /// from.
+    async fn open(&self) -> Result<Conn, mysql_async::Error> {
+        let preferred = self.tls.mode == SslMode::Preferred;
+        if preferred && self.plain_only.load(Ordering::Relaxed) {
+            return Conn::new(self.plain.clone()).await;
+        }
+        match Conn::new(self.opts.clone()).await {
+            Err(mysql_async::Error::Driver(DriverError::NoClientSslFlagFromServer))
+                if preferred =>
+            {
+                self.plain_only.store(true, Ordering::Relaxed);
+                Conn::new(self.plain.clone()).await
+            }
+            other => other,
+        }
     }
 
     /// The URL, its password hidden.
@@ -96,7 +150,8 @@ impl MysqlConnector {
     /// `max_execution_time` for its reads). The driver's own cut at the
     /// request timeout comes first; these end what it leaves behind.
     pub(crate) async fn connect(&self, timeout: Duration) -> Result<Conn, MysqlError> {
-        let mut conn = Conn::new(self.opts.clone())
+        let mut conn = self
+            .open()
             .await
             .map_err(|e| MysqlError::from_connect(&e))?;
         let seconds = timeout.as_secs_f64();
@@ -127,7 +182,7 @@ impl MysqlConnector {
     /// only logged (the server may be unreachable).
     pub(crate) async fn kill(&self, id: u32) {
         let outcome = async {
-            let mut conn = Conn::new(self.opts.clone()).await?;
+            let mut conn = self.open().await?;
             let killed = conn.query_drop(format!("KILL {id}")).await;
             let _ = conn.disconnect().await;
             killed
@@ -142,4 +197,32 @@ impl MysqlConnector {
             }
         }
     }
+}
+
+/// `url` without its TLS pairs (`ssl-mode`, `ssl-ca`, … in either
+/// spelling; mysql_async refuses names it does not know), and those pairs
+/// percent-decoded.
+fn take_tls_pairs(url: &str) -> (String, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), Vec::new());
+    };
+    let mut kept = Vec::new();
+    let mut tls = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if is_tls_key(key) {
+            tls.push((
+                key.to_string(),
+                value.replace("%2F", "/").replace("%2f", "/"),
+            ));
+        } else {
+            kept.push(pair);
+        }
+    }
+    let rest = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (rest, tls)
 }

@@ -26,6 +26,19 @@ pub enum MysqlError {
         /// What is wrong with it.
         reason: String,
     },
+    /// TLS refused the connection in a way retrying with the same settings
+    /// cannot cure: a certificate the checks refused, a server without TLS
+    /// under `ssl-mode=REQUIRED` or stronger, a server that takes only TLS
+    /// met in plain text, or a TLS file that cannot be read. Never a
+    /// silent fall back to plain text.
+    #[error("TLS to MySQL{}: {reason}", crate::server::tls::at_url(url))]
+    Tls {
+        /// The URL given, with any password replaced by `***` (empty when
+        /// the driver met it on a later connection).
+        url: String,
+        /// What failed, and why.
+        reason: String,
+    },
     /// Connecting failed for a reason retrying may cure (refused,
     /// unreachable, the server going away).
     #[error("could not connect to MySQL: {reason}")]
@@ -204,6 +217,23 @@ impl MysqlError {
                     reason: server.message.clone(),
                 }
             }
+            // ER_SECURE_TRANSPORT_REQUIRED (MySQL 3159, MariaDB 4036): a
+            // plain-text attempt at a server that takes only TLS.
+            mysql_async::Error::Server(server) if matches!(server.code, 3159 | 4036) => {
+                MysqlError::Tls {
+                    url: String::new(),
+                    reason: server.message.clone(),
+                }
+            }
+            mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
+            | mysql_async::Error::Io(mysql_async::IoError::Tls(_)) => MysqlError::Tls {
+                url: String::new(),
+                reason: crate::server::with_causes(err),
+            },
+            _ if crate::server::tls::is_refusal(err) => MysqlError::Tls {
+                url: String::new(),
+                reason: crate::server::with_causes(err),
+            },
             _ => {
                 let reason = crate::server::with_causes(err);
                 MysqlError::Connect { reason }

@@ -80,6 +80,7 @@ mod error;
 mod fence;
 mod handle;
 mod link;
+mod tls;
 mod transaction;
 mod wake;
 
@@ -91,6 +92,7 @@ pub use connect::MysqlConnector;
 pub use error::MysqlError;
 pub use fence::Fence;
 pub use handle::{Mysql, MysqlLease, MysqlLeaseBuilder, MysqlLeaseSet, MysqlLeaseSetBuilder};
+pub use tls::{MysqlTls, SslMode};
 pub use transaction::FencedTransaction;
 pub use wake::wake_lock_name;
 

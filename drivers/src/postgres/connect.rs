@@ -12,6 +12,8 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Connection, NoTls};
 
+use super::tls::{PgTls, PgTlsConnector, SslMode};
+
 use super::error::PgError;
 use super::own_params::own_params;
 use super::pooler::Pooler;
@@ -78,8 +80,10 @@ impl std::fmt::Debug for Listener {
 /// is a connector. Such a closure cannot give the driver a connection it
 /// drives itself, so it gets no release notifications (followers learn of a
 /// release on their next poll, within one interval). [`PgConnector`] does
-/// both, without TLS; with TLS, implement this trait on your own type and
-/// build the listening connection with [`Listener::new`].
+/// both, with TLS as the URL asks; with a TLS configuration of your own,
+/// implement this trait on your own type, build the listening connection
+/// with [`Listener::new`] and cancel with your connector (or pass
+/// [`PgTlsConnector`](super::PgTlsConnector) to tokio-postgres yourself).
 pub trait Connect: Send + Sync + 'static {
     /// A new connected client (its connection future already spawned).
     fn connect(&self) -> BoxFuture<Result<Client, tokio_postgres::Error>>;
@@ -92,18 +96,20 @@ pub trait Connect: Send + Sync + 'static {
 
     /// Asks the server to cancel whatever runs on the connection `token`
     /// came from. The default connects without TLS; override it when the
-    /// server requires TLS.
+    /// server requires TLS ([`PgConnector`] does).
     fn cancel(&self, token: CancelToken) -> BoxFuture<Result<(), tokio_postgres::Error>> {
         Box::pin(async move { token.cancel_query(NoTls).await })
     }
 
-    /// How the connections reach the server; [`Pooler::Transaction`]
-    /// makes the driver send every statement unnamed. The default is
-    /// [`Pooler::None`]; a connector for a transaction pooler says so
-    /// here, and its [`Connect::connect_listener`] should connect directly
-    /// (or return `None`).
+    /// How the connections reach the server; anything but
+    /// [`Pooler::None`] makes the driver send every statement unnamed.
+    /// The default is [`Pooler::Unannounced`]; a connector that knows no
+    /// transaction pooler is in the way says [`Pooler::None`], one for a
+    /// transaction pooler says [`Pooler::Transaction`] and its
+    /// [`Connect::connect_listener`] should connect directly (or return
+    /// `None`).
     fn pooler(&self) -> Pooler {
-        Pooler::None
+        Pooler::Unannounced
     }
 }
 
@@ -117,7 +123,12 @@ where
     }
 }
 
-/// A connector for a `postgres://` URL or `key=value` string, without TLS.
+/// A connector for a `postgres://` URL or `key=value` string, over TLS
+/// as libpq would connect with the same string ([`PgTls`]: `sslmode`,
+/// `sslrootcert`, `sslcert`, `sslkey`, or `PGSSLMODE`, `PGSSLROOTCERT`,
+/// `PGSSLCERT`, `PGSSLKEY` where it is silent; `PGPASSWORD` when it names
+/// no password), on every connection it opens: statements, `LISTEN`,
+/// cancel requests.
 ///
 /// It spawns each connection on the current tokio runtime, and provides
 /// the dedicated `LISTEN` connection, so release notifications work out of
@@ -131,26 +142,52 @@ where
 /// tokio-postgres reads it: `picolease_pooler=transaction` says a
 /// transaction pooler (PgBouncer in transaction mode) is in the way
 /// ([`Pooler::Transaction`]: no named prepared statements, no `LISTEN`
-/// through it), and `picolease_notify_url=…` (a percent-encoded
+/// through it), `picolease_pooler=none` promises none is (named prepared
+/// statements; without either, every statement is unnamed:
+/// [`Pooler::Unannounced`]), and `picolease_notify_url=…` (a percent-encoded
 /// `postgres://` URL) names a direct connection for release notices.
 /// [`PgConnector::with_pooler`] and [`PgConnector::with_notify_url`] set the
 /// same.
 #[derive(Clone)]
 pub struct PgConnector {
     config: tokio_postgres::Config,
+    /// The TLS settings, and the connector made from them.
+    tls: PgTls,
+    connector: PgTlsConnector,
     pooler: Pooler,
     /// Where release notices are listened for behind a transaction
-    /// pooler (without one, nowhere: followers poll).
-    notify: Option<tokio_postgres::Config>,
+    /// pooler (without one, nowhere: followers poll), with its own TLS.
+    notify: Option<Box<PgConnector>>,
 }
 
 impl PgConnector {
-    /// Parses `url`; a malformed URL is [`PgError::InvalidUrl`] (with the
-    /// password removed from the message).
+    /// Parses `url`; a malformed URL or TLS value is
+    /// [`PgError::InvalidUrl`] (with the password removed from the
+    /// message), a TLS file that cannot be read [`PgError::Tls`].
     pub fn new(url: &str) -> Result<Self, PgError> {
+        Self::with_env(url, |var| std::env::var(var).ok())
+    }
+
+    /// [`PgConnector::new`] reading libpq's environment through `env`.
+    fn with_env(url: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, PgError> {
         let own = own_params(url)?;
-        let config = with_defaults(parse(&own.rest, url)?, url);
-        let mut connector = PgConnector::from_config(config).with_pooler(own.pooler);
+        let tls = PgTls::from_params(&own.tls, &env).map_err(|reason| PgError::InvalidUrl {
+            url: redact_url(url),
+            reason,
+        })?;
+        let mut config = with_defaults(parse(&own.rest, url)?, url);
+        if config.get_password().is_none() {
+            if let Some(password) = env("PGPASSWORD") {
+                config.password(password);
+            }
+        }
+        let mut connector = PgConnector::from_config(config)
+            .with_tls(tls)
+            .map_err(|reason| PgError::Tls {
+                url: redact_url(url),
+                reason,
+            })?
+            .with_pooler(own.pooler);
         if let Some(notify_url) = own.notify_url {
             connector = connector.with_notify_url(&notify_url)?;
         }
@@ -168,17 +205,52 @@ impl PgConnector {
     /// pooler cannot carry `LISTEN`). Without a transaction pooler the
     /// notices come through the connector's own URL and this is unused.
     pub fn with_notify_url(mut self, url: &str) -> Result<Self, PgError> {
-        self.notify = Some(PgConnector::new(url)?.config);
+        self.notify = Some(Box::new(PgConnector::new(url)?));
         Ok(self)
     }
 
-    /// A connector for an already built configuration, as it is.
+    /// A connector for an already built configuration, as it is: TLS as
+    /// its `ssl_mode` says (`prefer` or `require`: encrypted, the
+    /// certificate not checked); see [`PgConnector::with_tls`] for checks.
     pub fn from_config(config: tokio_postgres::Config) -> Self {
+        let tls = PgTls {
+            mode: match config.get_ssl_mode() {
+                tokio_postgres::config::SslMode::Disable => SslMode::Disable,
+                tokio_postgres::config::SslMode::Require => SslMode::Require,
+                _ => SslMode::Prefer,
+            },
+            ..PgTls::default()
+        };
+        let connector = tls
+            .connector()
+            .unwrap_or_else(|_| unreachable!("no file is read without checks"));
         PgConnector {
             config,
-            pooler: Pooler::None,
+            tls,
+            connector,
+            pooler: Pooler::Unannounced,
             notify: None,
         }
+    }
+
+    /// The same connector with `tls`'s settings on every connection (its
+    /// files read now: an unreadable one is an error naming it).
+    pub fn with_tls(mut self, tls: PgTls) -> Result<Self, String> {
+        self.connector = tls.connector()?;
+        self.config.ssl_mode(tls.tokio_mode());
+        self.tls = tls;
+        Ok(self)
+    }
+
+    /// The TLS settings connections are made with.
+    pub fn tls(&self) -> &PgTls {
+        &self.tls
+    }
+
+    /// The tokio-postgres TLS connector of [`PgConnector::tls`], for
+    /// connections of your own made the same way.
+    pub fn tls_connector(&self) -> PgTlsConnector {
+        self.connector.clone()
     }
 
     /// The configuration connections are made with.
@@ -246,25 +318,29 @@ impl std::fmt::Debug for PgConnector {
         // tokio_postgres::Config's Debug already hides the password.
         f.debug_struct("PgConnector")
             .field("config", &self.config)
+            .field("tls", &self.tls)
             .field("pooler", &self.pooler)
             .field("notify", &self.notify)
             .finish()
     }
 }
 
-/// Connects with `config` and hands the connection to the caller.
+/// Connects with `config` over `tls` and hands the connection to the
+/// caller.
 async fn connect_listening(
     config: tokio_postgres::Config,
+    tls: PgTlsConnector,
 ) -> Result<Listener, tokio_postgres::Error> {
-    let (client, connection) = config.connect(NoTls).await?;
+    let (client, connection) = config.connect(tls).await?;
     Ok(Listener::new(client, connection))
 }
 
 impl Connect for PgConnector {
     fn connect(&self) -> BoxFuture<Result<Client, tokio_postgres::Error>> {
         let config = self.config.clone();
+        let tls = self.connector.clone();
         Box::pin(async move {
-            let (client, connection) = config.connect(NoTls).await?;
+            let (client, connection) = config.connect(tls).await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "picolease: PostgreSQL connection ended");
@@ -277,11 +353,21 @@ impl Connect for PgConnector {
     /// Through a transaction pooler, only on the direct notice
     /// connection, if there is one.
     fn connect_listener(&self) -> Option<BoxFuture<Result<Listener, tokio_postgres::Error>>> {
-        let config = match self.pooler {
-            Pooler::None => self.config.clone(),
-            Pooler::Transaction => self.notify.clone()?,
+        let direct = match self.pooler {
+            Pooler::None | Pooler::Unannounced => self,
+            Pooler::Transaction => self.notify.as_deref()?,
         };
-        Some(Box::pin(connect_listening(config)))
+        Some(Box::pin(connect_listening(
+            direct.config.clone(),
+            direct.connector.clone(),
+        )))
+    }
+
+    /// Over the connections' own TLS: a server that takes TLS only takes
+    /// cancel requests over it too.
+    fn cancel(&self, token: CancelToken) -> BoxFuture<Result<(), tokio_postgres::Error>> {
+        let tls = self.connector.clone();
+        Box::pin(async move { token.cancel_query(tls).await })
     }
 
     fn pooler(&self) -> Pooler {

@@ -28,6 +28,19 @@ pub enum PgError {
         /// What tokio-postgres said about it.
         reason: String,
     },
+    /// TLS refused the connection in a way retrying with the same settings
+    /// cannot cure: a certificate the checks refused (unknown CA, a host
+    /// name it does not name, out of date), a server without TLS under
+    /// `sslmode=require` or stronger, or a TLS file that cannot be read.
+    /// Never a silent fall back to plain text.
+    #[error("TLS to PostgreSQL{}: {reason}", crate::server::tls::at_url(url))]
+    Tls {
+        /// The URL given, with any password replaced by `***` (empty when
+        /// the driver met it on a later connection: the handle's URL).
+        url: String,
+        /// What failed, and why.
+        reason: String,
+    },
     /// Connecting failed for a reason retrying may cure (refused, unreachable,
     /// the server starting up or going away).
     #[error("could not connect to PostgreSQL: {reason}")]
@@ -251,6 +264,10 @@ impl PgError {
             Some(db) if is_login_failure(db.code().code()) => PgError::Login {
                 code: db.code().code().to_string(),
                 reason: db.message().to_string(),
+            },
+            _ if crate::server::tls::is_refusal(err) => PgError::Tls {
+                url: String::new(),
+                reason: crate::server::with_causes(err),
             },
             _ => {
                 let reason = crate::server::with_causes(err);

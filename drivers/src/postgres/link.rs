@@ -179,7 +179,7 @@ impl Link {
         backoff_cap: Duration,
     ) -> Self {
         Link {
-            unnamed: AtomicBool::new(connector.pooler() == Pooler::Transaction),
+            unnamed: AtomicBool::new(connector.pooler() != Pooler::None),
             connector,
             server: ServerWatch::new(&statements),
             statements,

@@ -108,6 +108,7 @@ mod pooler;
 mod server_change;
 mod statement;
 mod task;
+mod tls;
 mod transaction;
 
 pub use crate::server::admin::{
@@ -124,6 +125,7 @@ pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 /// transactions, and the signal to stop (`cancelled().await`).
 pub type LeaderContext = crate::server::LeaderContext<Fence>;
 pub use handle::{PgLease, PgLeaseBuilder, PgLeaseSet, PgLeaseSetBuilder, Postgres};
+pub use tls::{PgTls, PgTlsConnect, PgTlsConnector, PgTlsStream, RootCerts, SslMode};
 pub use transaction::FencedTransaction;
 
 /// How long a driver keeps its connections open after releasing, so that

@@ -1,11 +1,13 @@
 //! picolease's own parameters in a PostgreSQL connection string
 //! ([`POOLER_PARAM`](super::POOLER_PARAM),
-//! [`NOTIFY_URL_PARAM`](super::NOTIFY_URL_PARAM)), taken out before the
-//! rest goes to tokio-postgres; a bad value is refused naming it, with
+//! [`NOTIFY_URL_PARAM`](super::NOTIFY_URL_PARAM)) and libpq's TLS ones
+//! (which picolease carries out itself), taken out before the rest goes
+//! to tokio-postgres; a bad value is refused naming it, with
 //! any password hidden.
 
 use super::error::PgError;
 use super::pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
+use super::tls::TLS_PARAMS;
 use crate::redact_url;
 
 /// A connection string with picolease's own parameters taken out (the
@@ -15,6 +17,10 @@ pub(crate) struct OwnParams {
     pub(crate) rest: String,
     pub(crate) pooler: Pooler,
     pub(crate) notify_url: Option<String>,
+    /// libpq's TLS pairs (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`),
+    /// in order: tokio-postgres knows only part of `sslmode`, and the
+    /// connector makes the checks ([`super::tls::PgTls`]).
+    pub(crate) tls: Vec<(String, String)>,
 }
 
 /// Splits `url` (a `postgres://` URL or a `key=value` string) into
@@ -28,11 +34,14 @@ pub(crate) fn own_params(url: &str) -> Result<OwnParams, PgError> {
     };
     let mut own = OwnParams {
         rest,
-        pooler: Pooler::None,
+        pooler: Pooler::Unannounced,
         notify_url: None,
+        tls: Vec::new(),
     };
     for (key, value) in pairs {
-        if key == POOLER_PARAM {
+        if TLS_PARAMS.contains(&key.as_str()) {
+            own.tls.push((key, value));
+        } else if key == POOLER_PARAM {
             own.pooler = match value.as_str() {
                 "transaction" => Pooler::Transaction,
                 "none" | "session" => Pooler::None,
@@ -53,7 +62,7 @@ pub(crate) fn own_params(url: &str) -> Result<OwnParams, PgError> {
 }
 
 fn is_own(key: &str) -> bool {
-    key == POOLER_PARAM || key == NOTIFY_URL_PARAM
+    key == POOLER_PARAM || key == NOTIFY_URL_PARAM || TLS_PARAMS.contains(&key)
 }
 
 /// `scheme://…?a=1&picolease_pooler=transaction` → (`scheme://…?a=1`, the
@@ -133,16 +142,22 @@ mod tests {
         assert_eq!(
             own,
             OwnParams {
-                rest: "postgres://u:pw@bouncer:6432/db?sslmode=disable&connect_timeout=3"
-                    .to_string(),
+                rest: "postgres://u:pw@bouncer:6432/db?connect_timeout=3".to_string(),
                 pooler: Pooler::Transaction,
                 notify_url: Some("postgres://u:pw@db:5432/db".to_string()),
+                tls: vec![("sslmode".to_string(), "disable".to_string())],
             }
         );
         let own = own_params("postgres://u@h/db?picolease_pooler=none").unwrap();
         assert_eq!(
             (own.rest.as_str(), own.pooler),
             ("postgres://u@h/db", Pooler::None)
+        );
+        let silent = own_params("postgres://u@h/db").unwrap();
+        assert_eq!(
+            silent.pooler,
+            Pooler::Unannounced,
+            "unnamed unless promised"
         );
         let own = own_params("host=h dbname=d picolease_pooler=transaction").unwrap();
         assert_eq!(

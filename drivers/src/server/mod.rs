@@ -24,6 +24,7 @@ pub(crate) mod fenced;
 pub(crate) mod gate;
 pub(crate) mod options;
 pub(crate) mod task;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -150,6 +150,19 @@ impl Server {
         self.sql("SELECT pg_reload_conf()");
     }
 
+    /// Replaces `pg_hba.conf` with `rules` and reloads.
+    pub fn set_hba(&self, rules: &str) {
+        let hba = PathBuf::from(self.data()).join("pg_hba.conf");
+        std::fs::write(&hba, rules).expect("pg_hba.conf written");
+        self.sql("SELECT pg_reload_conf()");
+    }
+
+    /// The directory the server's files live in (owned by `postgres`):
+    /// for files it must read, such as TLS keys.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// The server's port.
     pub fn port(&self) -> u16 {
         self.port

@@ -62,11 +62,14 @@ fn admin<T>(
 }
 
 /// A failure to connect names the server.
-fn named(target: &Target, error: MysqlError) -> CliError {
+pub(crate) fn named(target: &Target, error: MysqlError) -> CliError {
     match error {
         MysqlError::Connect { reason } => {
             CliError::runtime(format!("could not connect to MySQL at {target}: {reason}"))
         }
+        MysqlError::Tls { reason, .. } => CliError::runtime(format!(
+            "could not connect to MySQL at {target}: TLS: {reason}"
+        )),
         other => other.into(),
     }
 }

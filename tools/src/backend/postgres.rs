@@ -78,6 +78,9 @@ pub(crate) async fn connect(
         PgError::Connect { reason } => CliError::runtime(format!(
             "could not connect to PostgreSQL at {target}: {reason}"
         )),
+        PgError::Tls { reason, .. } => CliError::runtime(format!(
+            "could not connect to PostgreSQL at {target}: TLS: {reason}"
+        )),
         other => other.into(),
     })
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
-use picolease::mysql::{run_statement, MysqlError};
+use picolease::mysql::run_statement;
 use picolease::sql::{Cell, Dialect, Statement, Statements};
 use picolease::{Epoch, HolderId, LeaseName, TableName};
 use picolease_core::{Operation, Reply};
@@ -74,12 +74,7 @@ impl MysqlProbe {
                     .connector()
                     .connect_client()
                     .await
-                    .map_err(|e| match e {
-                        MysqlError::Connect { reason } => CliError::runtime(format!(
-                            "could not connect to MySQL at {target}: {reason}"
-                        )),
-                        other => other.into(),
-                    })
+                    .map_err(|e| crate::backend::mysql::named(target, e))
             };
             let mut a = connect().await?;
             let b = connect().await?;

@@ -147,7 +147,7 @@ impl PgProbe {
         let connector: PgConnector = target.connector().clone();
         let runtime = runtime()?;
         let statements = Statements::new(Dialect::Postgres, table);
-        let unnamed = connector.pooler() == Pooler::Transaction;
+        let unnamed = connector.pooler() != Pooler::None;
         let (a, b, listener, notices, renew_epoch, handover_epoch) = runtime.block_on(async {
             let mut a = Conn::new(connect(&connector, target).await?, unnamed);
             let b = Conn::new(connect(&connector, target).await?, unnamed);
