@@ -234,6 +234,21 @@ async fn every_mode_connects_encrypted_and_every_refusal_names_its_cause() {
         other => panic!("expected the missing file named, got {other:?}"),
     }
 
+    // Your own mysql_async TLS options: used, no fall back.
+    let own = MysqlConnector::new(&server.url("127.0.0.1", "picolease", ""))
+        .unwrap()
+        .with_ssl_opts(
+            mysql_async::SslOpts::default()
+                .with_root_certs(vec![pki.path("ca.pem").into()])
+                .with_disable_built_in_roots(true),
+        );
+    let mut conn = own.connect_client().await.unwrap();
+    let row: Option<(String, String)> = conn
+        .query_first("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        .await
+        .unwrap();
+    assert!(row.is_some_and(|(_, cipher)| !cipher.is_empty()));
+
     // A client certificate for the user that requires one; without it,
     // refused.
     let with_cert = server.url(

@@ -10,6 +10,7 @@
 //! `cargo test -p picolease-tests --test pg_pooler`
 
 mod pg_support;
+mod tls_support;
 
 use std::time::{Duration, Instant};
 
@@ -44,9 +45,38 @@ fn contenders(bouncer: &Bouncer, table: &TableName, holders: &[&str], extra: &st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_lease_elects_and_hands_over_through_the_pooler() {
     let bouncer = Bouncer::start();
+    elect_and_hand_over(&bouncer, POOLED).await;
+}
+
+/// The same through a PgBouncer that terminates TLS on both sides: the
+/// contenders check its certificate (`verify-full`, a CA the test makes),
+/// and it reaches the server over TLS (`server_tls_sslmode = require`:
+/// PgBouncer refuses a server without TLS). Its clients may still come
+/// in plain text (`client_tls_sslmode = allow`: the readiness probe
+/// does); ours cannot, under `verify-full`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_lease_elects_and_hands_over_over_tls_on_both_sides() {
+    let pki = tls_support::Pki::new("postgres", "postgres");
+    let bouncer = Bouncer::start_with(&format!(
+        "client_tls_sslmode = allow\nclient_tls_cert_file = {}\nclient_tls_key_file = {}\n\
+         server_tls_sslmode = require\n",
+        pki.file("server.pem"),
+        pki.file("server.key")
+    ));
+    let tls = format!(
+        "{POOLED}&sslmode=verify-full&sslrootcert={}",
+        pki.file("ca.pem")
+    );
+    elect_and_hand_over(&bouncer, &tls).await;
+}
+
+/// Elects a leader of three contenders through `bouncer` (URL parameters
+/// `extra`), hands over on shutdown at the next epoch, and no contender
+/// finishes with an error on the way.
+async fn elect_and_hand_over(bouncer: &Bouncer, extra: &str) {
     let admin = admin().await;
     let table = unique_table("pooled_handover");
-    let leases = contenders(&bouncer, &table, &["a", "b", "c"], POOLED);
+    let leases = contenders(bouncer, &table, &["a", "b", "c"], extra);
     let started = Instant::now();
     let mut leader = None;
     while leader.is_none() {

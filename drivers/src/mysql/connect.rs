@@ -107,6 +107,33 @@ impl MysqlConnector {
         &self.tls
     }
 
+    /// The same connector with mysql_async's own TLS options (yours: its
+    /// roots, client identity, checks) on every connection; no fall back
+    /// to plain text, whatever the server offers.
+    pub fn with_ssl_opts(mut self, opts: mysql_async::SslOpts) -> Self {
+        self.opts = OptsBuilder::from_opts(self.plain.clone())
+            .ssl_opts(Some(opts))
+            .into();
+        self.tls = MysqlTls {
+            mode: SslMode::Required,
+            ..MysqlTls::default()
+        };
+        self.plain_only = Arc::default();
+        self
+    }
+
+    /// The same connector with `tls`'s settings (the files are read at
+    /// each connection: check them first with the URL, or expect a
+    /// [`MysqlError::Tls`] then).
+    pub fn with_tls(mut self, tls: MysqlTls) -> Self {
+        self.opts = OptsBuilder::from_opts(self.plain.clone())
+            .ssl_opts(tls.ssl_opts())
+            .into();
+        self.tls = tls;
+        self.plain_only = Arc::default();
+        self
+    }
+
     /// Opens a connection with the URL's TLS; under `PREFERRED`, in plain
     /// text when the server offers no TLS (remembered). Under `REQUIRED`
     /// or stronger a server without TLS is refused, never fallen back

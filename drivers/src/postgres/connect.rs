@@ -242,6 +242,19 @@ impl PgConnector {
         Ok(self)
     }
 
+    /// The same connector with your own TLS connector on every connection
+    /// (statements, `LISTEN`, cancel requests), under `sslmode`
+    /// `mode`; [`PgConnector::tls`] then reports `mode` alone.
+    pub fn with_tls_connector(mut self, mode: SslMode, connector: PgTlsConnector) -> Self {
+        self.tls = PgTls {
+            mode,
+            ..PgTls::default()
+        };
+        self.config.ssl_mode(self.tls.tokio_mode());
+        self.connector = connector;
+        self
+    }
+
     /// The TLS settings connections are made with.
     pub fn tls(&self) -> &PgTls {
         &self.tls

@@ -299,7 +299,11 @@ impl Link {
             if self.auto_create && !table_ready {
                 create_table(&client, &self.statements).await?;
             }
-            let pooled = self.unnamed.load(Ordering::Relaxed);
+            // Only a pooler the URL names keeps the session's keepalives
+            // unset: an unannounced one (unnamed statements by default)
+            // is most often no pooler at all, and a cut-off client's
+            // sessions must still be given up by the server.
+            let pooled = self.connector.pooler() == Pooler::Transaction;
             self.server.observe(&client, &self.statements, pooled).await;
             Ok::<_, PgError>(client)
         };

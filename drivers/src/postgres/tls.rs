@@ -414,6 +414,17 @@ pub struct PgTlsConnector {
     config: Option<Arc<ClientConfig>>,
 }
 
+impl PgTlsConnector {
+    /// A connector over your own rustls configuration (your roots, your
+    /// verifier, your client certificate), for
+    /// [`PgConnector::with_tls_connector`](super::PgConnector::with_tls_connector).
+    pub fn from_rustls(config: Arc<ClientConfig>) -> Self {
+        PgTlsConnector {
+            config: Some(config),
+        }
+    }
+}
+
 impl std::fmt::Debug for PgTlsConnector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgTlsConnector")

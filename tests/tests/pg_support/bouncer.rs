@@ -34,6 +34,12 @@ pub struct Bouncer {
 
 impl Bouncer {
     pub fn start() -> Bouncer {
+        Bouncer::start_with("")
+    }
+
+    /// [`Bouncer::start`] with `settings` added to its `[pgbouncer]`
+    /// section (TLS files, say: they must be readable by `postgres`).
+    pub fn start_with(settings: &str) -> Bouncer {
         // A port found free may be taken before PgBouncer binds it (by
         // another test's bouncer, or by a client socket). Each bouncer
         // serves the database under a name of its own, and is ready only
@@ -42,14 +48,14 @@ impl Bouncer {
         // taking this test's connections with it; seen in CI under load,
         // where the loser's bind failure came later than any fixed wait).
         for _ in 0..5 {
-            if let Some(bouncer) = Bouncer::try_start() {
+            if let Some(bouncer) = Bouncer::try_start(settings) {
                 return bouncer;
             }
         }
         panic!("pgbouncer did not start on a free port in 5 attempts");
     }
 
-    fn try_start() -> Option<Bouncer> {
+    fn try_start(settings: &str) -> Option<Bouncer> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -69,7 +75,7 @@ impl Bouncer {
                  [pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
                  auth_type = any\npool_mode = transaction\ndefault_pool_size = 2\n\
                  max_client_conn = 200\nunix_socket_dir =\n\
-                 ignore_startup_parameters = extra_float_digits\n"
+                 ignore_startup_parameters = extra_float_digits\n{settings}"
             ),
         )
         .unwrap();

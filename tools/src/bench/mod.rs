@@ -45,6 +45,33 @@ pub trait Probe {
     fn expires_in(&mut self, lease: &LeaseName) -> Result<(Option<i64>, Instant), CliError>;
     /// Drops the scratch table.
     fn drop_table(&mut self) -> Result<(), CliError>;
+    /// One connection set up (TCP, TLS as the URL says, the login) and
+    /// closed; with `plain`, the same without TLS. `None` where there is
+    /// nothing to connect to (SQLite) or the server refuses it (a plain
+    /// attempt at a server that takes only TLS).
+    fn connect(&mut self, plain: bool) -> Result<Option<Duration>, CliError>;
+}
+
+/// Times one connection's set-up on `runtime`, closing it with `close`
+/// (outside the time): `None` for a plain-text attempt the server
+/// refused (it takes only TLS); any other failure is the bench's.
+fn time_connect<C, E: std::fmt::Display>(
+    runtime: &tokio::runtime::Runtime,
+    plain: bool,
+    connecting: impl std::future::Future<Output = Result<C, E>>,
+    close: impl FnOnce(C),
+) -> Result<Option<Duration>, CliError> {
+    let at = Instant::now();
+    let connected = runtime.block_on(connecting);
+    let took = at.elapsed();
+    match connected {
+        Ok(connection) => {
+            close(connection);
+            Ok(Some(took))
+        }
+        Err(_) if plain => Ok(None),
+        Err(e) => Err(CliError::runtime(format!("bench: connecting: {e}"))),
+    }
 }
 
 /// The scratch rows' ttl: long enough never to lapse during a bench.
@@ -107,6 +134,15 @@ fn measure(
     for i in 0..samples {
         progress.step("round trip", i, samples);
         rtt.push(probe.round_trip()?);
+    }
+
+    // Connection set-up, as the URL says and in plain text, alternated.
+    let connects = (rounds * 2).max(10);
+    let (mut connect, mut connect_plain) = (Vec::new(), Vec::new());
+    for i in 0..connects {
+        progress.step("connection set-up", i, connects);
+        connect.extend(probe.connect(false)?);
+        connect_plain.extend(probe.connect(true)?);
     }
 
     let renew_samples = (rounds * 3).clamp(30, picolease::RENEW_SAMPLES);
@@ -183,6 +219,8 @@ fn measure(
         handover_floor,
         planned_handover,
         crash_lag,
+        connect,
+        connect_plain,
         ttl: TTL,
     })
 }

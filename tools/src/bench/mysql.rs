@@ -21,6 +21,8 @@ use crate::failure::CliError;
 /// Two connections (`a`, `b`) on a runtime of their own, and the scratch
 /// table's statements.
 pub struct MysqlProbe {
+    /// The target's connector, for `connect`.
+    connector: picolease::mysql::MysqlConnector,
     runtime: Runtime,
     a: Conn,
     b: Conn,
@@ -97,6 +99,7 @@ impl MysqlProbe {
             Ok::<_, CliError>((a, b, renew_epoch, epoch))
         })?;
         Ok(MysqlProbe {
+            connector: target.connector().clone(),
             runtime,
             a,
             b,
@@ -177,5 +180,21 @@ impl Probe for MysqlProbe {
         self.runtime
             .block_on(self.a.query_drop(format!("DROP TABLE IF EXISTS {table}")))
             .map_err(|e| CliError::runtime(format!("bench: dropping {table}: {e}")))
+    }
+
+    fn connect(&mut self, plain: bool) -> Result<Option<Duration>, CliError> {
+        let connector = if plain {
+            let tls = picolease::mysql::MysqlTls {
+                mode: picolease::mysql::SslMode::Disabled,
+                ..picolease::mysql::MysqlTls::default()
+            };
+            self.connector.clone().with_tls(tls)
+        } else {
+            self.connector.clone()
+        };
+        let runtime = &self.runtime;
+        super::time_connect(runtime, plain, connector.connect_client(), |conn| {
+            let _ = runtime.block_on(conn.disconnect());
+        })
     }
 }

@@ -30,6 +30,8 @@ use crate::failure::CliError;
 
 /// Plain connections to the user's server, and the scratch table.
 pub struct PgProbe {
+    /// The target's connector, for `connect`.
+    connector: PgConnector,
     runtime: Runtime,
     a: Conn,
     b: Conn,
@@ -182,6 +184,7 @@ impl PgProbe {
             Ok::<_, CliError>((a, b, listener, notices, renew, handover))
         })?;
         Ok(PgProbe {
+            connector,
             runtime,
             a,
             b,
@@ -325,5 +328,21 @@ impl Probe for PgProbe {
                 .await
                 .map_err(|e| failed(&format!("dropping {table}"), e))
         })
+    }
+
+    fn connect(&mut self, plain: bool) -> Result<Option<Duration>, CliError> {
+        let connector = if plain {
+            let tls = picolease::postgres::PgTls {
+                mode: picolease::postgres::SslMode::Disable,
+                ..picolease::postgres::PgTls::default()
+            };
+            match self.connector.clone().with_tls(tls) {
+                Ok(connector) => connector,
+                Err(_) => return Ok(None),
+            }
+        } else {
+            self.connector.clone()
+        };
+        super::time_connect(&self.runtime, plain, connector.connect_client(), drop)
     }
 }

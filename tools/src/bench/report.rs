@@ -26,6 +26,11 @@ pub struct Figures {
     pub planned_handover: Vec<Duration>,
     /// The row's expiry to the successor's leadership, after a crash.
     pub crash_lag: Vec<Duration>,
+    /// Connections set up with the URL's TLS settings (none on SQLite);
+    /// in the table only, not in `--json`, whose keys are fixed.
+    pub connect: Vec<Duration>,
+    /// The same in plain text (none where the server takes only TLS).
+    pub connect_plain: Vec<Duration>,
     /// The ttl the contenders ran with.
     pub ttl: Duration,
 }
@@ -145,6 +150,10 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
             None,
         ),
     ];
+    let connects = [
+        ("connection set-up (as the URL says)", &figures.connect),
+        ("connection set-up (plain text)", &figures.connect_plain),
+    ];
     for ((name, median, most), samples, floor) in lines {
         let floor = floor.map_or(String::from("—"), |f| {
             let f50 = p50(f);
@@ -157,6 +166,15 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
         println!(
             "{name:<34} {median:>9.3} {:>9.3} {most:>9.3}  {floor:>12}",
             quantile_ms(samples, 0.99)
+        );
+    }
+    for (name, samples) in connects.iter().filter(|(_, s)| !s.is_empty()) {
+        println!(
+            "{name:<34} {:>9.3} {:>9.3} {:>9.3}  {:>12}",
+            p50(samples),
+            quantile_ms(samples, 0.99),
+            max(samples),
+            "—"
         );
     }
     println!(

@@ -132,4 +132,9 @@ impl Probe for SqliteProbe {
             .execute_batch(&format!("DROP TABLE IF EXISTS {}", self.table))
             .map_err(|e| CliError::runtime(format!("bench: dropping {}: {e}", self.table)))
     }
+
+    /// An embedded file: nothing to connect to.
+    fn connect(&mut self, _plain: bool) -> Result<Option<Duration>, CliError> {
+        Ok(None)
+    }
 }
