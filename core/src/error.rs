@@ -95,8 +95,13 @@ pub enum ConfigError {
         /// The repeated name (cut at 80 characters).
         name: String,
     },
-    /// A lease name in the namespace of the membership rows.
-    #[error("lease name {name:?} is reserved: names starting with \"picolease.member:\" are the lease sets' membership rows")]
+    /// A lease name in a namespace of picolease's own rows: the lease
+    /// sets' membership rows (`picolease.member:`), handover requests
+    /// (`picolease.handover:`) or preferred candidates
+    /// (`picolease.preferred:`). A lease of such a name would be
+    /// overwritten by them (`picolease handover --name X` writes
+    /// `picolease.handover:X`, and its withdrawal deletes it).
+    #[error("lease name {name:?} is reserved: names starting with \"picolease.member:\" (the lease sets' membership rows), \"picolease.handover:\" (handover requests) or \"picolease.preferred:\" (preferred candidates) are picolease's own rows")]
     ReservedLease {
         /// The name given (cut at 80 characters).
         name: String,

@@ -156,6 +156,18 @@ impl LeaseState {
     /// A follower that will try to acquire at `now`. Rejects a configuration
     /// that cannot work.
     pub fn new(config: Config, now: Instant) -> Result<Self, ConfigError> {
+        if crate::config::is_reserved(&config.lease) {
+            return Err(ConfigError::ReservedLease {
+                name: config.lease.as_str().chars().take(80).collect(),
+            });
+        }
+        Self::own_row(config, now)
+    }
+
+    /// [`LeaseState::new`] without the reserved-name check: for a lease
+    /// set's own membership row, the one machine allowed a name in
+    /// picolease's namespaces.
+    pub(crate) fn own_row(config: Config, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let reservation = config.holder.reservation();
         let announcement = if config.rank.is_lowest() {

@@ -828,3 +828,49 @@ fn a_stepped_database_clock_demotes_the_leader_with_clock() {
     // (A new machine's first command: it watches, as a running follower.)
     assert_eq!(drain(&mut s), vec![Command::WatchChanges(true)]);
 }
+
+/// A lease may not take a name in picolease's own namespaces (issue 44):
+/// `picolease handover --name X` writes `picolease.handover:X` and its
+/// withdrawal deletes it, so a lease of that name would be overwritten.
+/// The same for a lease set's leases; the set's own membership row is the
+/// one machine in such a namespace.
+#[test]
+fn names_in_picoleases_own_namespaces_are_refused_as_leases() {
+    use picolease_core::{ConfigError, LeaseSet, SetConfig};
+    for reserved in [
+        "picolease.handover:jobs",
+        "picolease.preferred:jobs",
+        "picolease.member:web-1",
+    ] {
+        let mut c = config();
+        c.lease = LeaseName::new(reserved).unwrap();
+        match LeaseState::new(c, ms(0)) {
+            Err(e @ ConfigError::ReservedLease { .. }) => {
+                assert!(e.to_string().contains(reserved), "{e}")
+            }
+            other => panic!("{reserved}: {:?}", other.map(|_| ())),
+        }
+        let set = LeaseSet::new(
+            SetConfig::with_ttl(me(), TTL),
+            vec![
+                LeaseName::new("a").unwrap(),
+                LeaseName::new(reserved).unwrap(),
+            ],
+            ms(0),
+        );
+        assert!(
+            matches!(set, Err(ConfigError::ReservedLease { .. })),
+            "{reserved} in a set"
+        );
+    }
+    // Near misses are ordinary names, and a set starts with its own row.
+    let mut c = config();
+    c.lease = LeaseName::new("picolease.handover").unwrap();
+    assert!(LeaseState::new(c, ms(0)).is_ok());
+    let set = LeaseSet::new(
+        SetConfig::with_ttl(me(), TTL),
+        vec![LeaseName::new("a").unwrap()],
+        ms(0),
+    );
+    assert!(set.is_ok());
+}

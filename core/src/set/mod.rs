@@ -181,7 +181,9 @@ impl LeaseSet {
             }
             let mut config = template.for_lease(name.clone());
             config.seed = template.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut machine = LeaseState::new(config, now)?;
+            // The membership row (last) is the set's own; the leases
+            // asked for are checked below, all at once.
+            let mut machine = LeaseState::own_row(config, now)?;
             slots.push(Slot {
                 preference: share::preference(&template.holder, name.as_str()),
                 name,
@@ -203,7 +205,7 @@ impl LeaseSet {
         let member = slots.len() - 1;
         if let Some(slot) = slots[..member]
             .iter()
-            .find(|s| s.name.as_str().starts_with(MEMBER_PREFIX))
+            .find(|s| crate::config::is_reserved(&s.name))
         {
             return Err(ConfigError::ReservedLease {
                 name: slot.name.as_str().chars().take(80).collect(),
@@ -649,7 +651,7 @@ impl LeaseSet {
             slot.seen = Seen::Free;
             let mut config = slot.machine.config().clone();
             config.seed = config.seed.wrapping_add(1);
-            if let Ok(mut machine) = LeaseState::new(config, now) {
+            if let Ok(mut machine) = LeaseState::own_row(config, now) {
                 machine.set_contending(now, false);
                 #[cfg(feature = "mutants")]
                 machine.set_mutation(self.mutation);
