@@ -886,3 +886,47 @@ async fn a_gated_task_commits_through_its_fenced_transaction() {
     a.shutdown().await.unwrap();
     drop_all(&admin, &table).await;
 }
+
+/// A table made without the fence's index (`picolease sql`'s `CREATE
+/// TABLE` alone) and table creation off: the driver stops at once with
+/// an error that names the missing index and the statement that adds it
+/// (issue 44), rather than run fenced writes that would not hold a
+/// takeover back. With the index added by that statement, it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auto_create_a_missing_fence_index_is_named_with_its_statement() {
+    let admin = admin().await;
+    let table = unique_table("noindex");
+    let statements = Statements::new(Dialect::Postgres, &table);
+    admin
+        .batch_execute(statements.create_table())
+        .await
+        .unwrap();
+    let start = || {
+        picolease::postgres::PgLease::builder(
+            config("l", "a", Duration::from_secs(2)),
+            PgConnector::new(&url()).unwrap(),
+        )
+        .table(table.clone())
+        .auto_create(false)
+        .start()
+        .unwrap()
+    };
+    let mut lease = start();
+    let err = tokio::time::timeout(PATIENCE, lease.stopped())
+        .await
+        .expect("the driver stops")
+        .unwrap_err();
+    let PgError::MissingIndex { create, .. } = &err else {
+        panic!("expected the missing index named, got {err:?}");
+    };
+    assert!(err.to_string().contains("(name, epoch)"), "{err}");
+    assert!(create.starts_with("CREATE UNIQUE INDEX"), "{create}");
+    admin.batch_execute(create).await.unwrap();
+    let lease = start();
+    assert!(
+        lease.wait_for(PATIENCE, |l| l.is_leader()).is_some(),
+        "leads once the index is there"
+    );
+    lease.shutdown().await.unwrap();
+    drop_table(&admin, &table).await;
+}

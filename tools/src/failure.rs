@@ -90,6 +90,7 @@ impl From<picolease::postgres::PgError> for CliError {
             | PgError::InvalidUrl { .. }
             | PgError::Login { .. }
             | PgError::MissingTable { .. }
+            | PgError::MissingIndex { .. }
             | PgError::Schema { .. } => CliError::usage(e),
             _ => CliError::runtime(e),
         }

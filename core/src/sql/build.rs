@@ -240,20 +240,8 @@ impl Builder<'_> {
             Dialect::Sqlite | Dialect::Mysql => None,
             Dialect::Postgres => {
                 let name = self.fence_index_name();
-                let create = Index::create()
-                    .if_not_exists()
-                    .unique()
-                    .name(&name)
-                    .table(self.table_ref())
-                    .col(Alias::new(NAME))
-                    .col(Alias::new(EPOCH_COL))
-                    .to_string(PostgresQueryBuilder);
-                // Identifiers are validated (letters, digits, underscores),
-                // so quoting them by hand inside the literal is safe.
-                let regclass = match self.table.schema() {
-                    Some(schema) => format!("\"{schema}\".\"{}\"", self.table.table()),
-                    None => format!("\"{}\"", self.table.table()),
-                };
+                let create = self.fence_index_create(true);
+                let regclass = self.regclass();
                 // A table created before the incarnation column existed
                 // gains it, each row stamped with the running server's
                 // incarnation (a stable default is evaluated once, by
@@ -273,6 +261,62 @@ impl Builder<'_> {
                 ))
             }
         }
+    }
+
+    /// PostgreSQL: `CREATE UNIQUE INDEX [IF NOT EXISTS] <table>_fence ON
+    /// <table> (name, epoch)`.
+    fn fence_index_create(&self, if_not_exists: bool) -> String {
+        let mut create = Index::create();
+        if if_not_exists {
+            create.if_not_exists();
+        }
+        create
+            .unique()
+            .name(self.fence_index_name())
+            .table(self.table_ref())
+            .col(Alias::new(NAME))
+            .col(Alias::new(EPOCH_COL))
+            .to_string(PostgresQueryBuilder)
+    }
+
+    /// PostgreSQL: the table as a quoted name for a `regclass` literal.
+    /// Identifiers are validated (letters, digits, underscores), so
+    /// quoting them by hand inside the literal is safe.
+    fn regclass(&self) -> String {
+        match self.table.schema() {
+            Some(schema) => format!("\"{schema}\".\"{}\"", self.table.table()),
+            None => format!("\"{}\"", self.table.table()),
+        }
+    }
+
+    /// PostgreSQL: the fence's unique index alone, as a user would add
+    /// it to a table made without it (`CREATE UNIQUE INDEX … (name,
+    /// epoch)`), and a parameterless query that says whether the table
+    /// has such an index: NULL when the table is missing (its statements
+    /// report that), else true or false. Any unique index on exactly
+    /// `(name, epoch)` or `(epoch, name)`, without a predicate, will do:
+    /// each makes an epoch bump a key update.
+    pub(super) fn fence_index_check(&self) -> Option<(String, String)> {
+        if self.dialect != Dialect::Postgres {
+            return None;
+        }
+        let create = self.fence_index_create(false);
+        let regclass = self.regclass();
+        let attnum = |column: &str| {
+            format!(
+                "(SELECT a.attnum FROM pg_catalog.pg_attribute a \
+                 WHERE a.attrelid = i.indrelid AND a.attname = '{column}' AND NOT a.attisdropped)"
+            )
+        };
+        let (name, epoch) = (attnum(NAME), attnum(EPOCH_COL));
+        let check = format!(
+            "SELECT CASE WHEN to_regclass('{regclass}') IS NULL THEN NULL ELSE EXISTS (\
+             SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = to_regclass('{regclass}') \
+             AND i.indisunique AND i.indpred IS NULL AND i.indnkeyatts = 2 \
+             AND ((i.indkey[0] = {name} AND i.indkey[1] = {epoch}) \
+             OR (i.indkey[0] = {epoch} AND i.indkey[1] = {name}))) END"
+        );
+        Some((check, create))
     }
 
     pub(super) fn acquire(&self) -> Statement {
@@ -757,6 +801,7 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         table: table.clone(),
         create_table: b.create_table(),
         create_index: b.create_index(),
+        fence_index_check: b.fence_index_check(),
         acquire: b.acquire(),
         renew: b.renew(),
         release: b.release(),

@@ -273,6 +273,7 @@ pub struct Statements {
     table: TableName,
     create_table: String,
     create_index: Option<String>,
+    fence_index_check: Option<(String, String)>,
     acquire: Statement,
     renew: Statement,
     release: Statement,
@@ -340,6 +341,19 @@ impl Statements {
     /// (MySQL 8 has no `CREATE INDEX IF NOT EXISTS`).
     pub fn create_index(&self) -> Option<&str> {
         self.create_index.as_deref()
+    }
+
+    /// PostgreSQL: a parameterless query (simple protocol) that says
+    /// whether the table has the fence's unique index on `(name, epoch)`
+    /// (NULL: no table; true; false), and the `CREATE UNIQUE INDEX` that
+    /// adds it. A driver that does not create the table itself checks it
+    /// on connecting: without the index a fenced transaction does not
+    /// hold a takeover back (DESIGN §4b). `None` on SQLite (no index
+    /// needed) and MySQL (declared in its `CREATE TABLE`).
+    pub fn fence_index_check(&self) -> Option<(&str, &str)> {
+        self.fence_index_check
+            .as_ref()
+            .map(|(check, create)| (check.as_str(), create.as_str()))
     }
 
     /// PostgreSQL: `SELECT` the server incarnation the statements record

@@ -64,6 +64,17 @@ pub enum PgError {
         /// The table that was looked for.
         table: String,
     },
+    /// The table exists without the unique index on `(name, epoch)` that
+    /// fenced transactions rely on (DESIGN §4b: without it, a takeover
+    /// does not wait for an open fenced transaction), and the driver was
+    /// told not to create what is missing (`auto_create(false)`).
+    #[error("lease table {table} lacks the unique index on (name, epoch) that fenced writes rely on; add it with: {create}")]
+    MissingIndex {
+        /// The table.
+        table: String,
+        /// The statement that adds the index.
+        create: String,
+    },
     /// The table exists but does not have the columns and types the
     /// statements need (wrong column types, missing columns, a foreign
     /// table), or the statements are not allowed on it.

@@ -298,6 +298,8 @@ impl Link {
                 .map_err(|e| PgError::from_connect(&e))?;
             if self.auto_create && !table_ready {
                 create_table(&client, &self.statements).await?;
+            } else if !table_ready {
+                check_fence_index(&client, &self.statements).await?;
             }
             // Only a pooler the URL names keeps the session's keepalives
             // unset: an unannounced one (unnamed statements by default)
@@ -355,5 +357,36 @@ impl Link {
     /// The connector (to send cancel requests with).
     pub(crate) fn connector(&self) -> &Arc<dyn Connect> {
         &self.connector
+    }
+}
+
+/// With table creation off: the table the user made must have the
+/// fence's unique index (`Statements::fence_index_check`), or fenced
+/// writes would not hold a takeover back; a clear error naming the
+/// statement that adds it. A missing table is left to the statements'
+/// own error; a failed check to the next attempt.
+async fn check_fence_index(client: &Client, statements: &Statements) -> Result<(), PgError> {
+    let Some((check, create)) = statements.fence_index_check() else {
+        return Ok(());
+    };
+    let has_index = match client.simple_query(check).await {
+        Ok(messages) => messages.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(|v| v == "t"),
+            _ => None,
+        }),
+        Err(e) => {
+            return Err(PgError::from_statement(
+                "check the fence's index",
+                &statements.table().to_string(),
+                &e,
+            ))
+        }
+    };
+    match has_index {
+        Some(false) => Err(PgError::MissingIndex {
+            table: statements.table().to_string(),
+            create: create.to_string(),
+        }),
+        _ => Ok(()),
     }
 }
