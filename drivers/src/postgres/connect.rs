@@ -12,7 +12,8 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Connection, NoTls};
 
-use super::tls::{PgTls, PgTlsConnector, SslMode};
+use super::tls::{PgTls, SslMode};
+use super::tls_connect::PgTlsConnector;
 
 use super::error::PgError;
 use super::own_params::own_params;

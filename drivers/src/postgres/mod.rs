@@ -109,6 +109,8 @@ mod server_change;
 mod statement;
 mod task;
 mod tls;
+mod tls_connect;
+mod tls_verify;
 mod transaction;
 
 pub use crate::server::admin::{
@@ -125,7 +127,8 @@ pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 /// transactions, and the signal to stop (`cancelled().await`).
 pub type LeaderContext = crate::server::LeaderContext<Fence>;
 pub use handle::{PgLease, PgLeaseBuilder, PgLeaseSet, PgLeaseSetBuilder, Postgres};
-pub use tls::{PgTls, PgTlsConnect, PgTlsConnector, PgTlsStream, RootCerts, SslMode};
+pub use tls::{PgTls, RootCerts, SslMode};
+pub use tls_connect::{PgTlsConnect, PgTlsConnector, PgTlsStream};
 pub use transaction::FencedTransaction;
 
 /// How long a driver keeps its connections open after releasing, so that

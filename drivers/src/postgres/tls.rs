@@ -16,22 +16,17 @@
 //! connected to (each host of a multi-host URL). `sslrootcert=system`
 //! trusts the platform's roots and, as in libpq, asks for `verify-full`.
 
-use std::future::Future;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::ServerCertVerifier;
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
-};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+
+use super::tls_connect::PgTlsConnector;
+use super::tls_verify::{AnyName, Unchecked};
 
 /// How hard a connection insists on TLS and what it checks: libpq's
 /// `sslmode`.
@@ -183,7 +178,7 @@ impl PgTls {
     /// is an error here (naming it), not at every connection attempt.
     pub fn connector(&self) -> Result<PgTlsConnector, String> {
         if self.mode == SslMode::Disable {
-            return Ok(PgTlsConnector { config: None });
+            return Ok(PgTlsConnector::new(None));
         }
         // ring, not aws-lc-rs: pure Rust and assembly, no C toolchain or
         // cmake in the build, the same provider mysql_async is built with.
@@ -202,7 +197,7 @@ impl PgTls {
             _ => Check::Nothing,
         };
         let verifier: Arc<dyn ServerCertVerifier> = match check {
-            Check::Nothing => Arc::new(Unchecked(provider)),
+            Check::Nothing => Arc::new(Unchecked(provider.signature_verification_algorithms)),
             Check::Ca | Check::Full => {
                 let roots = self.roots()?;
                 let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
@@ -228,9 +223,7 @@ impl PgTls {
             }
             _ => builder.with_no_client_auth(),
         };
-        Ok(PgTlsConnector {
-            config: Some(Arc::new(config)),
-        })
+        Ok(PgTlsConnector::new(Some(Arc::new(config))))
     }
 
     /// The trust anchors `verify-ca` and `verify-full` check against: the
@@ -302,221 +295,6 @@ fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, S
         ));
     }
     Ok(certs)
-}
-
-/// `require` without a root certificate: any certificate is accepted (as
-/// libpq does), but the handshake's signatures are still checked, so the
-/// session is encrypted to whoever holds the certificate's key.
-#[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to a trusted root (and be in date);
-/// the host name is not checked. WebPKI checks the chain before the name,
-/// so a name mismatch is the only error that reaches past a good chain.
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// The tokio-postgres connector of a [`PgTls`]: rustls over each socket,
-/// the server name being the host connected to. Cheap to clone. Pass it
-/// to `tokio_postgres::Config::connect` or `CancelToken::cancel_query` in
-/// your own connector to get picolease's checks.
-#[derive(Clone)]
-pub struct PgTlsConnector {
-    /// `None` under `sslmode=disable`.
-    config: Option<Arc<ClientConfig>>,
-}
-
-impl PgTlsConnector {
-    /// A connector over your own rustls configuration (your roots, your
-    /// verifier, your client certificate), for
-    /// [`PgConnector::with_tls_connector`](super::PgConnector::with_tls_connector).
-    pub fn from_rustls(config: Arc<ClientConfig>) -> Self {
-        PgTlsConnector {
-            config: Some(config),
-        }
-    }
-}
-
-impl std::fmt::Debug for PgTlsConnector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgTlsConnector")
-            .field("tls", &self.config.is_some())
-            .finish()
-    }
-}
-
-impl<S> MakeTlsConnect<S> for PgTlsConnector
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    type Stream = PgTlsStream<S>;
-    type TlsConnect = PgTlsConnect;
-    type Error = rustls::Error;
-
-    fn make_tls_connect(&mut self, domain: &str) -> Result<PgTlsConnect, rustls::Error> {
-        let name = ServerName::try_from(domain.to_string()).map_err(|_| {
-            rustls::Error::General(format!("{domain:?} is not a host name TLS can check"))
-        })?;
-        Ok(PgTlsConnect {
-            config: self.config.clone(),
-            name,
-        })
-    }
-}
-
-/// One connection's TLS handshake (see [`PgTlsConnector`]).
-pub struct PgTlsConnect {
-    config: Option<Arc<ClientConfig>>,
-    name: ServerName<'static>,
-}
-
-impl<S> TlsConnect<S> for PgTlsConnect
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    type Stream = PgTlsStream<S>;
-    type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<PgTlsStream<S>>> + Send>>;
-
-    fn connect(self, stream: S) -> Self::Future {
-        Box::pin(async move {
-            let Some(config) = self.config else {
-                return Err(io::Error::other("sslmode=disable: no TLS"));
-            };
-            let stream = tokio_rustls::TlsConnector::from(config)
-                .connect(self.name, stream)
-                .await?;
-            Ok(PgTlsStream(Box::new(stream)))
-        })
-    }
-}
-
-/// A TLS session over a connection's socket.
-pub struct PgTlsStream<S>(Box<tokio_rustls::client::TlsStream<S>>);
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for PgTlsStream<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for PgTlsStream<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0).poll_shutdown(cx)
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> tokio_postgres::tls::TlsStream for PgTlsStream<S> {
-    /// No channel binding: SCRAM then authenticates without `-PLUS`, as
-    /// tokio-postgres does with its default `channel_binding=prefer` when
-    /// the stream offers none.
-    fn channel_binding(&self) -> ChannelBinding {
-        ChannelBinding::none()
-    }
 }
 
 #[cfg(test)]
