@@ -51,6 +51,8 @@ pub mod set;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod snapshots;
 mod subscription;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod url;
 mod view;
 
 pub use clock::{boottime, Clock, SystemClock};

@@ -71,7 +71,9 @@ impl MysqlConnector {
                 ))
             }
         };
-        let (normalised, tls_pairs) = take_tls_pairs(&normalised);
+        // mysql_async refuses names it does not know: the TLS keys, in
+        // either spelling, are taken out first.
+        let (normalised, tls_pairs) = crate::url::split_query(&normalised, is_tls_key);
         let tls = MysqlTls::from_params(&tls_pairs).map_err(invalid)?;
         tls.check_files().map_err(|reason| MysqlError::Tls {
             url: shown.clone(),
@@ -224,32 +226,4 @@ impl MysqlConnector {
             }
         }
     }
-}
-
-/// `url` without its TLS pairs (`ssl-mode`, `ssl-ca`, … in either
-/// spelling; mysql_async refuses names it does not know), and those pairs
-/// percent-decoded.
-fn take_tls_pairs(url: &str) -> (String, Vec<(String, String)>) {
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_string(), Vec::new());
-    };
-    let mut kept = Vec::new();
-    let mut tls = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if is_tls_key(key) {
-            tls.push((
-                key.to_string(),
-                value.replace("%2F", "/").replace("%2f", "/"),
-            ));
-        } else {
-            kept.push(pair);
-        }
-    }
-    let rest = if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    (rest, tls)
 }

@@ -28,7 +28,7 @@ pub(crate) struct OwnParams {
 /// [`PgError::InvalidUrl`] naming it.
 pub(crate) fn own_params(url: &str) -> Result<OwnParams, PgError> {
     let (rest, pairs) = if url.contains("://") {
-        split_query(url)
+        crate::url::split_query(url, is_own)
     } else {
         split_words(url)
     };
@@ -65,30 +65,6 @@ fn is_own(key: &str) -> bool {
     key == POOLER_PARAM || key == NOTIFY_URL_PARAM || TLS_PARAMS.contains(&key)
 }
 
-/// `scheme://…?a=1&picolease_pooler=transaction` → (`scheme://…?a=1`, the
-/// own pairs, values percent-decoded).
-fn split_query(url: &str) -> (String, Vec<(String, String)>) {
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_string(), Vec::new());
-    };
-    let mut kept = Vec::new();
-    let mut own = Vec::new();
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if is_own(key) {
-            own.push((key.to_string(), percent_decode(value)));
-        } else if !pair.is_empty() {
-            kept.push(pair);
-        }
-    }
-    let rest = if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    (rest, own)
-}
-
 /// `host=h picolease_pooler=transaction` → (`host=h`, the own pairs).
 /// Own values are plain words there (a notice URL has no spaces).
 fn split_words(url: &str) -> (String, Vec<(String, String)>) {
@@ -101,31 +77,6 @@ fn split_words(url: &str) -> (String, Vec<(String, String)>) {
         }
     }
     (kept.join(" "), own)
-}
-
-/// Decodes `%XX` escapes (and leaves anything else, a stray `%` included,
-/// as it is).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| text.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -177,10 +128,5 @@ mod tests {
         let message = error.to_string();
         assert!(message.contains("\"statement\""), "{message}");
         assert!(!message.contains("secret"), "{message}");
-    }
-
-    #[test]
-    fn percent_decoding_keeps_stray_percent_signs() {
-        assert_eq!(percent_decode("a%2Fb%zz%4"), "a/b%zz%4");
     }
 }
