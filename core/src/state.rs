@@ -1059,6 +1059,11 @@ pub enum Mutation {
     /// the hand-over statement goes out with the work still running and
     /// the successor's term starts beside it (consulted by `LeaseSet`).
     SetHandOverKeepsWork,
+    /// (l) The model database adopts a row from another server
+    /// incarnation at `epoch + 2^32`, the constant jump of old, instead of
+    /// `sql::adopted_epoch` (consulted by `sim::ModelDb`): two lossy
+    /// failovers in a row give one epoch to two terms.
+    ConstantEpochJump,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

@@ -75,6 +75,21 @@ fn two_nodes_hold_every_property_across_a_failover_that_loses_writes() {
     across_a_failover(None);
 }
 
+/// Two lossy failovers in a row (DESIGN §3 "Failover", "The epoch after
+/// an adoption"; `Bounds::with_failovers(2, 2)`): three servers, the
+/// second standby possibly lacking what the first wrote after its
+/// promotion, two faults per path. No epoch the current server writes is
+/// one an earlier server issued, besides every other property. Every path
+/// of up to 16 steps in CI (the planted constant jump is found at 8,
+/// `check_mutants.rs`); deeper with `picolease check --nodes 2
+/// --failovers 2 --depth 24`.
+#[test]
+fn two_nodes_hold_every_property_across_two_failovers_up_to_16_steps() {
+    let mut bounds = Bounds::with_failovers(2, 2);
+    bounds.depth = 16;
+    exhaustive_at(&bounds, false);
+}
+
 /// Planned handovers (DESIGN §3 "Planned handover";
 /// `Bounds::with_handover`): 2 nodes, a leader that may hand its lease
 /// over to the other (a fault step), among every other fault. No two

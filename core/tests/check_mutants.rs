@@ -230,6 +230,18 @@ fn a_database_ignoring_the_incarnation_is_found() {
     finds_at(&bounds, &[Property::MutualExclusion, Property::Fencing]);
 }
 
+/// (l) The constant epoch jump of old (`epoch + 2^32` on adoption): across
+/// two lossy failovers in a row (`Bounds::with_failovers(2, 2)`), the
+/// second standby lacks the first adopter's row, adopts the same old row
+/// and writes the very epoch the first adopter wrote.
+#[test]
+fn a_constant_epoch_jump_is_found_across_two_failovers() {
+    let mut bounds = Bounds::with_failovers(2, 2);
+    bounds.depth = 20;
+    bounds.mutation = Mutation::ConstantEpochJump;
+    finds_at(&bounds, &[Property::Fencing]);
+}
+
 /// (i) The same planted bug is caught by the simulator: after a failover that lost a takeover, a restarted node
 /// is given the lost term's epoch while its holder still leads. The real
 /// model survives the same run.

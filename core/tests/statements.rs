@@ -382,3 +382,48 @@ fn the_fence_index_is_postgres_only_named_after_the_table_and_fits_63_bytes() {
     assert!(name.len() <= 63, "{} bytes", name.len());
     assert!(pg.create_index().unwrap().contains(&format!("\"{name}\"")));
 }
+
+/// The epoch after an adoption counts the adopting server's clock (DESIGN
+/// §3 "Failover"): two adoptions of the same old row a millisecond apart
+/// land apart by more than any run of terms in between, and a clock
+/// behind the old row still moves the epoch up by 2^20.
+#[test]
+fn the_epoch_after_an_adoption_counts_the_clock() {
+    use picolease_core::sql::{adopted_epoch, ADOPTION_EPOCH_SHIFT};
+    let unit = 1i64 << ADOPTION_EPOCH_SHIFT;
+    let t = 1_780_000_000_000;
+    assert_eq!(adopted_epoch(1, t), t * unit);
+    // The chain of issue 44: both adopters start from a's epoch 1.
+    let first = adopted_epoch(1, t);
+    let second = adopted_epoch(1, t + 1);
+    assert!(second > first + (unit - 1), "{first} {second}");
+    // The old constant (2^32) gave both 1 + 2^32.
+    // A clock behind the old row: still past it and its lost terms.
+    let ahead = (t + 60_000) * unit + 5;
+    assert_eq!(adopted_epoch(ahead, t), ahead + unit);
+    // It fits a signed 64-bit epoch for centuries.
+    let year_2200 = 7_258_118_400_000;
+    assert!(adopted_epoch(1, year_2200) > 0);
+}
+
+/// The runbook's statement, in every dialect: binds the ttl alone, leaves
+/// the handover requests and preferred-candidate rows alone, clears the
+/// holder and takes the clock-derived epoch.
+#[test]
+fn the_after_failover_statement_holds_every_row_but_the_requests() {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql] {
+        let s = Statements::new(dialect, &TableName::new("leases").unwrap());
+        let st = s.after_failover();
+        assert_eq!(st.params(), [Param::TtlMillis], "{dialect:?}: {}", st.sql());
+        let sql = st.sql();
+        assert!(sql.contains("NOT LIKE 'picolease.handover:%'"), "{sql}");
+        assert!(sql.contains("NOT LIKE 'picolease.preferred:%'"), "{sql}");
+        assert!(sql.contains("= NULL"), "{sql}");
+        assert!(sql.contains("* 1048576"), "{sql}");
+        assert_eq!(
+            st.read_back().is_some(),
+            dialect == Dialect::Mysql,
+            "{dialect:?}: MySQL reads the rows back"
+        );
+    }
+}

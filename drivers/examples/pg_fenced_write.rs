@@ -78,7 +78,7 @@ mod example {
 
         // Simulate a pause: an operator force-releases the lease (bumping
         // the epoch) while this node still holds the old fence.
-        force_release(&client, &table, &lease_name).await?;
+        force_release(&client, &table, &lease_name, Duration::from_secs(2)).await?;
         println!(
             "after the epoch moved on: job 2 applied = {} (rejected by the database)",
             mark_done(&client, &fence, 2, "example-node").await?
@@ -104,7 +104,7 @@ mod example {
         let (table2, lease2) = (table.clone(), lease_name.clone());
         let started = std::time::Instant::now();
         let release = tokio::spawn(async move {
-            let epoch = force_release(&admin, &table2, &lease2).await;
+            let epoch = force_release(&admin, &table2, &lease2, Duration::from_secs(2)).await;
             (epoch, started.elapsed())
         });
         tokio::time::sleep(Duration::from_millis(200)).await;

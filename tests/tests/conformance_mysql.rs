@@ -408,6 +408,7 @@ impl Backend for My {
             &self.connector,
             &self.table,
             &LeaseName::new(lease).unwrap(),
+            std::time::Duration::from_secs(10),
         ))
         .map_err(fault)
     }

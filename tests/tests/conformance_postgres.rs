@@ -332,6 +332,7 @@ impl<const POOLED: bool> Backend for Pg<POOLED> {
             &self.admin,
             &self.table,
             &LeaseName::new(lease).unwrap(),
+            std::time::Duration::from_secs(10),
         ))
         .map_err(fault)
     }

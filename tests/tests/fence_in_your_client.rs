@@ -74,9 +74,14 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
 
     // A successor's term (a forced release bumps the epoch): the same
     // write, fenced by the old term, changes nothing.
-    picolease::postgres::force_release(&admin, &table, &LeaseName::new("sqlx").unwrap())
-        .await
-        .unwrap();
+    picolease::postgres::force_release(
+        &admin,
+        &table,
+        &LeaseName::new("sqlx").unwrap(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     let mut tx = conn.begin().await.unwrap();
     let stale = bind_pg_fence(
         sqlx::query(AssertSqlSafe(update.clone())).bind(7i64),
@@ -140,9 +145,14 @@ async fn deadpool_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothin
         1,
         "the leader's write goes through"
     );
-    picolease::postgres::force_release(&admin, &table, &LeaseName::new("deadpool").unwrap())
-        .await
-        .unwrap();
+    picolease::postgres::force_release(
+        &admin,
+        &table,
+        &LeaseName::new("deadpool").unwrap(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     assert_eq!(write(fence).await, 0, "a stale fence refuses the write");
 
     lease.shutdown().await.unwrap();

@@ -601,7 +601,7 @@ async fn a_fenced_transaction_running_at_its_deadline_is_cut_there() {
     // A forced release (an epoch bump) waits for the fence's lock.
     let (table, connector) = (t.table.clone(), connector());
     let released = tokio::spawn(async move {
-        let outcome = force_release(&connector, &table, &lease()).await;
+        let outcome = force_release(&connector, &table, &lease(), Duration::from_secs(10)).await;
         (outcome, Instant::now())
     });
     let blocked = format!("UPDATE `{}` SET v = v + 1 WHERE id = 2", t.app);
@@ -676,7 +676,7 @@ async fn an_idle_fenced_transaction_is_closed_by_the_server_by_its_deadline_plus
     );
     assert!(gone <= deadline + Duration::from_millis(1500));
     let started = Instant::now();
-    let released = force_release(&connector(), &t.table, &lease())
+    let released = force_release(&connector(), &t.table, &lease(), Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(released, Some(Epoch::new(2)));

@@ -15,11 +15,15 @@
 //!   term, is promoted; C starts. Before the row recorded the server
 //!   incarnation that wrote it, C was given epoch 2 while B still led
 //!   (two leaders for 1.26–1.29 s at ttl 6 s). Now the row is adopted:
-//!   nobody's for a ttl, its epoch 2^32 further (DESIGN §3 "Failover").
+//!   nobody's for a ttl, its epoch counted from the server's clock
+//!   (DESIGN §3 "Failover").
 //!   `PICOLEASE_ROUNDS` rounds (2 by default, in CI).
 //! - `with_the_runbooks_statement_after_the_promotion_no_term_is_given_twice`:
 //!   the operators' statement of docs/operations.md §5.4, still safe
 //!   together with the adoption.
+//! - `two_lossy_failovers_in_a_row_never_give_an_epoch_twice`: issue
+//!   44's chain over three servers, a lagging second standby promoted
+//!   after the first one's adopter led.
 //! - `a_crashed_server_that_lost_commits_never_gives_a_term_twice`: one
 //!   server with `synchronous_commit = off`; b's takeover is lost in a
 //!   crash of the postmaster, and the server restarts on its data
@@ -170,12 +174,13 @@ fn crash_a_and_let_b_take_over(a: PgLease, b: &PgLease, ttl: Duration, seen: &Se
 }
 
 /// `holder epoch` of `lease`'s row as the server kept it: the contenders
-/// may have adopted it already (no holder, `-`; the epoch 2^32 further),
-/// so the epoch is shown modulo 2^32.
+/// may have adopted it already (no holder, `-`; the epoch counted from
+/// the server's clock, at least 2^20 further), shown as `- adopted`.
 fn kept_row(server: &Server, lease: &str) -> String {
     server
         .sql(&format!(
-            "SELECT coalesce(holder, '-') || ' ' || (epoch % 4294967296) \
+            "SELECT coalesce(holder, '-') || ' ' || \
+             CASE WHEN epoch >= 1048576 THEN 'adopted' ELSE epoch::text END \
              FROM picolease_failover WHERE name = '{lease}'"
         ))
         .trim()
@@ -205,18 +210,21 @@ fn terms(seen: &Seen, until: Instant) -> Vec<(String, u64, Instant, Instant)> {
     terms
 }
 
-/// The runbook's statement (docs/operations.md §5.4), for a ttl of
-/// `ttl`: every row held for one more ttl from now on the new server's
-/// clock, its epoch beyond anything the lost history issued. It must be
-/// the first write on the promoted server: the runbook promotes it with
+/// The runbook's statement (docs/operations.md §5.4,
+/// `Statements::after_failover`, what `picolease release --all
+/// --after-failover` runs), for a ttl of `ttl`: every row nobody's for
+/// one more ttl from now on the new server's clock, its epoch beyond
+/// anything the lost history issued. It must be the first write on the
+/// promoted server: the runbook promotes it with
 /// `default_transaction_read_only = on` and lifts that after.
 fn after_failover(ttl: Duration) -> String {
-    format!(
-        "UPDATE picolease_failover SET epoch = epoch + 1000000, \
-         expires_at = GREATEST(expires_at, \
-         CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT) + {})",
-        ttl.as_millis()
-    )
+    let statements = picolease::sql::Statements::new(
+        picolease::sql::Dialect::Postgres,
+        &TableName::new("picolease_failover").unwrap(),
+    );
+    let statement = statements.after_failover();
+    assert_eq!(statement.params(), [picolease::sql::Param::TtlMillis]);
+    statement.sql().replace("$1", &ttl.as_millis().to_string())
 }
 
 #[test]
@@ -317,6 +325,74 @@ impl Outcome {
     }
 }
 
+/// Issue 44's chain of two lossy failovers over three servers: a leads on
+/// the primary, with two asynchronous standbys; the second standby's
+/// replication is cut; the primary crashes and the first standby is
+/// promoted; c adopts the row there and leads; the first standby crashes
+/// and the lagging second one (which still has a's row, without c's
+/// adoption) is promoted; d starts. With the constant jump of old, c and
+/// d were both given epoch 2^32 + 2. Now each adoption counts its server's
+/// clock (DESIGN §3 "Failover"): no epoch twice, no overlap, a leader
+/// again within ttl + 2 intervals of the second promotion.
+#[test]
+fn two_lossy_failovers_in_a_row_never_give_an_epoch_twice() {
+    let ttl = Duration::from_secs(3);
+    let interval = ttl / 4;
+    let runtime = runtime();
+    let primary = Server::primary(&[]);
+    let first = Server::standby_of(&primary, &[]);
+    let second = Server::standby_of(&primary, &[]);
+    let url = format!(
+        "postgres://postgres@{},{},{}/postgres?target_session_attrs=read-write&connect_timeout=1",
+        primary.addr(),
+        first.addr(),
+        second.addr()
+    );
+    let table = TableName::new("picolease_failover").unwrap();
+    let seen: Seen = Arc::default();
+    let a = contender(&runtime, &url, &table, ("a", ttl), &seen);
+    a.wait_for(ttl * 5, Leadership::is_leader).expect("a leads");
+    for standby in [&first, &second] {
+        wait_until("the standbys have a's term", || {
+            standby
+                .try_sql("SELECT holder FROM picolease_failover WHERE name = 'reaper'")
+                .is_ok_and(|holder| holder.trim() == "a")
+        });
+    }
+    second.cut_replication();
+    primary.crash();
+    // a dies with the primary (its end logged, as `crash_a_and_let_b_take_over` does).
+    seen.lock()
+        .unwrap()
+        .push(("a".into(), Instant::now(), Leadership::unknown()));
+    a.abort();
+    first.promote();
+    let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
+    let c_term = c
+        .wait_for(ttl * 4, Leadership::is_leader)
+        .expect("c leads on the first standby");
+    eprintln!("c leads at epoch {:?}", c_term.leader_epoch());
+    assert_eq!(
+        kept_row(&second, "reaper"),
+        "a 1",
+        "the second standby lags"
+    );
+    first.crash();
+    second.promote();
+    let promoted = Instant::now();
+    let d = contender(&runtime, &url, &table, ("d", ttl), &seen);
+    std::thread::sleep(ttl * 3);
+    let outcome = outcome(&seen, promoted);
+    for lease in [c, d] {
+        let _ = runtime.block_on(lease.shutdown());
+    }
+    eprintln!(
+        "two lossy failovers: overlap {:?}, epochs reused {:?}, a leader again {:?} after the second promotion",
+        outcome.overlap, outcome.reused, outcome.led_again
+    );
+    outcome.assert_safe(ttl + 2 * interval);
+}
+
 /// Issue 20's scenario at `ttl`: a leads; the standby stops replicating;
 /// a crashes and b takes over on the primary; `phase` later the primary
 /// crashes and the standby (with a's expired term) is promoted; with
@@ -370,8 +446,8 @@ fn promote_a_standby(
     let promoted = Instant::now();
     let row = kept_row(&standby, "reaper");
     let expected = match replication {
-        Replication::Cut => ["a 1", "- 1"],
-        Replication::Synchronous => ["b 2", "- 2"],
+        Replication::Cut => ["a 1", "- adopted"],
+        Replication::Synchronous => ["b 2", "- adopted"],
     };
     assert!(
         expected.contains(&row.as_str()),
@@ -484,7 +560,7 @@ fn a_crashed_server_that_lost_commits_never_gives_a_term_twice() {
     let row = kept_row(&server, "reaper");
     eprintln!("after the restart the row is ({row})");
     assert!(
-        ["a 1", "- 1"].contains(&row.as_str()),
+        ["a 1", "- adopted"].contains(&row.as_str()),
         "the crash was to lose b's takeover (asynchronous commit): {row}"
     );
     let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
@@ -597,7 +673,7 @@ fn a_lease_set_across_a_server_crash_that_lost_commits() {
     eprintln!("after the restart the rows are {rows:?}");
     assert!(
         rows.iter()
-            .any(|row| ["x 1", "- 1"].contains(&row.as_str())),
+            .any(|row| ["x 1", "- adopted"].contains(&row.as_str())),
         "the crash was to lose one of y's takeovers: {rows:?}"
     );
     let z = set_contender(&runtime, &url, &table, ("z", ttl), &leases, &seen);

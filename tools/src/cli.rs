@@ -85,14 +85,34 @@ pub enum Command {
     /// "pid": CMD's pid and process group, "epoch"); "child_exit" (+ "pid",
     /// "epoch", and "code" or "signal", e.g. "SIGKILL").
     Run(RunArgs),
-    /// Administrative: free a lease and bump its epoch, fencing out its holder.
+    /// Administrative: free a lease and bump its epoch, fencing out its
+    /// holder (--name N --force); or, after a failover or a restore the
+    /// database could not detect, put every lease into a grace period
+    /// (--all --after-failover; docs/operations.md §5.4): nobody's for
+    /// --ttl, at an epoch past anything issued. Exit 0 when done, 1 when
+    /// there is no such lease (or no lease at all), 2 on bad usage or a
+    /// missing table.
     Release {
         /// The lease.
-        #[arg(long)]
-        name: String,
-        /// Required: this takes the lease from whoever holds it.
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        name: Option<String>,
+        /// Required with --name: this takes the lease from whoever holds it.
         #[arg(long)]
         force: bool,
+        /// Every lease and membership row of the table (with
+        /// --after-failover).
+        #[arg(long, requires = "after_failover")]
+        all: bool,
+        /// The database failed over or was restored and may have lost
+        /// writes: hold every row for --ttl so no lost term is granted
+        /// again (with --all).
+        #[arg(long, requires = "all")]
+        after_failover: bool,
+        /// The longest ttl the lease's contenders run with: how long a row
+        /// stays nobody's after --after-failover, or after --force on a
+        /// PostgreSQL row another server incarnation wrote.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        ttl: Duration,
     },
     /// Administrative: ask the holder of a lease to hand it over (DESIGN §3
     /// "Planned handover"): at its next renewal it stops its work (CMD)
@@ -202,10 +222,16 @@ pub enum Command {
         /// incarnation (DESIGN §3 "Failover"). Lone lease only; no twins.
         #[arg(long, conflicts_with = "leases")]
         failover: bool,
+        /// Let the database fail over up to N times (1 or 2), each to the
+        /// next of N standbys that copy it together: with 2, the second
+        /// may lack what the first wrote after its promotion, a chain of
+        /// two lossy failovers over three servers. Lone lease only.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=2), conflicts_with_all = ["leases", "failover"])]
+        failovers: Option<u8>,
         /// A leader may hand its lease over to the next node (the step
         /// nN:handover, a fault; DESIGN §3 "Planned handover"); with
         /// --leases, a set's node hands its first lease over.
-        #[arg(long, conflicts_with = "failover")]
+        #[arg(long, conflicts_with_all = ["failover", "failovers"])]
         handover: bool,
         /// Rank the nodes: node N has priority N+1, followers announce
         /// themselves and a leader yields to a better live candidate
@@ -214,7 +240,7 @@ pub enum Command {
         /// better one (DESIGN §9 "Preferred members"). Also checks that
         /// every yield goes to a node that outranks its holder. No twins;
         /// bounded by depth (default 30).
-        #[arg(long, conflicts_with_all = ["failover", "handover"])]
+        #[arg(long, conflicts_with_all = ["failover", "failovers", "handover"])]
         ranked: bool,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
         /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"

@@ -56,11 +56,14 @@ pub struct Bounds {
     /// name, told apart only by their incarnation
     /// ([`HolderId::incarnation`]).
     pub twins: bool,
-    /// Whether the database may fail over once (the step `db:failover`, a
-    /// fault) to a standby that copies it only at `db:replicate` steps:
-    /// the writes since its last copy are lost, and the new server runs
-    /// under a new incarnation (DESIGN §3 "Failover"). Lone lease only.
-    pub failover: bool,
+    /// How many times the database may fail over (0 to 2; the step
+    /// `db:failover`, a fault), each time to the next of as many standbys.
+    /// The standbys copy the server now answering only at `db:replicate`
+    /// steps, so a promotion loses the writes since the last copy, and the
+    /// new server runs under a new incarnation (DESIGN §3 "Failover"). With
+    /// 2, the second standby may lack what the first wrote after its
+    /// promotion: two lossy failovers in a row. Lone lease only.
+    pub failovers: u8,
     /// Whether a leader may hand its lease over to the next node (the step
     /// `nN:handover`, a fault; DESIGN §3 "Planned handover"). Lone lease
     /// only.
@@ -119,6 +122,9 @@ pub enum BoundsError {
     /// A database failover asked of a set check.
     #[error("failover: the checker fails the database over under a lone lease only (leases 0)")]
     FailoverOfSet,
+    /// More failovers than standbys the checker models.
+    #[error("failovers {0}: the checker fails the database over at most 2 times")]
+    Failovers(u8),
     /// Ranks asked with planned handovers.
     #[error(
         "ranked: the checker ranks the nodes without --handover only (every handover is a yield)"
@@ -199,7 +205,7 @@ impl Bounds {
             orphan: nodes <= 2,
             stop_lead_ticks: 0,
             twins: true,
-            failover: false,
+            failovers: 0,
             handover: false,
             ranked: false,
             #[cfg(feature = "mutants")]
@@ -227,7 +233,7 @@ impl Bounds {
     }
 
     /// The defaults with a database that may fail over once
-    /// ([`Bounds::failover`]), no twins (2 nodes: about 6 times the states
+    /// ([`Bounds::failovers`]), no twins (2 nodes: about 6 times the states
     /// of the default space without them), and liveness 3 ticks longer:
     /// ttl + 2·interval + 2·delivery + drift. The leader learns of the new
     /// server at its next renewal, the first acquire there starts the
@@ -236,9 +242,17 @@ impl Bounds {
     /// timings (milliseconds of delivery against seconds of interval), a
     /// few ticks more at the checker's coarse ones.
     pub fn with_failover(nodes: usize) -> Self {
+        Self::with_failovers(nodes, 1)
+    }
+
+    /// [`Bounds::with_failover`] with `failovers` failovers (1 or 2): with
+    /// 2, a chain of two lossy failovers over three servers, and at least
+    /// as many faults per path, since each failover is one.
+    pub fn with_failovers(nodes: usize, failovers: u8) -> Self {
         let b = Bounds::default_for(nodes);
         Bounds {
-            failover: true,
+            failovers,
+            faults: b.faults.max(usize::from(failovers)),
             twins: false,
             liveness_ticks: Some(
                 b.ttl_ticks + 2 * b.interval_ticks + 2 * b.delivery_ticks + b.drift_ticks,
@@ -327,7 +341,10 @@ impl Bounds {
         if leases > 3 {
             return Err(BoundsError::Leases(leases));
         }
-        if self.failover && leases > 0 {
+        if self.failovers > 2 {
+            return Err(BoundsError::Failovers(self.failovers));
+        }
+        if self.failovers > 0 && leases > 0 {
             return Err(BoundsError::FailoverOfSet);
         }
         if self.ranked && self.handover {

@@ -105,8 +105,11 @@ impl Fingerprinter {
         if let Some(row) = world.db.row(LEASE) {
             e.push(u64::try_from(row.epoch).unwrap_or(0));
         }
-        if let Some(row) = world.standby.as_ref().and_then(|s| s.row(LEASE)) {
+        for row in world.standbys.iter().filter_map(|s| s.row(LEASE)) {
             e.push(u64::try_from(row.epoch).unwrap_or(0));
+        }
+        for issued in [world.issued, world.issued_before] {
+            e.push(u64::try_from(issued).unwrap_or(0));
         }
         e.extend(world.outlived.iter().flatten().map(|e| e.get()));
         e.extend(world.last_epoch.iter().flatten().map(|e| e.get()));
@@ -262,13 +265,12 @@ impl Ctx<'_> {
             i64::from(w.leaderless[0]),
             self.epoch(w.last_epoch[0]),
         ]);
-        // The row, and with `Bounds::failover` the standby's copy of it,
-        // whether the row is the current server's, and whether the
-        // standby is still there to promote.
-        let rows = [
-            w.db.row(LEASE),
-            w.standby.as_ref().and_then(|s| s.row(LEASE)),
-        ];
+        // The row, and with `Bounds::failovers` each standby's copy of
+        // it, whether the row is the current server's, how many standbys
+        // are still there to promote, and whether the server adopted a
+        // row at this very tick (no promotion then).
+        out.push(w.standbys.len() as i64);
+        let rows = std::iter::once(w.db.row(LEASE)).chain(w.standbys.iter().map(|s| s.row(LEASE)));
         for row in rows {
             match row {
                 Some(row) => {
@@ -284,7 +286,11 @@ impl Ctx<'_> {
                 None => out.push(-9),
             }
         }
-        out.push(i64::from(w.standby.is_some()));
+        out.extend(
+            [w.issued, w.issued_before]
+                .map(|e| self.epoch(Epoch::new(u64::try_from(e).unwrap_or(0)).into())),
+        );
+        out.push(i64::from(w.db.adopted_at(DB_EPOCH_MS + w.db_clock as i64)));
         // The preferred-candidate row, with ranks (DESIGN §3 "Preferred
         // holders"): its candidate and time left.
         if w.ranked {

@@ -78,13 +78,31 @@ impl<N: Contender> World<N> {
                 ));
             }
             let row = self.db.row(name.as_str());
+            // An epoch the current server wrote that an earlier one had
+            // issued already: a lost term and a new one share it.
+            if let Some(r) = row.filter(|r| {
+                lone && r.incarnation == self.db.incarnation() && self.db.incarnation() > 0
+            }) {
+                if r.epoch <= self.issued_before {
+                    return Some(violation(
+                        Property::Fencing,
+                        format!(
+                            "server incarnation {} wrote epoch {} at db tick {}, but an earlier server had issued up to {}",
+                            self.db.incarnation(),
+                            r.epoch,
+                            self.db_clock,
+                            self.issued_before
+                        ),
+                    ));
+                }
+            }
             let mine = |n: &N, epoch: crate::names::Epoch| {
                 row.filter(|r| {
                     r.holder.as_deref() == Some(n.holder().as_str())
                         && (r.epoch == epoch.to_i64() || n.fenced_out(k))
                 })
             };
-            // A term the lost history may have held (`Bounds::failover`).
+            // A term the lost history may have held (`Bounds::failovers`).
             let outlived = |i: usize, epoch| lone && self.outlived[i] == Some(epoch);
             for &i in &leaders {
                 let n = &self.nodes[i];

@@ -88,12 +88,18 @@ impl Contender for Node {
         self.fenced_out
     }
     fn acquired_in_flight(&self) -> Option<Epoch> {
-        self.to_node.queue.iter().find_map(|d| match d {
-            super::channel::Delivery::Reply(_, crate::protocol::Reply::Acquired { epoch }) => {
-                Some(*epoch)
-            }
-            _ => None,
-        })
+        // The latest acquire's: a node retries an acquire whose reply is
+        // late, and takes only the reply to its last request.
+        self.to_node
+            .queue
+            .iter()
+            .filter_map(|d| match d {
+                super::channel::Delivery::Reply(_, crate::protocol::Reply::Acquired { epoch }) => {
+                    Some(*epoch)
+                }
+                _ => None,
+            })
+            .max()
     }
 
     fn crash(&mut self) {

@@ -44,13 +44,15 @@
 //!   processes given the same node name, their holder ids
 //!   [`HolderId::incarnation`](crate::HolderId::incarnation) of it with
 //!   different nonces.
-//! - **Failover** (`Bounds::failover`, off by default;
-//!   [`Bounds::with_failover`]): a standby copies the database at
-//!   `db:replicate` steps, and once it has the row, `db:failover` (a
-//!   fault) promotes it: the writes since its last copy are lost and the
-//!   server incarnation changes (DESIGN §3 "Failover"). Terms the lost
-//!   history granted are exempt from validity (their rows are gone), not
-//!   from mutual exclusion or fencing.
+//! - **Failover** (`Bounds::failovers`, 0 by default;
+//!   [`Bounds::with_failover`], [`Bounds::with_failovers`]): standbys copy
+//!   the database at `db:replicate` steps, and once the next one has the
+//!   row, `db:failover` (a fault) promotes it: the writes since its last
+//!   copy are lost and the server incarnation changes (DESIGN §3
+//!   "Failover"). With two, the second standby may lack what the first
+//!   wrote after its promotion. Terms the lost history granted are exempt
+//!   from validity (their rows are gone), not from mutual exclusion or
+//!   fencing; and no server may write an epoch an earlier one issued.
 //! - **Orphan row** (`Bounds::orphan`, on by default for 2 nodes): a path
 //!   may begin (`db:orphan`) with the row held by a process that died just
 //!   before, lapsing one interval later, so the contenders race for a

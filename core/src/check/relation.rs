@@ -30,17 +30,21 @@ impl<N: Contender> World<N> {
             out.push(Step::StrayAtDb);
         }
         let faults = self.faults_left(setup);
-        if let Some(standby) = &self.standby {
-            if !self.db.holds(standby) {
-                out.push(Step::Replicate);
-            }
+        if self.standbys.iter().any(|s| !self.db.holds(s)) {
+            out.push(Step::Replicate);
+        }
+        if let Some(standby) = self.standbys.first() {
             // Only once the standby has every lease's row: a row whose
             // creation is lost is not detected (DESIGN §3 "Failover").
             let rows = setup
                 .names
                 .iter()
                 .all(|n| standby.row(n.as_str()).is_some());
-            if faults && rows {
+            // A promotion takes longer than a millisecond: never at the
+            // database tick of the previous server's adoption, whose
+            // epoch counts that very millisecond (`sql::adopted_epoch`).
+            let now_ms = DB_EPOCH_MS + self.db_clock as i64;
+            if faults && rows && !self.db.adopted_at(now_ms) {
                 out.push(Step::Failover);
             }
         }
@@ -141,11 +145,16 @@ impl<N: Contender> World<N> {
             }
             Step::TickDb => self.tick_db(setup, log),
             Step::Replicate => {
-                self.standby = Some(self.db.replica());
+                let copy = self.db.replica();
+                for standby in &mut self.standbys {
+                    standby.clone_from(&copy);
+                }
                 None
             }
             Step::Failover => {
-                if let Some(standby) = self.standby.take() {
+                self.issued_before = self.issued;
+                if !self.standbys.is_empty() {
+                    let standby = self.standbys.remove(0);
                     self.db.fail_over(standby);
                 }
                 // The terms the lost history granted: led now, or won
@@ -154,7 +163,7 @@ impl<N: Contender> World<N> {
                     self.outlived[i] = n.leader_epoch(0).or_else(|| n.acquired_in_flight());
                 }
                 log.note(|| {
-                    "the database failed over to its standby, losing the writes since its last copy"
+                    "the database failed over to a standby, losing the writes since its last copy"
                         .to_string()
                 });
                 None
@@ -227,6 +236,11 @@ impl<N: Contender> World<N> {
             Step::Shutdown(i) => N::shutdown_input(self, setup, i, log),
             Step::HandOver(i) => N::hand_over_input(self, setup, i, log),
         };
+        if !self.standbys.is_empty() || self.db.incarnation() > 0 {
+            if let Some(row) = self.db.row(setup.names[0].as_str()) {
+                self.issued = self.issued.max(row.epoch);
+            }
+        }
         found.or_else(|| self.check_state(setup))
     }
 

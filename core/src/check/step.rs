@@ -12,8 +12,8 @@
 //! | `n0:recv` | the head of the database's messages to node 0 (a reply or a release notice) reaches it | |
 //! | `db:stray` | the stray statement runs | |
 //! | `n0:resume` | node 0 thaws (and runs its timer) | |
-//! | `db:replicate` | the standby copies the database (`Bounds::failover`) | |
-//! | `db:failover` | the standby is promoted: the writes since its last copy are lost, under a new server incarnation (`Bounds::failover`, once) | yes |
+//! | `db:replicate` | the standbys copy the database (`Bounds::failovers`) | |
+//! | `db:failover` | the next standby is promoted: the writes since its last copy are lost, under a new server incarnation (`Bounds::failovers` times at most; never at the tick of the previous server's adoption) | yes |
 //! | `db:orphan` | first step only (`Bounds::orphan`): the row (in a set check, every lease's row) starts held by a process that died just before, lapsing an interval later | |
 //! | `lose:db:n0`, `lose:n0` | the head message towards the database / node 0 is lost | yes |
 //! | `late:db:n0`, `late:n0` | that head message is delayed past the delivery bound, without limit | yes |
@@ -44,10 +44,10 @@ pub enum Step {
     /// The first step only: the row is held by a process that died just
     /// before the start (`Bounds::orphan`).
     Orphan,
-    /// The standby copies the database (`Bounds::failover`).
+    /// The standby copies the database (`Bounds::failovers`).
     Replicate,
     /// Fault: the standby is promoted, losing the writes since its last
-    /// copy, under a new server incarnation (`Bounds::failover`).
+    /// copy, under a new server incarnation (`Bounds::failovers`).
     Failover,
     /// Fault: the head message towards the database is lost.
     LoseToDb(usize),

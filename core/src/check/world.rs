@@ -117,9 +117,17 @@ pub(crate) struct World<N: Contender = Node> {
     /// fingerprint: a later state that looks the same is the initial one
     /// shifted in time, and the initial one is explored first.
     pub(super) fresh: bool,
-    /// The standby's copy of the rows (`Bounds::failover`; `None` without
-    /// one, and once it has been promoted).
-    pub(super) standby: Option<ModelReplica>,
+    /// The standbys' copies of the rows (`Bounds::failovers` of them at
+    /// first), in the order they are promoted; the first is the next.
+    pub(super) standbys: Vec<ModelReplica>,
+    /// With failovers: the highest epoch any server has written to the
+    /// lone lease's row so far, lost writes included.
+    pub(super) issued: i64,
+    /// With failovers: the highest epoch written by the servers before the
+    /// one now answering. Every epoch the current server writes must
+    /// exceed it, or `(name, epoch)` names two terms (DESIGN §3
+    /// "Failover": the epoch after an adoption).
+    pub(super) issued_before: i64,
     /// Per node: the term it led when the database failed over. Its row
     /// may be gone, so validity and the stop lead's row are not asked of
     /// it (mutual exclusion and fencing still are).
@@ -141,9 +149,11 @@ impl<N: Contender> World<N> {
         #[cfg(feature = "mutants")]
         db.set_mutation(setup.bounds.mutation);
         let leases = setup.names.len();
-        let standby = setup.bounds.failover.then(|| db.replica());
+        let standbys = vec![db.replica(); usize::from(setup.bounds.failovers)];
         World {
-            standby,
+            standbys,
+            issued: 0,
+            issued_before: 0,
             outlived: vec![None; nodes.len()],
             db,
             db_clock: 0,

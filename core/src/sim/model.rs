@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::names::Epoch;
-use crate::sql::{Cell, FAILOVER_EPOCH_JUMP, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
+use crate::sql::{adopted_epoch, Cell, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
 
 /// One lease row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +47,9 @@ pub struct ModelDb {
     /// The incarnation of the server now answering: 0 until the first
     /// failover.
     incarnation: u32,
+    /// When this server last adopted a row, on its clock: the model
+    /// checker promotes no standby at that very millisecond.
+    adopted_ms: Option<i64>,
     /// A planted bug for the model checker's own tests (feature `mutants`).
     #[cfg(feature = "mutants")]
     mutation: crate::state::Mutation,
@@ -86,12 +89,18 @@ impl ModelDb {
     pub fn fail_over(&mut self, replica: ModelReplica) {
         self.rows = replica.rows;
         self.incarnation += 1;
+        self.adopted_ms = None;
     }
 
     /// The incarnation of the server now answering (0, then one more per
     /// [`ModelDb::fail_over`]).
     pub fn incarnation(&self) -> u32 {
         self.incarnation
+    }
+
+    /// Whether the server adopted a row at database time `now_ms`.
+    pub fn adopted_at(&self, now_ms: i64) -> bool {
+        self.adopted_ms == Some(now_ms)
     }
 
     /// Whether `row` was written by another server incarnation (and is
@@ -115,8 +124,8 @@ impl ModelDb {
     }
 
     /// The acquire upsert at database time `now_ms`: adopt a row written by
-    /// another server incarnation (holder cleared, epoch jumped by
-    /// [`FAILOVER_EPOCH_JUMP`], expiry at least a ttl away); else take the
+    /// another server incarnation (holder cleared, epoch jumped to
+    /// [`adopted_epoch`], expiry at least a ttl away); else take the
     /// row when it is lapsed (a released row's expiry is its release) or
     /// ours, bumping the epoch; return `holder, epoch, expires_in` either
     /// way.
@@ -129,6 +138,10 @@ impl ModelDb {
     ) -> Vec<Vec<Cell>> {
         let incarnation = self.incarnation;
         let foreign = self.rows.get(lease).is_some_and(|row| self.foreign(row));
+        if foreign {
+            self.adopted_ms = Some(now_ms);
+        }
+        let jump = self.jump();
         let row = self
             .rows
             .entry(lease.to_string())
@@ -138,9 +151,7 @@ impl ModelDb {
                     || row.holder.as_deref() == Some(holder)
                     || row.holder.as_deref() == Some(&reservation(holder));
                 if foreign {
-                    row.holder = None;
-                    row.epoch += FAILOVER_EPOCH_JUMP;
-                    row.expires_at = row.expires_at.max(now_ms + ttl_ms);
+                    adopt(row, ttl_ms, now_ms, jump);
                 } else if takeable {
                     row.holder = Some(holder.to_string());
                     row.epoch += 1;
@@ -316,20 +327,60 @@ impl ModelDb {
     }
 
     /// The administrative release: free the row whoever holds it and bump
-    /// the epoch.
-    pub fn force_release(&mut self, lease: &str, now_ms: i64) -> Vec<Vec<Cell>> {
+    /// the epoch; a row from another server incarnation is adopted instead
+    /// (nobody's for `ttl_ms` at least: a lost term's holder may still run).
+    pub fn force_release(&mut self, lease: &str, ttl_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
         let foreign = self.rows.get(lease).is_some_and(|row| self.foreign(row));
+        if foreign {
+            self.adopted_ms = Some(now_ms);
+        }
         let incarnation = self.incarnation;
+        let jump = self.jump();
         match self.rows.get_mut(lease) {
             Some(row) => {
-                row.holder = None;
-                row.epoch += if foreign { FAILOVER_EPOCH_JUMP } else { 1 };
-                row.expires_at = now_ms;
+                if foreign {
+                    adopt(row, ttl_ms, now_ms, jump);
+                } else {
+                    row.holder = None;
+                    row.epoch += 1;
+                    row.expires_at = now_ms;
+                }
                 row.incarnation = incarnation;
                 vec![vec![Cell::Int(row.epoch)]]
             }
             None => Vec::new(),
         }
+    }
+
+    /// The operators' statement after a failover
+    /// (`Statements::after_failover`): every row but the handover requests
+    /// and preferred-candidate rows is adopted, whatever its incarnation.
+    /// Returns `name, epoch` of each.
+    pub fn after_failover(&mut self, ttl_ms: i64, now_ms: i64) -> Vec<Vec<Cell>> {
+        let incarnation = self.incarnation;
+        let jump = self.jump();
+        self.adopted_ms = Some(now_ms);
+        self.rows
+            .iter_mut()
+            .filter(|(name, _)| {
+                !name.starts_with(HANDOVER_PREFIX) && !name.starts_with(PREFERRED_PREFIX)
+            })
+            .map(|(name, row)| {
+                adopt(row, ttl_ms, now_ms, jump);
+                row.incarnation = incarnation;
+                vec![Cell::Text(name.clone()), Cell::Int(row.epoch)]
+            })
+            .collect()
+    }
+
+    /// How an adopted row's epoch is chosen: [`adopted_epoch`], or with the
+    /// planted `Mutation::ConstantEpochJump` the constant 2^32 of old.
+    fn jump(&self) -> fn(i64, i64) -> i64 {
+        #[cfg(feature = "mutants")]
+        if self.mutation == crate::state::Mutation::ConstantEpochJump {
+            return |epoch, _| epoch + (1 << 32);
+        }
+        adopted_epoch
     }
 
     /// The fence: held by `holder` at `epoch` and unexpired.
@@ -464,4 +515,12 @@ fn named(name: &str, row: Vec<Cell>) -> Vec<Cell> {
     cells.push(Cell::Text(name.to_string()));
     cells.extend(row);
     cells
+}
+
+/// A row adopted from another server incarnation (DESIGN §3 "Failover"):
+/// nobody's, its epoch `jump(epoch, now)`, its expiry a ttl away at least.
+fn adopt(row: &mut ModelRow, ttl_ms: i64, now_ms: i64, jump: fn(i64, i64) -> i64) {
+    row.holder = None;
+    row.epoch = jump(row.epoch, now_ms);
+    row.expires_at = row.expires_at.max(now_ms + ttl_ms);
 }

@@ -37,11 +37,6 @@ pub(super) const EXPIRES_AT: &str = "expires_at";
 /// (DESIGN §3 "Failover").
 pub(super) const INCARNATION: &str = "incarnation";
 
-/// How far the epoch jumps when a row is adopted from another server
-/// incarnation: 2^32, more than the terms any lost history can have issued
-/// (each needs a committed statement; DESIGN §3 "Failover").
-pub const FAILOVER_EPOCH_JUMP: i64 = 1 << 32;
-
 /// PostgreSQL: the incarnation of the server running the statement, the
 /// start of its postmaster in microseconds. It changes with every start
 /// of the server process (a restart, a crash and its recovery, the
@@ -170,7 +165,7 @@ impl Builder<'_> {
     /// incarnation (or before the column existed): the acquire adopts it
     /// (holder cleared, epoch jumped, expiry at least a ttl away) instead
     /// of taking it.
-    fn foreign(&self) -> Option<Expr> {
+    pub(super) fn foreign(&self) -> Option<Expr> {
         match self.dialect {
             Dialect::Postgres => Some(self.row_is_sound().and(Expr::cust(format!(
                 "{} IS DISTINCT FROM {PG_INCARNATION}",
@@ -426,7 +421,7 @@ impl Builder<'_> {
             .value(
                 Alias::new(EPOCH_COL),
                 pick3(
-                    self.col(EPOCH_COL).add(FAILOVER_EPOCH_JUMP),
+                    self.adopted_epoch(),
                     self.col(EPOCH_COL).add(1i64),
                     self.col(EPOCH_COL),
                 ),
@@ -587,22 +582,30 @@ impl Builder<'_> {
     }
 
     fn force_release(&self) -> Statement {
-        // PostgreSQL: on a row from another server incarnation the epoch
-        // jumps as an adoption's does, past whatever the lost history
-        // issued, and the row records this server; no grace period (the
-        // operator overrides the term, as on any row).
-        let epoch: Expr = match self.foreign() {
-            Some(foreign) => CaseStatement::new()
-                .case(foreign, self.col(EPOCH_COL).add(FAILOVER_EPOCH_JUMP))
-                .finally(self.col(EPOCH_COL).add(1i64))
-                .into(),
-            None => self.col(EPOCH_COL).add(1i64),
+        // PostgreSQL: a row from another server incarnation is adopted
+        // as the acquire adopts it (epoch past whatever the lost history
+        // issued, expiry a ttl away: its grace period), for the lost
+        // term's holder may still run until its own deadline; it records
+        // this server either way. Any other row is freed at once: the
+        // operator overrides the term.
+        let (epoch, expires_at): (Expr, Expr) = match self.foreign() {
+            Some(foreign) => (
+                CaseStatement::new()
+                    .case(foreign.clone(), self.adopted_epoch())
+                    .finally(self.col(EPOCH_COL).add(1i64))
+                    .into(),
+                CaseStatement::new()
+                    .case(foreign, self.grace_expiry())
+                    .finally(db_now(self.dialect))
+                    .into(),
+            ),
+            None => (self.col(EPOCH_COL).add(1i64), db_now(self.dialect)),
         };
         let mut update = Query::update()
             .table(self.table_ref())
             .value(Alias::new(HOLDER_COL), Expr::cust("NULL"))
             .value(Alias::new(EPOCH_COL), epoch)
-            .value(Alias::new(EXPIRES_AT), db_now(self.dialect))
+            .value(Alias::new(EXPIRES_AT), expires_at)
             .to_owned();
         if self.dialect == Dialect::Postgres {
             update.value(Alias::new(INCARNATION), Expr::cust(PG_INCARNATION));
@@ -810,6 +813,7 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         request_hand_over: b.request_hand_over(),
         withdraw_hand_over: b.withdraw_hand_over(),
         force_release: b.force_release(),
+        after_failover: b.after_failover(),
         status: b.status(),
         lease_row: b.lease_row(),
         fence: b.fence(),

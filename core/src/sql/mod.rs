@@ -14,13 +14,14 @@ mod batch;
 mod build;
 mod candidates;
 mod decode;
+mod failover;
 mod handover;
 mod mysql;
 
 pub use batch::{batch_names, batch_pairs};
-pub use build::FAILOVER_EPOCH_JUMP;
 pub use candidates::{preferred_candidate_name, PREFERRED_PREFIX};
 pub use decode::{Cell, LeaseRow};
+pub use failover::{adopted_epoch, ADOPTION_EPOCH_SHIFT};
 pub use handover::{hand_over_request_name, term_to_hand_over, HANDOVER_PREFIX};
 
 use crate::error::RowError;
@@ -282,6 +283,7 @@ pub struct Statements {
     request_hand_over: Statement,
     withdraw_hand_over: Statement,
     force_release: Statement,
+    after_failover: Statement,
     status: Statement,
     lease_row: Statement,
     fence: Statement,
@@ -427,12 +429,27 @@ impl Statements {
     }
 
     /// Administrative: frees the row whoever holds it and bumps the epoch,
-    /// so the old holder's renewals and fenced writes are rejected. Returns
+    /// so the old holder's renewals and fenced writes are rejected. On
+    /// PostgreSQL a row from another server incarnation is adopted instead
+    /// (DESIGN §3 "Failover"): nobody's for [`Param::TtlMillis`] more at
+    /// least, at [`adopted_epoch`], since the lost term's holder may still
+    /// run until its own deadline. Returns
     /// the new epoch (one row), or nothing if the lease does not exist or
     /// its row is malformed: a malformed row is never rewritten (read it
     /// with [`Statements::lease_row`] to report it).
     pub fn force_release(&self) -> &Statement {
         &self.force_release
+    }
+
+    /// The operators' statement after a failover the servers could not
+    /// detect (DESIGN §3 "Failover"; `picolease release --all
+    /// --after-failover`): every sound lease and membership row becomes
+    /// nobody's, its epoch past anything issued ([`adopted_epoch`]), its
+    /// expiry at least [`Param::TtlMillis`] away (a grace period), and on
+    /// PostgreSQL it records the running server. Rows: `name, epoch` of
+    /// each row it changed ([`Statements::decode_batch_names`] reads them).
+    pub fn after_failover(&self) -> &Statement {
+        &self.after_failover
     }
 
     /// Reads every row: `name, holder, epoch, expires_in_ms`, by name.

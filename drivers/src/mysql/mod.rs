@@ -85,7 +85,7 @@ mod transaction;
 mod wake;
 
 pub use crate::server::admin::{
-    force_release, lease_row, request_hand_over, status, withdraw_hand_over,
+    force_release, lease_row, release_after_failover, request_hand_over, status, withdraw_hand_over,
 };
 pub use admin::{init, run_statement};
 pub use connect::MysqlConnector;

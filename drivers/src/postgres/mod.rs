@@ -114,7 +114,7 @@ mod tls_verify;
 mod transaction;
 
 pub use crate::server::admin::{
-    force_release, lease_row, request_hand_over, status, withdraw_hand_over,
+    force_release, lease_row, release_after_failover, request_hand_over, status, withdraw_hand_over,
 };
 pub use admin::init;
 pub use connect::{BoxFuture, Connect, Listener, PgConnector};

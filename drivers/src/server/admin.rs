@@ -1,6 +1,6 @@
 //! The administrative statements of a server database, written once for
 //! PostgreSQL and MySQL: read the leases or one lease, force a lease
-//! free, write or withdraw a planned handover's request. Each database
+//! free, put every row into its grace period after a failover, write or withdraw a planned handover's request. Each database
 //! brings only what it runs them on ([`Admin`]: a PostgreSQL `&Client`, a
 //! MySQL `&MysqlConnector` or `&mut Conn`) and how one protocol statement
 //! runs there ([`AdminSession`]); what is read back and how a row that
@@ -10,6 +10,8 @@
 use picolease_core::sql::{
     hand_over_request_name, Bindings, Cell, Dialect, LeaseRow, Statement, Statements,
 };
+use std::time::Duration;
+
 use picolease_core::{Epoch, LeaseName, TableName};
 
 use super::DriverError;
@@ -117,16 +119,26 @@ pub async fn lease_row<A: Admin>(
 /// MySQL's the lease was held at), or `None` when there is no such lease
 /// (or, on MySQL, it was free). A malformed row is left untouched by the
 /// statement itself and reported as the database's `Row` error.
+///
+/// `ttl` is the lease's ttl (the longest any of its contenders runs
+/// with). On PostgreSQL a row written by another server incarnation is
+/// not freed but adopted (DESIGN §3 "Failover"): nobody's for `ttl` at
+/// least, at an epoch past anything issued, because the holder of a term
+/// the lost history granted may still run until its own deadline.
 pub async fn force_release<A: Admin>(
     admin: A,
     table: &TableName,
     lease: &LeaseName,
+    ttl: Duration,
 ) -> Result<Option<Epoch>, A::Error> {
     on_session(admin, table, async |session, statements| {
         let during = "force release";
         let call = Call {
             statement: statements.force_release(),
-            bindings: &lease_only(lease),
+            bindings: &Bindings {
+                ttl_millis: millis(ttl),
+                ..lease_only(lease)
+            },
             epoch: None,
         };
         let rows = session.rows(during, call).await?;
@@ -139,6 +151,41 @@ pub async fn force_release<A: Admin>(
         Ok(released)
     })
     .await
+}
+
+/// The operators' remedy after a failover the server could not detect
+/// (DESIGN §3 "Failover"; docs/operations.md §5.4): every lease and
+/// membership row of `table` becomes nobody's for `ttl` at least (the
+/// longest ttl any contender of the table runs with), at an epoch past
+/// anything issued, so the holder of a lost term can neither renew nor
+/// re-take it and nobody leads before that term's deadline has passed.
+/// Returns each row's name and new epoch.
+pub async fn release_after_failover<A: Admin>(
+    admin: A,
+    table: &TableName,
+    ttl: Duration,
+) -> Result<Vec<(String, Epoch)>, A::Error> {
+    on_session(admin, table, async |session, statements| {
+        let bindings = Bindings {
+            ttl_millis: millis(ttl),
+            ..Bindings::default()
+        };
+        let call = Call {
+            statement: statements.after_failover(),
+            bindings: &bindings,
+            epoch: None,
+        };
+        let rows = session.rows("release after failover", call).await?;
+        statements
+            .decode_batch_names(&rows)
+            .map_err(|source| A::Error::row(statements.table().to_string(), source))
+    })
+    .await
+}
+
+/// A lease's ttl in the statements' milliseconds, saturating.
+fn millis(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Asks the holder of term `epoch` of `lease` to hand it over to node `to`

@@ -35,7 +35,10 @@ use picolease_core::{BatchReply, Epoch, Failure, HolderId, LeaseName, Reply, Row
 
 use picolease_core::engine::{Answer, Ran, Statement};
 
-pub use admin::{force_release, lease_row, request_hand_over, status, withdraw_hand_over, Admin};
+pub use admin::{
+    force_release, lease_row, release_after_failover, request_hand_over, status,
+    withdraw_hand_over, Admin,
+};
 pub use contender::{Builder, Contender};
 pub(crate) use database::{sealed::Driver, Listen};
 pub use database::{Connects, Database};

@@ -51,6 +51,29 @@ impl LeaseTable {
         Ok(released)
     }
 
+    /// The operators' remedy after restoring or copying the database file
+    /// (DESIGN §3 "Failover"; docs/operations.md §5.4): SQLite cannot tell
+    /// a restored file from the one it had, so this is what keeps a term
+    /// the lost writes granted from being granted again. Every lease and
+    /// membership row becomes nobody's for `ttl` at least (the longest ttl
+    /// any contender runs with), at an epoch past anything issued. Returns
+    /// each row's name and new epoch.
+    pub fn release_after_failover(
+        &self,
+        ttl: std::time::Duration,
+    ) -> Result<Vec<(String, Epoch)>, SqliteError> {
+        let bindings = Bindings {
+            ttl_millis: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+            ..Bindings::default()
+        };
+        let statement = self.statements.after_failover();
+        let rows = run(&self.conn, statement.sql(), statement.bind(&bindings, None))
+            .map_err(|e| self.error(e))?;
+        self.statements
+            .decode_batch_names(&rows)
+            .map_err(|source| self.row_error(source))
+    }
+
     /// Asks the holder of term `epoch` of `lease` to hand it over to node
     /// `to` (`""`: to whoever comes next; DESIGN §3 "Planned handover"):
     /// writes the request row, which the holder reads with its next

@@ -791,7 +791,7 @@ impl<'r, R: RealDb> Comparison<'r, R> {
             }
             Op::ForceRelease { lease } => {
                 let lease = LEASES[lease];
-                let model = self.model.force_release(lease, now);
+                let model = self.model.force_release(lease, ttl_ms, now);
                 let real = self
                     .sql
                     .force_release

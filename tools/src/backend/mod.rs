@@ -21,6 +21,7 @@ mod contender;
 pub use contender::{Contender, Leases, ScopeView, Started, View};
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use picolease::sql::LeaseRow;
 use picolease::sqlite::Location;
@@ -205,18 +206,36 @@ impl Backend {
     }
 
     /// `release --force`: the new epoch, or `None` when there is no such
-    /// lease. A malformed row is reported and left unchanged.
+    /// lease. A malformed row is reported and left unchanged. `ttl` is the
+    /// grace a row from another server incarnation is adopted for.
     pub fn force_release(
         &self,
         table: &TableName,
         lease: &LeaseName,
+        ttl: Duration,
     ) -> Result<Option<Epoch>, CliError> {
         match self {
             Backend::Sqlite(location) => sqlite::force_release(location, table, lease),
             #[cfg(feature = "postgres")]
-            Backend::Postgres(target) => postgres::force_release(target, table, lease),
+            Backend::Postgres(target) => postgres::force_release(target, table, lease, ttl),
             #[cfg(feature = "mysql")]
-            Backend::Mysql(target) => mysql::force_release(target, table, lease),
+            Backend::Mysql(target) => mysql::force_release(target, table, lease, ttl),
+        }
+    }
+
+    /// `release --all --after-failover`: every lease and membership row
+    /// put into a grace period of `ttl`; each row's name and new epoch.
+    pub fn release_after_failover(
+        &self,
+        table: &TableName,
+        ttl: Duration,
+    ) -> Result<Vec<(String, Epoch)>, CliError> {
+        match self {
+            Backend::Sqlite(location) => sqlite::release_after_failover(location, table, ttl),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(target) => postgres::release_after_failover(target, table, ttl),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql(target) => mysql::release_after_failover(target, table, ttl),
         }
     }
 

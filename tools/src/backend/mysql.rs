@@ -12,7 +12,9 @@ use picolease::{LeaseName, TableName};
 
 use super::runtime;
 use super::server::AdminTarget;
-pub use super::server::{force_release, request_hand_over, withdraw_hand_over};
+pub use super::server::{
+    force_release, release_after_failover, request_hand_over, withdraw_hand_over,
+};
 use crate::failure::CliError;
 
 /// A validated `mysql://` or `mariadb://` URL.

@@ -14,7 +14,9 @@ use picolease::{redact_url, LeaseName, TableName};
 
 use super::runtime;
 use super::server::AdminTarget;
-pub use super::server::{force_release, request_hand_over, withdraw_hand_over};
+pub use super::server::{
+    force_release, release_after_failover, request_hand_over, withdraw_hand_over,
+};
 use crate::failure::CliError;
 
 /// A `postgres://` URL, parsed once into the connector every command of

@@ -284,6 +284,16 @@ pub fn force_release<A: AdminTarget>(
     target: &A,
     table: &TableName,
     lease: &LeaseName,
+    ttl: std::time::Duration,
 ) -> Result<Option<Epoch>, CliError> {
-    target.admin(async |admin| server::force_release(admin, table, lease).await)
+    target.admin(async |admin| server::force_release(admin, table, lease, ttl).await)
+}
+
+/// `release --all --after-failover`: each row's name and new epoch.
+pub fn release_after_failover<A: AdminTarget>(
+    target: &A,
+    table: &TableName,
+    ttl: std::time::Duration,
+) -> Result<Vec<(String, Epoch)>, CliError> {
+    target.admin(async |admin| server::release_after_failover(admin, table, ttl).await)
 }

@@ -63,6 +63,16 @@ pub fn force_release(
     Ok(leases.force_release(lease)?)
 }
 
+/// Puts every lease and membership row into a grace period of `ttl`.
+pub fn release_after_failover(
+    location: &Location,
+    table: &TableName,
+    ttl: std::time::Duration,
+) -> Result<Vec<(String, Epoch)>, CliError> {
+    let leases = LeaseTable::open(&database(location, table).auto_create(false))?;
+    Ok(leases.release_after_failover(ttl)?)
+}
+
 /// Asks the holder of term `epoch` of `lease` to hand it over to `to`.
 pub fn request_hand_over(
     location: &Location,

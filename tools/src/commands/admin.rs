@@ -349,6 +349,7 @@ pub fn release(
     table: &TableName,
     name: &str,
     force: bool,
+    ttl: Duration,
 ) -> Result<ExitCode, CliError> {
     let lease = LeaseName::new(name).map_err(CliError::usage)?;
     if !force {
@@ -356,7 +357,7 @@ pub fn release(
             "release of lease {name:?} needs --force: it takes the lease from whoever holds it"
         )));
     }
-    let released = backend.force_release(table, &lease)?;
+    let released = backend.force_release(table, &lease, ttl)?;
     match released {
         Some(epoch) => {
             line(&format!(

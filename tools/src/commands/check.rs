@@ -20,8 +20,9 @@ use crate::output::line;
 pub struct World {
     /// Leases per node (0: a lone lease).
     pub leases: usize,
-    /// The database may fail over once (`--failover`).
-    pub failover: bool,
+    /// How many times the database may fail over (`--failover`: 1,
+    /// `--failovers N`).
+    pub failovers: u8,
     /// A leader may hand its lease over (`--handover`).
     pub handover: bool,
     /// The nodes are ranked (`--ranked`).
@@ -29,8 +30,8 @@ pub struct World {
 }
 
 /// The bounds from the command line: the defaults for `nodes` (and, with
-/// `leases` > 0, for a set of that many leases on each; with `failover`,
-/// [`Bounds::with_failover`]), with the depth and fault count overridden
+/// `leases` > 0, for a set of that many leases on each; with `failovers`,
+/// [`Bounds::with_failovers`]), with the depth and fault count overridden
 /// when given.
 pub fn bounds(
     nodes: usize,
@@ -41,9 +42,9 @@ pub fn bounds(
     let mut bounds = match world {
         World {
             leases: 0,
-            failover: true,
+            failovers: failovers @ 1..,
             ..
-        } => Bounds::with_failover(nodes),
+        } => Bounds::with_failovers(nodes, failovers),
         World {
             leases: 0,
             ranked: true,
@@ -61,11 +62,11 @@ pub fn bounds(
         World { leases: 0, .. } => Bounds::default_for(nodes),
         World {
             leases,
-            failover,
+            failovers,
             handover,
             ranked,
         } => Bounds {
-            failover,
+            failovers,
             handover,
             ranked,
             ..Bounds::for_set(nodes, leases)
@@ -189,11 +190,15 @@ fn print_report(report: &Report, bounds: &Bounds) {
     if bounds.orphan {
         worlds.push("a path may start from a row left by a dead holder".to_string());
     }
-    if bounds.failover {
-        worlds.push(
+    match bounds.failovers {
+        0 => {}
+        1 => worlds.push(
             "the database may fail over to a standby that lost the writes since its last copy"
                 .to_string(),
-        );
+        ),
+        n => worlds.push(format!(
+            "the database may fail over {n} times in a row, each to a standby that lost the writes since its last copy"
+        )),
     }
     if bounds.handover {
         worlds.push("a leader may hand its lease over to the next node".to_string());

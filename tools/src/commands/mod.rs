@@ -1,6 +1,7 @@
 //! One file per subcommand.
 
 mod admin;
+mod after_failover;
 mod check;
 mod handover;
 pub mod run;
@@ -51,13 +52,14 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             depth,
             faults,
             failover,
+            failovers,
             handover,
             ranked,
             json,
         } => {
             let world = check::World {
                 leases,
-                failover,
+                failovers: failovers.unwrap_or(u8::from(failover)),
                 handover,
                 ranked,
             };
@@ -95,7 +97,15 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Status {
             json, watch: true, ..
         } => admin::watch(&backend, &table, json),
-        Command::Release { name, force } => admin::release(&backend, &table, &name, force),
+        Command::Release {
+            name: Some(name),
+            force,
+            ttl,
+            ..
+        } => admin::release(&backend, &table, &name, force, ttl),
+        Command::Release {
+            name: None, ttl, ..
+        } => after_failover::run(&backend, &table, ttl),
         Command::Handover { name, to } => handover::run(&backend, &table, &name, to.as_deref()),
         Command::Run(args) => run::run(&backend, &table, args),
         Command::Bench { rounds, json } => crate::bench::run(

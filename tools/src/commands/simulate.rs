@@ -35,7 +35,11 @@ pub fn replay(
     // A trace of `check --failover` names its database steps.
     let world = super::check::World {
         leases,
-        failover: trace.contains("db:failover") || trace.contains("db:replicate"),
+        failovers: trace
+            .matches("db:failover")
+            .count()
+            .max(usize::from(trace.contains("db:replicate")))
+            .min(2) as u8,
         // A trace of `check --handover` names its handovers.
         handover: trace.contains(":handover"),
         ranked,

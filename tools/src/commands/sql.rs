@@ -142,6 +142,10 @@ impl Printed {
     }
 }
 
+/// The operators' runbook statement: printed as text, left out of `--json`,
+/// whose keys are the protocol's statements a contender runs.
+const AFTER_FAILOVER: &str = "after_failover";
+
 /// Every statement, in the order they are printed.
 fn printed(statements: &Statements) -> Vec<Printed> {
     let create = std::iter::once(statements.create_table())
@@ -173,8 +177,13 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         ),
         Printed::of(
             "force_release",
-            "administrative: free the lease whoever holds it, epoch + 1; one row (the new epoch)",
+            "administrative: free the lease whoever holds it, epoch + 1 (PostgreSQL: a row another server incarnation wrote is adopted instead, nobody's for ttl_ms at least); one row (the new epoch)",
             statements.force_release(),
+        ),
+        Printed::of(
+            AFTER_FAILOVER,
+            "administrative, the runbook after a failover or restore (release --all --after-failover; text only, not in --json): every lease and membership row nobody's for ttl_ms at least, at epoch max(epoch + 2^20, now_ms * 2^20); returns name, epoch of each",
+            statements.after_failover(),
         ),
         Printed::of(
             "status",
@@ -240,7 +249,7 @@ pub fn run(
     let printed = printed(&statements);
     if json {
         let mut map = serde_json::Map::new();
-        for p in &printed {
+        for p in printed.iter().filter(|p| p.key != AFTER_FAILOVER) {
             let mut statement = serde_json::json!({ "sql": p.sql, "params": p.params });
             if let Some(r) = &p.read_back {
                 statement["read_back"] =
