@@ -16,6 +16,7 @@ pub mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod server;
 pub mod sqlite;
+mod start_wait;
 
 mod contender;
 pub use contender::{Contender, Leases, ScopeView, Started, View};

@@ -15,6 +15,7 @@ use super::server::AdminTarget;
 pub use super::server::{
     force_release, release_after_failover, request_hand_over, withdraw_hand_over,
 };
+use super::start_wait::{self, Check};
 use crate::failure::CliError;
 
 /// A validated `mysql://` or `mariadb://` URL.
@@ -152,6 +153,19 @@ pub fn checked_runtime(
     target: &Target,
     table: &TableName,
 ) -> Result<tokio::runtime::Runtime, CliError> {
-    init(target, table)?;
-    runtime()
+    let runtime = runtime()?;
+    let place = format!("MySQL at {target}");
+    start_wait::until_ready(&place, || {
+        match runtime.block_on(mysql::init(&target.connector, table)) {
+            Ok(()) => Check::Ready(()),
+            Err(error @ (MysqlError::Connect { .. } | MysqlError::Database { .. }))
+                if start_wait::not_ready(&error.to_string()) =>
+            {
+                let reason = error.to_string();
+                Check::NotReady(reason, named(target, error))
+            }
+            Err(other) => Check::Failed(named(target, other)),
+        }
+    })?;
+    Ok(runtime)
 }

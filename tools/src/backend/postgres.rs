@@ -17,6 +17,7 @@ use super::server::AdminTarget;
 pub use super::server::{
     force_release, release_after_failover, request_hand_over, withdraw_hand_over,
 };
+use super::start_wait::{self, Check};
 use crate::failure::CliError;
 
 /// A `postgres://` URL, parsed once into the connector every command of
@@ -76,7 +77,15 @@ pub(crate) async fn connect(
     connector: &PgConnector,
     target: &Target,
 ) -> Result<tokio_postgres::Client, CliError> {
-    connector.connect_client().await.map_err(|e| match e {
+    connector
+        .connect_client()
+        .await
+        .map_err(|e| named(target, e))
+}
+
+/// A failure to connect names the server.
+fn named(target: &Target, error: PgError) -> CliError {
+    match error {
         PgError::Connect { reason } => CliError::runtime(format!(
             "could not connect to PostgreSQL at {target}: {reason}"
         )),
@@ -84,7 +93,7 @@ pub(crate) async fn connect(
             "could not connect to PostgreSQL at {target}: TLS: {reason}"
         )),
         other => other.into(),
-    })
+    }
 }
 
 /// Connects once and runs `op` on the client.
@@ -162,6 +171,21 @@ impl RowWatch {
 /// that, outages are the driver's to ride out.
 pub fn checked_runtime(target: &Target) -> Result<tokio::runtime::Runtime, CliError> {
     let runtime = runtime()?;
-    runtime.block_on(async { connect(target.connector(), target).await.map(drop) })?;
+    let place = format!("PostgreSQL at {target}");
+    start_wait::until_ready(&place, || {
+        match runtime.block_on(target.connector().connect_client()) {
+            Ok(_) => Check::Ready(()),
+            Err(PgError::Connect { reason }) if start_wait::not_ready(&reason) => {
+                let error = named(
+                    target,
+                    PgError::Connect {
+                        reason: reason.clone(),
+                    },
+                );
+                Check::NotReady(reason, error)
+            }
+            Err(other) => Check::Failed(named(target, other)),
+        }
+    })?;
     Ok(runtime)
 }
