@@ -9,141 +9,30 @@
 //!
 //! `cargo test -p picolease-tests --test mysql_tls`
 
+mod mysql_support;
 mod tls_support;
 
-use std::net::TcpListener;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
+use mysql_support::Server;
 use picolease::mysql::{MysqlConnector, MysqlError, MysqlLease};
 use picolease::{Config, HolderId, LeaseName, TableName};
 use tls_support::Pki;
 
-/// A private MariaDB that takes TLS only.
-struct Server {
-    dir: tempfile::TempDir,
-    port: u16,
-    child: Child,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(pki: &Pki) -> Server {
-        let dir = tempfile::Builder::new()
-            .prefix("picolease-mysqltest-")
-            .tempdir()
-            .expect("a temporary directory");
-        let data = dir.path().join("data");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let chown = Command::new("chown")
-            .args(["-R", "mysql:mysql"])
-            .arg(dir.path())
-            .status()
-            .expect("chown");
-        assert!(chown.success());
-        // Its own temporary directory: two servers installed at once
-        // would share /tmp's temporary tables.
-        let installed = Command::new("mariadb-install-db")
-            .env("TMPDIR", dir.path())
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .args([
-                "--user=mysql",
-                "--skip-test-db",
-                "--auth-root-authentication-method=normal",
-            ])
-            .output()
-            .expect("mariadb-install-db runs (MariaDB must be installed)");
-        assert!(
-            installed.status.success(),
-            "mariadb-install-db: {}",
-            String::from_utf8_lossy(&installed.stderr)
-        );
-        let socket = dir.path().join("sock");
-        let child = Command::new("/usr/sbin/mariadbd")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
-            .arg(format!("--log-error={}", dir.path().join("err").display()))
-            .arg(format!("--tmpdir={}", dir.path().display()))
-            .arg(format!("--port={port}"))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--user=mysql",
-                "--skip-name-resolve",
-            ])
-            .args(["--innodb-buffer-pool-size=16M", "--skip-log-bin"])
-            .arg(format!("--ssl-ca={}", pki.file("ca.pem")))
-            .arg(format!("--ssl-cert={}", pki.file("server.pem")))
-            .arg(format!("--ssl-key={}", pki.file("server.key")))
-            .arg("--require-secure-transport=ON")
-            .spawn()
-            .expect("mariadbd starts");
-        let server = Server { dir, port, child };
-        let started = Instant::now();
-        while !server.ping() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "mariadbd did not start: {}",
-                std::fs::read_to_string(server.dir.path().join("err")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server.sql(
-            "CREATE DATABASE test; \
-             CREATE USER 'picolease'@'%'; GRANT ALL ON *.* TO 'picolease'@'%'; \
-             CREATE USER 'certuser'@'%' REQUIRE X509; GRANT ALL ON *.* TO 'certuser'@'%';",
-        );
-        server
-    }
-
-    fn socket(&self) -> String {
-        self.dir.path().join("sock").display().to_string()
-    }
-
-    fn ping(&self) -> bool {
-        Command::new("mysqladmin")
-            .args([
-                "--no-defaults",
-                "-uroot",
-                &format!("--socket={}", self.socket()),
-                "ping",
-            ])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-
-    /// Runs `sql` as root through the socket (a socket counts as secure
-    /// transport); its tab-separated output.
-    fn sql(&self, sql: &str) -> String {
-        let out = Command::new("mariadb")
-            .args(["--no-defaults", "-uroot", "-N", "-B"])
-            .arg(format!("--socket={}", self.socket()))
-            .args(["-e", sql])
-            .output()
-            .expect("mariadb runs");
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
-    }
-
-    fn url(&self, host: &str, user: &str, params: &str) -> String {
-        format!("mysql://{user}@{host}:{}/test?{params}", self.port)
-    }
+/// A private MariaDB that takes TLS only, with the users the tests log in
+/// as: `picolease` (password-less) and `certuser` (a client certificate
+/// required).
+fn tls_server(pki: &Pki) -> Server {
+    let server = Server::start(&[
+        format!("--ssl-ca={}", pki.file("ca.pem")),
+        format!("--ssl-cert={}", pki.file("server.pem")),
+        format!("--ssl-key={}", pki.file("server.key")),
+        "--require-secure-transport=ON".to_string(),
+        "--skip-log-bin".to_string(),
+    ]);
+    server.sql("CREATE USER 'certuser'@'%' REQUIRE X509; GRANT ALL ON *.* TO 'certuser'@'%';");
+    server
 }
 
 /// Connects with `url` and reads this session's cipher (empty: plain).
@@ -161,7 +50,7 @@ async fn cipher(url: &str) -> Result<String, MysqlError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_mode_connects_encrypted_and_every_refusal_names_its_cause() {
     let pki = Pki::new("mysql", "certuser");
-    let server = Server::start(&pki);
+    let server = tls_server(&pki);
     let ca = pki.file("ca.pem");
     let foreign = pki.file("foreign.pem");
 
@@ -279,7 +168,7 @@ async fn every_mode_connects_encrypted_and_every_refusal_names_its_cause() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contenders_lead_hand_over_and_kill_over_tls() {
     let pki = Pki::new("mysql", "certuser");
-    let server = Server::start(&pki);
+    let server = tls_server(&pki);
     let url = server.url(
         "127.0.0.1",
         "picolease",

@@ -32,14 +32,16 @@
 //!
 //! `PICOLEASE_ROUNDS=10 cargo test -p picolease-tests --test pg_failover -- --nocapture`
 
+mod failover_support;
 mod pg_support;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use failover_support::{outcome, runtime, wait_until, Outcome, Seen};
 use pg_support::cluster::Server;
 use picolease::postgres::{PgConnector, PgLease, PgLeaseSet};
-use picolease::{Config, HolderId, Leadership, LeaseName, SetConfig, TableName};
+use picolease::{HolderId, Leadership, LeaseName, SetConfig, TableName};
 
 #[test]
 fn the_private_servers_replicate_fail_over_and_restart() {
@@ -89,74 +91,19 @@ fn the_private_servers_replicate_fail_over_and_restart() {
     );
 }
 
-/// Seconds from `origin` to `at`, negative before it.
-fn signed(at: Instant, origin: Instant) -> f64 {
-    match at.checked_duration_since(origin) {
-        Some(d) => d.as_secs_f64(),
-        None => -(origin - at).as_secs_f64(),
-    }
-}
-
 fn alive(pid: i32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what}: not within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Every leadership change of the contenders, with when it was seen:
-/// keyed by holder for the lone lease `reaper`, by `lease/holder` for a
-/// set's leases.
-type Seen = Arc<Mutex<Vec<(String, Instant, Leadership)>>>;
 
 fn contender(
     runtime: &tokio::runtime::Runtime,
     url: &str,
     table: &TableName,
-    (holder, ttl): (&str, Duration),
+    holder: (&str, Duration),
     seen: &Seen,
 ) -> PgLease {
-    let config = Config::with_ttl(
-        LeaseName::new("reaper").unwrap(),
-        HolderId::new(holder).unwrap(),
-        ttl,
-    );
-    let _entered = runtime.enter();
-    let lease = PgLease::builder(config, PgConnector::new(url).unwrap())
-        .table(table.clone())
-        .start()
-        .unwrap();
-    let mut watch = lease.watch();
-    let (seen, holder) = (Arc::clone(seen), holder.to_string());
-    runtime.spawn(async move {
-        loop {
-            let now = watch.borrow_and_update().clone();
-            seen.lock()
-                .unwrap()
-                .push((holder.clone(), Instant::now(), now));
-            if watch.changed().await.is_err() {
-                return;
-            }
-        }
-    });
-    lease
-}
-
-/// The contenders' runtime.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    let connector = PgConnector::new(url).unwrap();
+    failover_support::contender(runtime, connector, table, holder, seen)
 }
 
 /// a crashes (its driver's task aborted, its end logged) once b has seen
@@ -185,29 +132,6 @@ fn kept_row(server: &Server, lease: &str) -> String {
         ))
         .trim()
         .to_string()
-}
-
-/// The leadership terms seen: (holder, epoch, from, to).
-fn terms(seen: &Seen, until: Instant) -> Vec<(String, u64, Instant, Instant)> {
-    let log = seen.lock().unwrap().clone();
-    let mut terms = Vec::new();
-    let mut open: std::collections::HashMap<String, (u64, Instant)> = Default::default();
-    for (holder, at, leadership) in log {
-        match leadership.leader_epoch() {
-            Some(epoch) if leadership.is_leader() => {
-                open.entry(holder).or_insert((epoch.get(), at));
-            }
-            _ => {
-                if let Some((epoch, from)) = open.remove(&holder) {
-                    terms.push((holder, epoch, from, at));
-                }
-            }
-        }
-    }
-    for (holder, (epoch, from)) in open {
-        terms.push((holder, epoch, from, until));
-    }
-    terms
 }
 
 /// The runbook's statement (docs/operations.md §5.4,
@@ -295,34 +219,6 @@ fn a_synchronous_standby_promoted_loses_nothing_and_waits_out_the_grace_period()
         outcome.overlap, outcome.reused, outcome.led_again
     );
     outcome.assert_safe(ttl + 2 * interval);
-}
-
-/// What a failover round measured.
-struct Outcome {
-    /// How long two holders led at once.
-    overlap: Duration,
-    /// (holder, holder, epoch) of distinct terms given one epoch.
-    reused: Vec<(String, String, u64)>,
-    /// From the promotion to the first term that started after it.
-    led_again: Option<Duration>,
-}
-
-impl Outcome {
-    /// No overlap, no epoch given twice, and a leader again within
-    /// `bound` of the promotion.
-    fn assert_safe(&self, bound: Duration) {
-        assert_eq!(self.overlap, Duration::ZERO, "two leaders at once");
-        assert!(
-            self.reused.is_empty(),
-            "an epoch issued twice: {:?}",
-            self.reused
-        );
-        let led_again = self.led_again.expect("someone leads after the promotion");
-        assert!(
-            led_again < bound + Duration::from_millis(500),
-            "leadership returned {led_again:?} after the promotion"
-        );
-    }
 }
 
 /// Issue 44's chain of two lossy failovers over three servers: a leads on
@@ -468,59 +364,6 @@ fn promote_a_standby(
         let _ = runtime.block_on(lease.shutdown());
     }
     outcome
-}
-
-/// What the contenders' leadership log shows, from `since` (the moment
-/// the new server accepts writes) on: overlap, epochs given twice, and
-/// when someone led again.
-fn outcome(seen: &Seen, promoted: Instant) -> Outcome {
-    let end = Instant::now();
-    for (holder, at, leadership) in seen.lock().unwrap().iter() {
-        eprintln!("{holder} {:+.3}s {leadership:?}", signed(*at, promoted));
-    }
-    let terms = terms(seen, end);
-    for (holder, epoch, from, to) in &terms {
-        eprintln!(
-            "{holder} led epoch {epoch} from {:+.3}s to {:+.3}s of the promotion",
-            signed(*from, promoted),
-            signed(*to, promoted),
-        );
-    }
-    let mut overlap = Duration::ZERO;
-    let mut reused = Vec::new();
-    // `lease/holder` (a set's) or `holder` (the lone lease's).
-    let lease_of = |key: &str| {
-        key.split_once('/')
-            .map_or("reaper", |(lease, _)| lease)
-            .to_string()
-    };
-    for (i, x) in terms.iter().enumerate() {
-        for y in &terms[i + 1..] {
-            if lease_of(&x.0) != lease_of(&y.0) {
-                continue;
-            }
-            if x.0 != y.0 {
-                let (from, to) = (x.2.max(y.2), x.3.min(y.3));
-                overlap += to.saturating_duration_since(from);
-            }
-            // Distinct terms, one epoch: even for one holder, a fence of
-            // the lost term would match the new one.
-            if x.1 == y.1 {
-                reused.push((x.0.clone(), y.0.clone(), x.1));
-            }
-        }
-    }
-    eprintln!("two leaders at once for {overlap:?}; epochs issued twice: {reused:?}");
-    let led_again = terms
-        .iter()
-        .filter(|t| t.2 >= promoted)
-        .map(|t| t.2 - promoted)
-        .min();
-    Outcome {
-        overlap,
-        reused,
-        led_again,
-    }
 }
 
 /// Issue 20's third fault: the server itself crashes (SIGKILL of the

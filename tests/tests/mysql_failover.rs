@@ -1,0 +1,193 @@
+//! A lossy failover of MariaDB (issue 44), on private servers this test
+//! starts itself (`mysql_support`): a GTID primary and its replica, behind
+//! a TCP proxy the test switches, as HAProxy or a managed endpoint would.
+//!
+//! a leads; the replica stops replicating; a crashes and b takes over on
+//! the primary (epoch 2); the primary is killed, the proxy switched to
+//! the replica (which still has a's lapsed term); c starts.
+//!
+//! - `without_the_runbook_a_lossy_promotion_gives_one_epoch_twice`: what
+//!   MySQL and MariaDB do today, with no incarnation to detect the new
+//!   server (DESIGN §3 "Failover"): c is given b's epoch 2 while b still
+//!   leads, until b's next renewal. The test asserts it happens, so that
+//!   the runbook's test below is shown to guard something.
+//! - `the_runbook_after_a_lossy_promotion_gives_no_epoch_twice`: the
+//!   runbook (`release_after_failover`, what `picolease release --all
+//!   --after-failover` runs) as the first write on the promoted replica:
+//!   no overlap, no epoch twice, a leader again within ttl + 2 intervals
+//!   of the runbook.
+//!
+//! `cargo test -p picolease-tests --test mysql_failover -- --nocapture`
+
+mod failover_support;
+mod mysql_support;
+
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use failover_support::{outcome, runtime, wait_until, Outcome, Seen};
+use mysql_support::Server;
+use picolease::mysql::{release_after_failover, MysqlConnector, MysqlLease};
+use picolease::{Leadership, TableName};
+
+/// A TCP proxy on a free port to whichever server `target` names: new
+/// connections go to the new target once it is switched.
+struct Proxy {
+    port: u16,
+    target: Arc<AtomicU16>,
+}
+
+impl Proxy {
+    fn to(port: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let own = listener.local_addr().unwrap().port();
+        let target = Arc::new(AtomicU16::new(port));
+        let to = Arc::clone(&target);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let port = to.load(Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
+                for (mut from, mut into) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut into);
+                        let _ = into.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port: own, target }
+    }
+
+    fn switch(&self, port: u16) {
+        self.target.store(port, Ordering::SeqCst);
+    }
+}
+
+/// A GTID primary and a replica following it from the primary's current
+/// position (the users and database each server made for itself are not
+/// replayed).
+fn primary_and_replica() -> (Server, Server) {
+    let binlog = |id: u32| {
+        vec![
+            format!("--server-id={id}"),
+            "--log-bin=mysql-bin".to_string(),
+            "--binlog-format=ROW".to_string(),
+            "--log-slave-updates".to_string(),
+        ]
+    };
+    let primary = Server::start(&binlog(1));
+    let replica = Server::start(&binlog(2));
+    primary.sql("CREATE USER 'repl'@'%'; GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';");
+    let position = primary.sql("SELECT @@gtid_binlog_pos");
+    replica.sql(&format!(
+        "SET GLOBAL gtid_slave_pos = '{}'; \
+         CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, \
+         MASTER_USER = 'repl', MASTER_USE_GTID = slave_pos; START SLAVE;",
+        position.trim(),
+        primary.port()
+    ));
+    primary.sql("CREATE TABLE test.probe (x INT PRIMARY KEY); INSERT INTO test.probe VALUES (1)");
+    wait_until("the replica replays the primary's writes", || {
+        replica
+            .try_sql("SELECT COUNT(*) FROM test.probe")
+            .is_some_and(|n| n.trim() == "1")
+    });
+    (primary, replica)
+}
+
+fn contender(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    table: &TableName,
+    holder: (&str, Duration),
+    seen: &Seen,
+) -> MysqlLease {
+    let connector = MysqlConnector::new(url).unwrap();
+    failover_support::contender(runtime, connector, table, holder, seen)
+}
+
+/// The scenario above at `ttl`; with `runbook`, the runbook runs on the
+/// promoted replica before anything else writes there.
+fn promote_the_replica(ttl: Duration, runbook: bool) -> Outcome {
+    let runtime = runtime();
+    let (mut primary, replica) = primary_and_replica();
+    let proxy = Proxy::to(primary.port());
+    let url = format!("mysql://picolease@127.0.0.1:{}/test", proxy.port);
+    let table = TableName::new("picolease_failover").unwrap();
+    let seen: Seen = Arc::default();
+
+    let a = contender(&runtime, &url, &table, ("a", ttl), &seen);
+    a.wait_for(ttl * 5, Leadership::is_leader).expect("a leads");
+    wait_until("the replica has a's term", || {
+        replica
+            .try_sql("SELECT holder FROM test.picolease_failover WHERE name = 'reaper'")
+            .is_some_and(|holder| holder.trim() == "a")
+    });
+    replica.sql("STOP SLAVE");
+    let b = contender(&runtime, &url, &table, ("b", ttl), &seen);
+    b.wait_for(ttl, |l| l.holder.is_some()).expect("b sees a");
+    seen.lock()
+        .unwrap()
+        .push(("a".into(), Instant::now(), Leadership::unknown()));
+    a.abort();
+    b.wait_for(ttl * 3, Leadership::is_leader)
+        .expect("b takes over");
+
+    primary.kill();
+    let promoted = Instant::now();
+    let kept = replica.sql("SELECT CONCAT(holder, ' ', epoch) FROM test.picolease_failover");
+    assert_eq!(kept.trim(), "a 1", "the replica lacks b's takeover");
+    if runbook {
+        // The first write on the promoted server: nothing reaches it
+        // before the proxy is switched.
+        let direct = MysqlConnector::new(&format!(
+            "mysql://picolease@127.0.0.1:{}/test",
+            replica.port()
+        ))
+        .unwrap();
+        let rows = runtime
+            .block_on(release_after_failover(&direct, &table, ttl))
+            .expect("the runbook runs");
+        eprintln!("the runbook held {rows:?}");
+    }
+    proxy.switch(replica.port());
+    let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
+    std::thread::sleep(ttl * 3);
+    let outcome = outcome(&seen, promoted);
+    for lease in [b, c] {
+        let _ = runtime.block_on(lease.shutdown());
+    }
+    outcome
+}
+
+#[test]
+fn without_the_runbook_a_lossy_promotion_gives_one_epoch_twice() {
+    let outcome = promote_the_replica(Duration::from_secs(3), false);
+    eprintln!(
+        "without the runbook: overlap {:?}, epochs reused {:?}",
+        outcome.overlap, outcome.reused
+    );
+    assert!(
+        !outcome.reused.is_empty(),
+        "MySQL has no incarnation: c is given b's epoch (if this changed, update DESIGN §3 \"Failover\")"
+    );
+}
+
+#[test]
+fn the_runbook_after_a_lossy_promotion_gives_no_epoch_twice() {
+    let ttl = Duration::from_secs(3);
+    let outcome = promote_the_replica(ttl, true);
+    eprintln!(
+        "with the runbook: overlap {:?}, epochs reused {:?}, a leader again {:?} after the promotion",
+        outcome.overlap, outcome.reused, outcome.led_again
+    );
+    outcome.assert_safe(ttl + 2 * (ttl / 4));
+}
