@@ -95,7 +95,8 @@ impl<S: Scope> Builder<Mysql, S> {
     /// Wake followers of a lone lease at once when its leader releases
     /// (default on): the leader's session holds a named user lock while it
     /// leads and a follower waits on it from a second connection
-    /// (`GET_LOCK`). Off, or where the server refuses user locks (Galera),
+    /// (`GET_LOCK`). Off, where the server refuses user locks, or on a
+    /// Galera node other than the leader's (the lock is local to a node),
     /// a follower takes a released lease at its next poll, within one
     /// interval. Only a wake-up: who leads is still the row's and the
     /// epoch's. A set has no wake-up yet.

@@ -6,8 +6,9 @@
 //! at once and tells its task to look, as a PostgreSQL notice does.
 //!
 //! The lock is only a wake-up, never a safety mechanism: it is per
-//! session, refused by Galera and unsafe for statement replication, and
-//! nothing decides on it. Who leads is still the row's and the epoch's
+//! session and local to one server (Galera grants it on the node that
+//! took it only, so followers on other nodes are not woken), unsafe for
+//! statement replication, and nothing decides on it. Who leads is still the row's and the epoch's
 //! (DESIGN §3). Whenever it is missing (refused, behind a proxy, held by a
 //! paused process's session, or taken by nobody) followers fall back to
 //! their polls, with the core's expiry-aware takeover.
@@ -31,8 +32,8 @@ use tokio::sync::mpsc;
 use super::connect::MysqlConnector;
 use crate::server::Notice;
 
-/// The longest pause between failed attempts to wait (a refused
-/// `GET_LOCK` on Galera is retried this seldom).
+/// The longest pause between failed attempts to wait (a `GET_LOCK` the
+/// server refuses is retried this seldom).
 const MOST_PATIENT: Duration = Duration::from_secs(30);
 
 /// The first pause after a failed attempt, doubled per failure.
