@@ -46,7 +46,7 @@ fn as_postgres(program: &str, args: &[&str]) -> Output {
     out
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -54,7 +54,7 @@ fn free_port() -> u16 {
 }
 
 /// A temporary directory the `postgres` user owns.
-fn postgres_dir() -> tempfile::TempDir {
+pub fn postgres_dir() -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("picolease-pgtest-")
         .tempdir()

@@ -9,6 +9,7 @@
 
 pub mod bouncer;
 pub mod cluster;
+pub mod patroni;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
