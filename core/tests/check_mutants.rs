@@ -242,6 +242,43 @@ fn a_constant_epoch_jump_is_found_across_two_failovers() {
     finds_at(&bounds, &[Property::Fencing]);
 }
 
+/// (l) The constant jump is caught by the simulator too: two lossy
+/// failovers in a row, the second to a replica older than the first; the
+/// term after each adoption begins at the same epoch. The real model
+/// survives the same runs.
+#[test]
+fn a_constant_epoch_jump_is_found_by_the_simulator() {
+    use picolease_core::sim::{Fault, SimConfig, Simulation};
+    use std::time::Duration;
+    let run = |mutation: Mutation, seed: u64| {
+        let mut config = SimConfig::new(2, seed);
+        config.ttl = Duration::from_secs(10);
+        config.delay_max = Duration::from_millis(20);
+        config.faults = Fault::parse_list(
+            "crash:0@5s,failover@17000ms+3000ms,restart:0@17100ms,failover@40000ms+27000ms",
+        )
+        .expect("valid faults");
+        config.duration = Duration::from_secs(80);
+        let mut sim = Simulation::new(config).expect("valid simulation");
+        sim.set_db_mutation(mutation);
+        sim.run()
+    };
+    for seed in 0..8 {
+        let real = run(Mutation::None, seed);
+        real.check_safety()
+            .unwrap_or_else(|v| panic!("seed {seed}: {v}\n{}", real.timeline(true)));
+        let planted = run(Mutation::ConstantEpochJump, seed);
+        let found = planted
+            .check_safety()
+            .err()
+            .unwrap_or_else(|| panic!("seed {seed}: not found:\n{}", planted.timeline(false)));
+        assert_eq!(found.invariant, "fencing", "seed {seed}: {found}");
+        if seed == 0 {
+            println!("ConstantEpochJump: {found}");
+        }
+    }
+}
+
 /// (i) The same planted bug is caught by the simulator: after a failover that lost a takeover, a restarted node
 /// is given the lost term's epoch while its holder still leads. The real
 /// model survives the same run.

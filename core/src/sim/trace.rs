@@ -261,6 +261,41 @@ impl Trace {
         Ok(())
     }
 
+    /// Invariant 2, across terms: an epoch begins one term only. A term
+    /// begins with a node's first publication as leader after it started,
+    /// crashed or published anything else (the gated work's starts and
+    /// stops are not term boundaries: a stop lead stops and restarts it
+    /// within one term). Two beginnings at one epoch, even on one node, as
+    /// after two lossy failovers that adopt the same old row alike, are
+    /// two terms a fence of that epoch cannot tell apart.
+    pub fn check_epochs_once(&self) -> Result<(), Violation> {
+        let mut leading: Vec<Option<Epoch>> = vec![None; self.nodes];
+        let mut begun: std::collections::BTreeMap<Epoch, (usize, u64)> = Default::default();
+        for e in &self.entries {
+            let now = match &e.what {
+                Happening::Published(l) if l.is_leader() => l.leader_epoch(),
+                Happening::Published(_) | Happening::Crashed | Happening::Started { .. } => None,
+                _ => continue,
+            };
+            let before = std::mem::replace(&mut leading[e.node], now);
+            let Some(epoch) = now.filter(|&epoch| before != Some(epoch)) else {
+                continue;
+            };
+            if let Some((node, at)) = begun.insert(epoch, (e.node, e.at)) {
+                return Err(violation(
+                    "fencing",
+                    format!(
+                        "node {} began a term at epoch {epoch} ({:.3}ms), which began node {node}'s term at {:.3}ms",
+                        e.node,
+                        ms(e.at),
+                        ms(at)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Invariant 3: while a node believes it leads at epoch e, the row holds
     /// (that node, e) unexpired. The simulator checks the row after every
     /// event and records any mismatch.
@@ -371,6 +406,7 @@ impl Trace {
         self.check_progress()?;
         self.check_mutual_exclusion()?;
         self.check_fencing()?;
+        self.check_epochs_once()?;
         self.check_validity()?;
         self.check_gating()
     }
