@@ -429,15 +429,17 @@ impl Backend for My {
 
     fn create_malformed(&self, epoch_sql: &str) {
         // The driver's columns (`core/src/sql/mysql.rs`), without the NOT
-        // NULLs and the `(name, epoch)` index.
+        // NULLs and the `(name, epoch)` index; with the incarnation column
+        // (DESIGN §3 "Failover"), so that starting a driver changes no
+        // schema and stamps no row.
         let table = self.table.table();
         self.batch(&format!(
             "CREATE TABLE `{table}` (name VARBINARY(255) PRIMARY KEY, holder VARBINARY(255), \
-             epoch BIGINT, expires_at BIGINT) ENGINE=InnoDB"
+             epoch BIGINT, expires_at BIGINT, incarnation BIGINT) ENGINE=InnoDB"
         ))
         .unwrap();
         self.batch(&format!(
-            "INSERT INTO `{table}` VALUES ('{LEASE}', 'someone', {epoch_sql}, 0)"
+            "INSERT INTO `{table}` VALUES ('{LEASE}', 'someone', {epoch_sql}, 0, 7)"
         ))
         .unwrap();
     }
@@ -835,4 +837,89 @@ fn a_killed_lease_connection_is_replaced_and_the_driver_leads_again() {
     );
     a.shutdown().unwrap();
     assert_eq!(db.status().unwrap()[0].holder, None, "released");
+}
+
+/// A row as the migration test reads it: name, holder, epoch, expiry,
+/// incarnation.
+type MigratedRow = (String, Option<String>, i64, i64, Option<i64>);
+
+/// A table an older picolease made, without the `incarnation` column
+/// (DESIGN §3 "Failover", "Migration"): `init` adds the column and stamps
+/// every row with this server's `@@server_id`, so the rows stay their
+/// holders' (nothing is adopted, no grace period); run again, it changes
+/// nothing, not even a row stamped since.
+#[test]
+fn init_adds_the_incarnation_column_to_an_older_table_once() {
+    let db = My::fresh("migrate");
+    let table = db.table.table().to_string();
+    db.batch(&format!(
+        "CREATE TABLE `{table}` (`name` varbinary(255) NOT NULL PRIMARY KEY, \
+         `holder` varbinary(255) NULL, `epoch` bigint NOT NULL, `expires_at` bigint NOT NULL, \
+         UNIQUE KEY `{table}_fence` (`name`, `epoch`)) ENGINE=InnoDB"
+    ))
+    .unwrap();
+    db.batch(&format!(
+        "INSERT INTO `{table}` VALUES ('{LEASE}', 'old', 7, 99999999999999), ('free', NULL, 3, 0)"
+    ))
+    .unwrap();
+    let server_id: Vec<i64> = db.query("SELECT @@server_id", ());
+    let rows = || -> Vec<MigratedRow> {
+        db.query(
+            &format!(
+                "SELECT CAST(name AS CHAR), CAST(holder AS CHAR), epoch, expires_at, incarnation \
+                 FROM `{table}` ORDER BY name"
+            ),
+            (),
+        )
+    };
+
+    db.init().unwrap();
+    let id = Some(server_id[0]);
+    assert_eq!(
+        rows(),
+        vec![
+            ("free".to_string(), None, 3, 0, id),
+            (
+                LEASE.to_string(),
+                Some("old".to_string()),
+                7,
+                99999999999999,
+                id
+            ),
+        ],
+        "the column added, every row stamped, nothing else changed"
+    );
+
+    db.execute(
+        &format!("UPDATE `{table}` SET incarnation = 5 WHERE name = 'free'"),
+        (),
+    );
+    db.init().unwrap();
+    let again = rows();
+    assert_eq!(
+        again[0].4,
+        Some(5),
+        "a second init stamps nothing: {again:?}"
+    );
+    assert_eq!(again[1].4, id);
+
+    // A contender's acquire finds the row its holder's: not adopted (an
+    // adoption would clear the holder and jump the epoch).
+    let b = db
+        .start_on(
+            db.connector.clone(),
+            config(LEASE, "b", TTL),
+            Options::default(),
+        )
+        .unwrap();
+    b.wait_or_panic("b sees old hold the lease", |l| {
+        l.holder.as_ref().map(|h| h.as_str()) == Some("old")
+    });
+    let after = rows();
+    assert_eq!(
+        (after[1].1.as_deref(), after[1].2),
+        (Some("old"), 7),
+        "{after:?}"
+    );
+    b.shutdown().unwrap();
 }

@@ -38,7 +38,7 @@ mod pg_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use failover_support::{outcome, runtime, wait_until, Outcome, Seen};
+use failover_support::{outcome, runtime, server_changes, wait_until, Outcome, Seen};
 use pg_support::cluster::Server;
 use picolease::postgres::{PgConnector, PgLease, PgLeaseSet};
 use picolease::{HolderId, Leadership, LeaseName, SetConfig, TableName};
@@ -395,7 +395,7 @@ fn a_crashed_server_that_lost_commits_never_gives_a_term_twice() {
         contender(&runtime, &url, &table, ("b", ttl), &seen)
     });
     crash_a_and_let_b_take_over(a, &b, ttl, &seen);
-    assert_eq!(changes(&metrics), 0.0, "the same server so far");
+    assert_eq!(server_changes(&metrics), 0.0, "the same server so far");
 
     server.crash();
     server.start();
@@ -415,7 +415,7 @@ fn a_crashed_server_that_lost_commits_never_gives_a_term_twice() {
     );
     outcome.assert_safe(ttl + 2 * interval);
     assert_eq!(
-        changes(&metrics),
+        server_changes(&metrics),
         1.0,
         "b's reconnection counted the new server:\n{}",
         metrics.render()
@@ -423,18 +423,6 @@ fn a_crashed_server_that_lost_commits_never_gives_a_term_twice() {
     for lease in [b, c] {
         let _ = runtime.block_on(lease.shutdown());
     }
-}
-
-/// `picolease_server_changes_total` as the recorder renders it.
-fn changes(metrics: &metrics_exporter_prometheus::PrometheusHandle) -> f64 {
-    metrics
-        .render()
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix("picolease_server_changes_total{table=\"picolease_failover\"} ")
-        })
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no server change counter:\n{}", metrics.render()))
 }
 
 /// A set contender over `leases`, its transitions logged per lease.

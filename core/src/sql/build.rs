@@ -8,7 +8,7 @@
 //! every call.
 
 use sea_query::{
-    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, Index, LockType, MysqlQueryBuilder,
+    Alias, CaseStatement, ColumnDef, Expr, ExprTrait, Func, Index, LockType, MysqlQueryBuilder,
     OnConflict, PostgresQueryBuilder, Query, QueryStatementWriter, SqliteQueryBuilder, Table,
     TableRef,
 };
@@ -33,8 +33,8 @@ pub(super) const NAME: &str = "name";
 pub(super) const HOLDER_COL: &str = "holder";
 pub(super) const EPOCH_COL: &str = "epoch";
 pub(super) const EXPIRES_AT: &str = "expires_at";
-/// PostgreSQL only: the incarnation of the server that last wrote the row
-/// (DESIGN §3 "Failover").
+/// PostgreSQL and MySQL: the incarnation of the server that last wrote the
+/// row (DESIGN §3 "Failover").
 pub(super) const INCARNATION: &str = "incarnation";
 
 /// PostgreSQL: the incarnation of the server running the statement, the
@@ -45,6 +45,16 @@ pub(super) const INCARNATION: &str = "incarnation";
 /// says why not the system identifier or the timeline).
 pub(super) const PG_INCARNATION: &str =
     "CAST(FLOOR(EXTRACT(EPOCH FROM pg_postmaster_start_time()) * 1000000) AS BIGINT)";
+
+/// MySQL and MariaDB: the incarnation of the server running the statement,
+/// its `@@server_id`. Replication needs every server of a topology to
+/// have its own, so a promoted replica is a new incarnation; every role
+/// can read it, and it means the same on both servers (the start time
+/// does not: MariaDB reads it from `information_schema.GLOBAL_STATUS`,
+/// MySQL 8 from `performance_schema.global_status`). A crash that lost
+/// commits and restarts the same server keeps it (DESIGN §3 "Failover":
+/// the runbook covers that).
+pub(super) const MYSQL_INCARNATION: &str = "@@server_id";
 
 /// What the fence index's name adds to the table's: at most 54 + 6 = 60
 /// bytes, within PostgreSQL's 63-byte and MySQL's 64-byte identifier limits.
@@ -147,17 +157,22 @@ impl Builder<'_> {
         }
     }
 
-    /// PostgreSQL: `incarnation = <this server's>`: the row was last
-    /// written by the server now answering. A renew, a release and a
-    /// fence on a row from another incarnation match nothing (DESIGN §3
-    /// "Failover"); other dialects have no incarnation.
+    /// `incarnation = <this server's>`: the row was last written by the
+    /// server now answering. A renew, a release and a fence on a row from
+    /// another incarnation match nothing (DESIGN §3 "Failover"); SQLite
+    /// has no incarnation.
     pub(super) fn current_incarnation(&self) -> Option<Expr> {
+        let now = self.incarnation_now()?;
+        Some(Expr::cust(format!("{} = {now}", self.quoted(INCARNATION))))
+    }
+
+    /// The incarnation of the server running the statement: PostgreSQL's
+    /// postmaster start, MySQL's `@@server_id`; SQLite has none.
+    pub(super) fn incarnation_now(&self) -> Option<&'static str> {
         match self.dialect {
-            Dialect::Postgres => Some(Expr::cust(format!(
-                "{} = {PG_INCARNATION}",
-                self.quoted(INCARNATION)
-            ))),
-            Dialect::Sqlite | Dialect::Mysql => None,
+            Dialect::Postgres => Some(PG_INCARNATION),
+            Dialect::Mysql => Some(MYSQL_INCARNATION),
+            Dialect::Sqlite => None,
         }
     }
 
@@ -166,13 +181,13 @@ impl Builder<'_> {
     /// (holder cleared, epoch jumped, expiry at least a ttl away) instead
     /// of taking it.
     pub(super) fn foreign(&self) -> Option<Expr> {
-        match self.dialect {
-            Dialect::Postgres => Some(self.row_is_sound().and(Expr::cust(format!(
-                "{} IS DISTINCT FROM {PG_INCARNATION}",
-                self.quoted(INCARNATION)
-            )))),
-            Dialect::Sqlite | Dialect::Mysql => None,
-        }
+        let now = self.incarnation_now()?;
+        let column = self.quoted(INCARNATION);
+        let distinct = match self.dialect {
+            Dialect::Mysql => format!("NOT ({column} <=> {now})"),
+            Dialect::Postgres | Dialect::Sqlite => format!("{column} IS DISTINCT FROM {now}"),
+        };
+        Some(self.row_is_sound().and(Expr::cust(distinct)))
     }
 
     fn create_table(&self) -> String {
@@ -231,8 +246,10 @@ impl Builder<'_> {
     /// lock orders fenced writes and takeovers already.
     fn create_index(&self) -> Option<String> {
         match self.dialect {
-            // MySQL declares the index inside its CREATE TABLE.
-            Dialect::Sqlite | Dialect::Mysql => None,
+            Dialect::Sqlite => None,
+            // MySQL declares the index inside its CREATE TABLE; what is
+            // left is the incarnation column of an older table.
+            Dialect::Mysql => Some(self.mysql_migrate()),
             Dialect::Postgres => {
                 let name = self.fence_index_name();
                 let create = self.fence_index_create(true);
@@ -316,20 +333,29 @@ impl Builder<'_> {
 
     pub(super) fn acquire(&self) -> Statement {
         let now = || db_now(self.dialect);
+        let mut columns = vec![
+            Alias::new(NAME),
+            Alias::new(HOLDER_COL),
+            Alias::new(EPOCH_COL),
+            Alias::new(EXPIRES_AT),
+        ];
+        let mut values = vec![
+            Expr::val(LEASE),
+            Expr::val(HOLDER),
+            Expr::val(1i64),
+            now().add(Expr::val(TTL)),
+        ];
+        // A fresh row records the server too. PostgreSQL's column default
+        // does it (and for an older picolease's inserts); MySQL's column
+        // cannot default to a system variable, so the insert names it.
+        if self.dialect == Dialect::Mysql {
+            columns.push(Alias::new(INCARNATION));
+            values.push(Expr::cust(MYSQL_INCARNATION));
+        }
         let query = Query::insert()
             .into_table(self.table_ref())
-            .columns([
-                Alias::new(NAME),
-                Alias::new(HOLDER_COL),
-                Alias::new(EPOCH_COL),
-                Alias::new(EXPIRES_AT),
-            ])
-            .values_panic([
-                Expr::val(LEASE),
-                Expr::val(HOLDER),
-                Expr::val(1i64),
-                now().add(Expr::val(TTL)),
-            ])
+            .columns(columns)
+            .values_panic(values)
             .on_conflict(self.take_on_conflict())
             .returning(Query::returning().exprs([
                 self.col(HOLDER_COL),
@@ -431,21 +457,23 @@ impl Builder<'_> {
                 pick3(
                     // A full ttl from now at least: whatever term the
                     // lost history granted ends before that.
-                    Expr::cust(format!(
-                        "GREATEST({}, {})",
-                        self.quoted(EXPIRES_AT),
-                        "\"excluded\".\"expires_at\""
-                    )),
+                    Func::greatest([
+                        Expr::cust(self.quoted(EXPIRES_AT)),
+                        self.excluded(EXPIRES_AT),
+                    ])
+                    .into(),
                     self.excluded(EXPIRES_AT),
                     self.col(EXPIRES_AT),
                 ),
             )
             .to_owned();
-        if self.dialect == Dialect::Postgres {
+        if let Some(now) = self.incarnation_now() {
             // Every sound row the acquire meets records this server; an
             // unsound one is left exactly as it is, for decoding to report.
+            // Last: MySQL assigns left to right, and the CASEs above must
+            // see the incarnation the row had.
             let incarnation: Expr = CaseStatement::new()
-                .case(self.row_is_sound(), Expr::cust(PG_INCARNATION))
+                .case(self.row_is_sound(), Expr::cust(now))
                 .finally(self.col(INCARNATION))
                 .into();
             on_conflict = on_conflict
@@ -607,8 +635,9 @@ impl Builder<'_> {
             .value(Alias::new(EPOCH_COL), epoch)
             .value(Alias::new(EXPIRES_AT), expires_at)
             .to_owned();
-        if self.dialect == Dialect::Postgres {
-            update.value(Alias::new(INCARNATION), Expr::cust(PG_INCARNATION));
+        if let Some(now) = self.incarnation_now() {
+            // Last: MySQL assigns left to right (see `take_on_conflict`).
+            update.value(Alias::new(INCARNATION), Expr::cust(now));
         }
         let update = update
             .and_where(self.col(NAME).eq(LEASE))

@@ -6,10 +6,9 @@
 use sea_query::{Alias, Expr, ExprTrait, Func, Query};
 
 use super::build::{
-    db_now, db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, HOLDER_COL, INCARNATION, NAME,
-    PG_INCARNATION, TTL,
+    db_now, db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, HOLDER_COL, INCARNATION, NAME, TTL,
 };
-use super::{Dialect, ReadOrder, Statement, HANDOVER_PREFIX, PREFERRED_PREFIX};
+use super::{ReadOrder, Statement, HANDOVER_PREFIX, PREFERRED_PREFIX};
 
 /// An adopted row's epoch counts the adopting server's clock in units of
 /// 2^20 per millisecond ([`adopted_epoch`]).
@@ -78,8 +77,9 @@ impl Builder<'_> {
             .value(Alias::new(EPOCH_COL), self.adopted_epoch())
             .value(Alias::new(EXPIRES_AT), self.grace_expiry())
             .to_owned();
-        if self.dialect == Dialect::Postgres {
-            update.value(Alias::new(INCARNATION), Expr::cust(PG_INCARNATION));
+        if let Some(now) = self.incarnation_now() {
+            // Last: MySQL assigns left to right.
+            update.value(Alias::new(INCARNATION), Expr::cust(now));
         }
         let update = update
             .and_where(self.row_is_sound())

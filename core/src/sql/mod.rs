@@ -338,9 +338,12 @@ impl Statements {
     /// statements in progress on it. Two contenders creating it at once
     /// may see a duplicate error (42P07, 23505): the index exists then.
     ///
-    /// `None` on MySQL too: its unique index `<table>_fence` on
-    /// `(name, epoch)` is declared inside [`Statements::create_table`]
-    /// (MySQL 8 has no `CREATE INDEX IF NOT EXISTS`).
+    /// On MySQL its unique index `<table>_fence` on `(name, epoch)` is
+    /// declared inside [`Statements::create_table`] (MySQL 8 has no
+    /// `CREATE INDEX IF NOT EXISTS`); this is the migration of an older
+    /// table alone: the `incarnation` column added when missing, its rows
+    /// stamped with the running server's `@@server_id` (several statements,
+    /// one round trip).
     pub fn create_index(&self) -> Option<&str> {
         self.create_index.as_deref()
     }
@@ -358,16 +361,18 @@ impl Statements {
             .map(|(check, create)| (check.as_str(), create.as_str()))
     }
 
-    /// PostgreSQL: `SELECT` the server incarnation the statements record
-    /// in each row (its postmaster's start, in microseconds; DESIGN §3
-    /// "Failover"), for a driver to notice, on connecting, that the server
-    /// changed (a restart or a failover). Parameterless, for the simple
-    /// query protocol. `None` on SQLite and MySQL, which record none.
+    /// `SELECT` the server incarnation the statements record in each row
+    /// (DESIGN §3 "Failover"): PostgreSQL's postmaster start in
+    /// microseconds, MySQL's `@@server_id`; for a driver to notice, on
+    /// connecting, that the server changed (a restart or a failover).
+    /// Parameterless, for the simple query protocol. `None` on SQLite,
+    /// which records none.
     pub fn server_incarnation(&self) -> Option<String> {
-        match self.dialect {
-            Dialect::Postgres => Some(format!("SELECT {}", build::PG_INCARNATION)),
-            Dialect::Sqlite | Dialect::Mysql => None,
-        }
+        let builder = build::Builder {
+            dialect: self.dialect,
+            table: &self.table,
+        };
+        builder.incarnation_now().map(|now| format!("SELECT {now}"))
     }
 
     /// The upsert that takes the row when free, lapsed or already ours,
@@ -430,7 +435,7 @@ impl Statements {
 
     /// Administrative: frees the row whoever holds it and bumps the epoch,
     /// so the old holder's renewals and fenced writes are rejected. On
-    /// PostgreSQL a row from another server incarnation is adopted instead
+    /// PostgreSQL and MySQL a row from another server incarnation is adopted instead
     /// (DESIGN §3 "Failover"): nobody's for [`Param::TtlMillis`] more at
     /// least, at [`adopted_epoch`], since the lost term's holder may still
     /// run until its own deadline. Returns

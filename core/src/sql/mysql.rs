@@ -13,7 +13,8 @@
 use sea_query::{Alias, ColumnDef, Index, MysqlQueryBuilder, Table};
 
 use super::build::{
-    db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, FENCE_INDEX_SUFFIX, HOLDER_COL, NAME,
+    db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, FENCE_INDEX_SUFFIX, HOLDER_COL, INCARNATION,
+    MYSQL_INCARNATION, NAME,
 };
 use super::{Dialect, Param, ReadOrder, Statement};
 
@@ -76,6 +77,7 @@ impl Builder<'_> {
                     .big_integer()
                     .not_null(),
             )
+            .col(ColumnDef::new(Alias::new(INCARNATION)).big_integer().null())
             .index(
                 Index::create()
                     .unique()
@@ -85,6 +87,38 @@ impl Builder<'_> {
             )
             .engine("InnoDB")
             .to_string(MysqlQueryBuilder)
+    }
+
+    /// A table made before the `incarnation` column existed gains it, each
+    /// row stamped with the running server's `@@server_id` (as
+    /// PostgreSQL's column default does there), so its rows belong to the
+    /// server that migrates it. One round trip of statements both servers
+    /// take (MySQL 8 has no `ADD COLUMN IF NOT EXISTS`): the catalog is
+    /// read into a variable, and the `ALTER` and the `UPDATE` are prepared
+    /// only when the column is missing.
+    pub(super) fn mysql_migrate(&self) -> String {
+        let table = self.mysql_table();
+        let schema = match self.table.schema() {
+            Some(schema) => format!("'{schema}'"),
+            None => "DATABASE()".to_string(),
+        };
+        let t = self.table.table();
+        let run = |sql: String| {
+            format!(
+                "SET @picolease_sql = IF(@picolease_missing, '{sql}', 'DO 0'); \
+                 PREPARE picolease_migrate FROM @picolease_sql; EXECUTE picolease_migrate; \
+                 DEALLOCATE PREPARE picolease_migrate"
+            )
+        };
+        format!(
+            "SET @picolease_missing = (SELECT COUNT(*) = 0 FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = '{t}' AND COLUMN_NAME = '{INCARNATION}'); \
+             {}; {}",
+            run(format!("ALTER TABLE {table} ADD COLUMN `{INCARNATION}` BIGINT NULL")),
+            run(format!(
+                "UPDATE {table} SET `{INCARNATION}` = {MYSQL_INCARNATION}"
+            )),
+        )
     }
 
     /// `JSON_TABLE(?, '$[*]' …) AS j`: the batch's names (`j.name`), or
@@ -113,7 +147,7 @@ impl Builder<'_> {
             sql: format!(
                 "SELECT `{t}`.`{NAME}`, `{t}`.`{EPOCH_COL}`{more} FROM {pairs} STRAIGHT_JOIN {table} {BY_KEY} \
                  ON `{t}`.`{NAME}` = `{ITEM}`.`{NAME}` AND `{t}`.`{EPOCH_COL}` = `{ITEM}`.`{EPOCH_COL}` \
-                 WHERE `{t}`.`{HOLDER_COL}` = ? FOR UPDATE",
+                 WHERE `{t}`.`{HOLDER_COL}` = ? AND `{t}`.`{INCARNATION}` = {MYSQL_INCARNATION} FOR UPDATE",
                 table = self.mysql_table(),
                 pairs = Self::json_table(true),
             ),
@@ -137,7 +171,7 @@ impl Builder<'_> {
             sql: format!(
                 "UPDATE {pairs} STRAIGHT_JOIN {table} {BY_KEY} \
                  ON `{t}`.`{NAME}` = `{ITEM}`.`{NAME}` AND `{t}`.`{EPOCH_COL}` = `{ITEM}`.`{EPOCH_COL}` \
-                 SET {set} WHERE `{t}`.`{HOLDER_COL}` = ?",
+                 SET {set} WHERE `{t}`.`{HOLDER_COL}` = ? AND `{t}`.`{INCARNATION}` = {MYSQL_INCARNATION}",
                 table = self.mysql_table(),
                 pairs = Self::json_table(true),
             ),
@@ -164,8 +198,8 @@ impl Builder<'_> {
         let now = db_now_millis(Dialect::Mysql);
         let write = Statement {
             sql: format!(
-                "INSERT INTO {table} (`{NAME}`, `{HOLDER_COL}`, `{EPOCH_COL}`, `{EXPIRES_AT}`) \
-                 SELECT `{ITEM}`.`{NAME}`, ?, 1, ({now}) + ? FROM {names} \
+                "INSERT INTO {table} (`{NAME}`, `{HOLDER_COL}`, `{EPOCH_COL}`, `{EXPIRES_AT}`, `{INCARNATION}`) \
+                 SELECT `{ITEM}`.`{NAME}`, ?, 1, ({now}) + ?, {MYSQL_INCARNATION} FROM {names} \
                  ORDER BY CAST(`{ITEM}`.`{NAME}` AS BINARY){upsert}",
                 table = self.mysql_table(),
                 names = Self::json_table(false),

@@ -24,6 +24,7 @@ use super::connect::MysqlConnector;
 use super::error::MysqlError;
 use super::wake::WakeLock;
 use crate::server::backoff::Reconnect;
+use crate::server::server_change::ServerWatch;
 use crate::server::{answer, batch_name, operation_name, ran_name, Binding};
 use picolease_core::engine::{Answer, Ran};
 
@@ -44,6 +45,8 @@ pub struct Link {
     wake: Option<Arc<WakeLock>>,
     state: Mutex<LinkState>,
     reconnect: Reconnect,
+    /// The server's incarnation (`@@server_id`) as of the last connection.
+    server: ServerWatch,
 }
 
 impl Link {
@@ -56,6 +59,7 @@ impl Link {
     ) -> Self {
         Link {
             connector,
+            server: ServerWatch::new(&statements),
             statements,
             auto_create,
             wake,
@@ -97,6 +101,7 @@ impl Link {
             if self.auto_create && !table_ready {
                 create_table(&mut conn, &self.statements).await?;
             }
+            self.observe_server(&mut conn).await;
             Ok::<_, MysqlError>(conn)
         };
         let backing_off = |reason| MysqlError::Connect { reason };
@@ -111,6 +116,25 @@ impl Link {
         tracing::debug!(table = %self.statements.table(), id = conn.id(), "picolease: connected");
         self.state().busy = Some(conn.id());
         Ok(conn)
+    }
+
+    /// Reads the `@@server_id` a new connection reached, so that a
+    /// promoted replica is told to the operator (`server/server_change.rs`).
+    /// A failure is only logged: the statements check the incarnation
+    /// themselves.
+    async fn observe_server(&self, conn: &mut Conn) {
+        let Some(select) = self.statements.server_incarnation() else {
+            return;
+        };
+        match conn.query_first::<String, _>(select).await {
+            Ok(Some(now)) => {
+                self.server.record(&self.statements, now);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "picolease: could not read the server's incarnation");
+            }
+        }
     }
 
     /// Gives `conn` back after a statement, or drops it (retired) after

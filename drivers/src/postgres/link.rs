@@ -23,7 +23,7 @@ use super::cells::{param_type, rows_to_cells, to_sql, typed};
 use super::connect::Connect;
 use super::error::PgError;
 use super::pooler::Pooler;
-use super::server_change::ServerWatch;
+use super::server_change::PgServerWatch;
 use crate::server::backoff::Reconnect;
 use crate::server::{batch_name, operation_name};
 
@@ -149,7 +149,7 @@ pub struct Link {
     current: Mutex<Option<Arc<Session>>>,
     reconnect: Reconnect,
     /// The server's incarnation as of the last connection.
-    server: ServerWatch,
+    server: PgServerWatch,
 }
 
 /// What one statement needs besides the link: its bound values' sources.
@@ -181,7 +181,7 @@ impl Link {
         Link {
             unnamed: AtomicBool::new(connector.pooler() != Pooler::None),
             connector,
-            server: ServerWatch::new(&statements),
+            server: PgServerWatch::new(&statements),
             statements,
             auto_create,
             current: Mutex::new(None),

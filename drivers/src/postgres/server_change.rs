@@ -1,37 +1,23 @@
-//! Noticing, on connecting, that the PostgreSQL server changed: a restart
-//! or a failover gives it a new incarnation (DESIGN §3 "Failover"), after
-//! which every lease row written before is held by nobody for a ttl. The
-//! statements handle that by themselves; this only tells the operator,
-//! with a warning and the counter `picolease_server_changes_total`.
-
-use std::sync::Mutex;
+//! Reading, on connecting, the PostgreSQL server's incarnation for
+//! `server/server_change.rs` to notice a restart or a failover, in the
+//! round trip that sets the session's server-side keepalives.
 
 use picolease_core::sql::{Statements, POSTGRES_SESSION_KEEPALIVES};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-/// The incarnation of the server the last connection reached.
-pub(crate) struct ServerWatch {
-    last: Mutex<Option<String>>,
-    #[cfg(feature = "metrics")]
-    changes: metrics::Counter,
+use crate::server::server_change::ServerWatch;
+
+/// The PostgreSQL side of the shared [`crate::server::server_change::ServerWatch`].
+pub(crate) struct PgServerWatch {
+    watch: ServerWatch,
 }
 
-impl ServerWatch {
+impl PgServerWatch {
     /// Registers `picolease_server_changes_total{table}` at zero.
     pub(crate) fn new(statements: &Statements) -> Self {
-        #[cfg(not(feature = "metrics"))]
-        let _ = statements;
-        let watch = ServerWatch {
-            last: Mutex::new(None),
-            #[cfg(feature = "metrics")]
-            changes: metrics::counter!(
-                "picolease_server_changes_total",
-                "table" => statements.table().to_string()
-            ),
-        };
-        #[cfg(feature = "metrics")]
-        watch.changes.increment(0);
-        watch
+        PgServerWatch {
+            watch: ServerWatch::new(statements),
+        }
     }
 
     /// Reads the incarnation of the server `client` reached (one simple
@@ -60,18 +46,8 @@ impl ServerWatch {
                 None
             }
         };
-        let Some(now) = now else { return };
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_ref().is_some_and(|last| *last != now) {
-            tracing::warn!(
-                table = %statements.table(),
-                "picolease: the database server changed (a restart or a failover): \
-                 each lease row written before it is nobody's for one ttl, its epoch \
-                 jumped (DESIGN §3 \"Failover\")"
-            );
-            #[cfg(feature = "metrics")]
-            self.changes.increment(1);
+        if let Some(now) = now {
+            self.watch.record(statements, now);
         }
-        *last = Some(now);
     }
 }

@@ -4,7 +4,8 @@
 //! task per handle (`driver.rs`), each lease's work behind its gate
 //! (`gate.rs`), the handle's side of the task (`task.rs`), the reconnect
 //! backoff (`backoff.rs`), the administrative statements (`admin.rs`),
-//! the opening of a fenced transaction (`fenced.rs`). A
+//! the opening of a fenced transaction (`fenced.rs`), noticing a new
+//! server incarnation on connecting (`server_change.rs`). A
 //! database (`database.rs`) brings only its connector, its own options,
 //! its statement connection (a `Link`), its fence, how one statement runs
 //! on an administrative session and, where it has them, release notices.
@@ -23,6 +24,7 @@ pub(crate) mod driver;
 pub(crate) mod fenced;
 pub(crate) mod gate;
 pub(crate) mod options;
+pub(crate) mod server_change;
 pub(crate) mod task;
 pub(crate) mod tls;
 

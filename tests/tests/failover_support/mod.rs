@@ -190,3 +190,16 @@ pub fn outcome(seen: &Seen, promoted: Instant) -> Outcome {
         led_again,
     }
 }
+
+/// `picolease_server_changes_total` of the table `picolease_failover` as
+/// the recorder renders it.
+pub fn server_changes(metrics: &metrics_exporter_prometheus::PrometheusHandle) -> f64 {
+    metrics
+        .render()
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("picolease_server_changes_total{table=\"picolease_failover\"} ")
+        })
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no server change counter:\n{}", metrics.render()))
+}

@@ -545,6 +545,14 @@ impl Sql {
     /// holder's fence and renewals would still match a re-acquired row.
     pub fn force_release_keeping_epoch(mut self) -> Self {
         let dialect = self.statements.dialect();
+        // Where the server has an incarnation, the bump is the `ELSE` of
+        // the adoption's CASE (DESIGN §3 "Failover"): keep the epoch there.
+        let bump = format!("ELSE {} + 1 END", self.column("epoch"));
+        if self.force_release.sql.matches(&bump).count() == 1 {
+            let kept = format!("ELSE {} END", self.column("epoch"));
+            self.force_release.sql = self.force_release.sql.replacen(&bump, &kept, 1);
+            return self;
+        }
         let text = format!(
             "{} = {} + 1, ",
             ident(dialect, "epoch"),
