@@ -2,9 +2,12 @@
 //! replicate one (never the shared one at 127.0.0.1:3306, whose settings
 //! no test changes): `mariadb-install-db` into a temporary directory
 //! (named `picolease-mysqltest-…`, which `.ci/run` cleans up after a
-//! killed run), `mariadbd` as the `mysql` user on a free port.
+//! killed run), `mariadbd` as the `mysql` user on a free port; a
+//! three-node Galera cluster of them (`galera.rs`).
 
 #![allow(dead_code)]
+
+pub mod galera;
 
 use std::net::TcpListener;
 use std::process::{Child, Command};
@@ -30,6 +33,14 @@ impl Server {
     /// a database `test` and a password-less user `picolease` allowed
     /// everything.
     pub fn start(args: &[String]) -> Server {
+        Server::launch(args, &[], true)
+    }
+
+    /// [`Server::start`] with `env` added to the server's environment
+    /// (libfaketime's, for a skewed clock), and, unless `setup`, without
+    /// the database and the user (a Galera joiner receives both with the
+    /// cluster's state).
+    pub fn launch(args: &[String], env: &[(&str, &str)], setup: bool) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("picolease-mysqltest-")
             .tempdir()
@@ -79,6 +90,7 @@ impl Server {
             ])
             .arg("--innodb-buffer-pool-size=16M")
             .args(args)
+            .envs(env.iter().copied())
             .spawn()
             .expect("mariadbd starts");
         let server = Server { dir, port, child };
@@ -91,10 +103,12 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        server.sql(
-            "CREATE DATABASE test; \
-             CREATE USER 'picolease'@'%'; GRANT ALL ON *.* TO 'picolease'@'%';",
-        );
+        if setup {
+            server.sql(
+                "CREATE DATABASE test; \
+                 CREATE USER 'picolease'@'%'; GRANT ALL ON *.* TO 'picolease'@'%';",
+            );
+        }
         server
     }
 
@@ -129,6 +143,11 @@ impl Server {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// The directory the server lives in (its data in `data`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     pub fn url(&self, host: &str, user: &str, params: &str) -> String {
