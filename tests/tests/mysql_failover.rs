@@ -23,56 +23,17 @@
 //! `cargo test -p picolease-tests --test mysql_failover -- --nocapture`
 
 mod failover_support;
+mod forward_support;
 mod mysql_support;
 
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use failover_support::{outcome, runtime, server_changes, wait_until, Outcome, Seen};
+use forward_support::Forward;
 use mysql_support::Server;
 use picolease::mysql::{release_after_failover, MysqlConnector, MysqlLease};
 use picolease::{Leadership, TableName};
-
-/// A TCP proxy on a free port to whichever server `target` names: new
-/// connections go to the new target once it is switched.
-struct Proxy {
-    port: u16,
-    target: Arc<AtomicU16>,
-}
-
-impl Proxy {
-    fn to(port: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let own = listener.local_addr().unwrap().port();
-        let target = Arc::new(AtomicU16::new(port));
-        let to = Arc::clone(&target);
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let port = to.load(Ordering::SeqCst);
-                let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
-                    continue;
-                };
-                for (mut from, mut into) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
-                ] {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut into);
-                        let _ = into.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Proxy { port: own, target }
-    }
-
-    fn switch(&self, port: u16) {
-        self.target.store(port, Ordering::SeqCst);
-    }
-}
 
 /// A GTID primary and a replica following it from the primary's current
 /// position (the users and database each server made for itself are not
@@ -122,7 +83,7 @@ fn contender(
 fn promote_the_replica(ttl: Duration, runbook: bool) -> Outcome {
     let runtime = runtime();
     let (mut primary, replica) = primary_and_replica();
-    let proxy = Proxy::to(primary.port());
+    let proxy = Forward::to(primary.port());
     let url = format!("mysql://picolease@127.0.0.1:{}/test", proxy.port);
     let table = TableName::new("picolease_failover").unwrap();
     let seen: Seen = Arc::default();

@@ -9,6 +9,8 @@
 
 pub mod bouncer;
 pub mod cluster;
+#[path = "../forward_support/mod.rs"]
+pub mod forward;
 pub mod patroni;
 
 use std::net::SocketAddr;

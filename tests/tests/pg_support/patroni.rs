@@ -4,7 +4,10 @@
 //! ports of 127.0.0.1, in one temporary directory named
 //! `picolease-pgtest-…` (which `.ci/run` cleans up after a killed run).
 //! Patroni's own limits set the timings: a leader key of 20 s (its
-//! minimum), a 1 s loop, a 3 s retry timeout. Everything is killed and
+//! minimum), a 1 s loop, a 3 s retry timeout; `maximum_lag_on_failover`
+//! 1 GiB, so a lagging replica is still promoted. Each member advertises
+//! a proxy to its server for replication, so a test can cut a replica
+//! off (`cut_replication`) and make the next failover lose commits. Everything is killed and
 //! removed when the [`Patroni`] is dropped, also on failure.
 
 use std::os::unix::process::CommandExt;
@@ -13,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{free_port, postgres_dir};
+use super::forward::Forward;
 
 /// How long a bootstrap, a switchover or a failover may take: Patroni's
 /// leader key (20 s) and then some.
@@ -25,6 +29,10 @@ pub struct Member {
     rest_port: u16,
     config: PathBuf,
     child: Option<Child>,
+    /// The address Patroni advertises for the server
+    /// (`postgresql.connect_address`), which a replica streams from: a
+    /// proxy to `pg_port`, so that a test can cut the replication.
+    replication: Forward,
 }
 
 /// The cluster.
@@ -126,6 +134,7 @@ impl Patroni {
 
     fn member(&self, name: &str, etcd: u16) -> Member {
         let (pg_port, rest_port) = (free_port(), free_port());
+        let replication = Forward::to(pg_port);
         let dir = self.dir.path();
         let config = dir.join(format!("{name}.yml"));
         std::fs::write(
@@ -141,7 +150,7 @@ impl Patroni {
                  initdb:\n  - encoding: UTF8\n  \
                  pg_hba:\n  - local all all trust\n  - host all all 127.0.0.1/32 trust\n  \
                  - host replication all 127.0.0.1/32 trust\n\
-                 postgresql:\n  listen: 127.0.0.1:{pg_port}\n  connect_address: 127.0.0.1:{pg_port}\n  \
+                 postgresql:\n  listen: 127.0.0.1:{pg_port}\n  connect_address: 127.0.0.1:{advertised}\n  \
                  data_dir: {data}\n  bin_dir: /usr/lib/postgresql/15/bin\n  pgpass: {pgpass}\n  \
                  authentication:\n    superuser:\n      username: postgres\n    \
                  replication:\n      username: postgres\n  \
@@ -149,6 +158,7 @@ impl Patroni {
                 data = dir.join(name).display(),
                 pgpass = dir.join(format!("{name}.pgpass")).display(),
                 sockets = dir.display(),
+                advertised = replication.port,
             ),
         )
         .unwrap();
@@ -174,6 +184,7 @@ impl Patroni {
             rest_port,
             config,
             child: Some(child),
+            replication,
         }
     }
 
@@ -253,6 +264,28 @@ impl Patroni {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The replica stops receiving the leader's WAL: the link it streams
+    /// through is cut (and stays cut), so what the leader commits from
+    /// now on is lost if the replica is promoted.
+    pub fn cut_replication(&self) {
+        let leader = self.leader().expect("a leader to cut the replica from");
+        self.members[leader].replication.cut();
+        let replica = 1 - leader;
+        let started = Instant::now();
+        while self.sql(
+            replica,
+            "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'",
+        ) != Some("0".into())
+        {
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the replica still streams: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The leader crashes: its Patroni and its server SIGKILLed, as when
