@@ -709,3 +709,51 @@ async fn a_task_added_while_leading_starts_in_the_current_term() {
     assert_eq!(rx.recv().await.unwrap(), ("stop", leading.epoch.unwrap()));
     drop_table(&admin().await, &table).await;
 }
+
+/// `init` on an existing table (every driver's start runs it) sends the
+/// client no NOTICE ("relation … already exists, skipping"), which the
+/// user's connection would log on every start.
+#[tokio::test]
+async fn init_on_an_existing_table_sends_no_notice() {
+    let table = unique_table("notice");
+    let (client, mut connection) =
+        tokio_postgres::connect(&pg_support::url(), tokio_postgres::NoTls)
+            .await
+            .expect("the PostgreSQL server at 127.0.0.1:5432 must be running");
+    let notices = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&notices);
+    let driven = tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = futures::StreamExt::next(&mut messages).await {
+            if let tokio_postgres::AsyncMessage::Notice(notice) = message {
+                seen.lock().unwrap().push(notice.message().to_string());
+            }
+        }
+    });
+    picolease::postgres::init(&client, &table).await.unwrap();
+    picolease::postgres::init(&client, &table).await.unwrap();
+    // A notice of our own, after init's, marks that every earlier one
+    // has been read off the connection.
+    client
+        .batch_execute("DO $$ BEGIN RAISE NOTICE 'picolease-test-mark'; END $$")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !notices
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|n| n == "picolease-test-mark")
+    {
+        assert!(Instant::now() < deadline, "our own notice never arrived");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        *notices.lock().unwrap(),
+        vec!["picolease-test-mark".to_string()],
+        "init sent notices"
+    );
+    drop_table(&client, &table).await;
+    drop(client);
+    let _ = driven.await;
+}

@@ -83,10 +83,15 @@ pub(super) async fn create_table(client: &Client, statements: &Statements) -> Re
             }
             Err(e) => Err(PgError::from_statement(during, &table, &e)),
         };
-    tolerate_duplicate(
-        "create table",
-        client.batch_execute(statements.create_table()).await,
-    )?;
+    // `IF NOT EXISTS` on an existing table sends a NOTICE ("relation …
+    // already exists, skipping") that the client's connection logs at
+    // INFO on every start; raised to warnings for this batch only (its
+    // implicit transaction scopes the `SET LOCAL`).
+    let create = format!(
+        "SET LOCAL client_min_messages = warning; {}",
+        statements.create_table()
+    );
+    tolerate_duplicate("create table", client.batch_execute(&create).await)?;
     if let Some(index) = statements.create_index() {
         tolerate_duplicate("create index", client.batch_execute(index).await)?;
     }
