@@ -29,6 +29,19 @@
 //! starting the lease).
 
 #![forbid(unsafe_code)]
+// The docs link across the drivers (`sqlite`, `postgres`, `mysql`); with
+// one of them left out those links have no target. The build with every
+// feature (`.ci/run`'s `cargo doc --all-features`) still fails on any
+// broken link; `.ci/features` checks each feature alone for the rest.
+#![cfg_attr(
+    not(all(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "metrics"
+    )),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 pub use picolease_core::{
     sql, Candidate, Config, ConfigError, Demotion, Epoch, HolderId, Leadership, LeaseName, Rank,
@@ -36,6 +49,7 @@ pub use picolease_core::{
 };
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg(feature = "sqlite")]
 mod cancellation;
 mod clock;
 mod health;

@@ -130,6 +130,8 @@ impl Publisher {
     /// Learns the lease's name and timings (once, when the handle is
     /// built): registers its metrics at zero and brings them up to date.
     pub(crate) fn attach(&self, config: &Config) {
+        // Held while attaching, so a publication waits; read only for metrics.
+        #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
         let led = lock(&self.led);
         let attached = Attached {
             lease: config.lease.clone(),

@@ -74,6 +74,7 @@ pub(crate) struct Execute {
     pub(crate) statement: Statement,
     /// When the statement must have ended by, on the engine's clock (a
     /// leader's deadline, a batch's give-up); `None`: the request timeout.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the SQLite loop's alone
     pub(crate) end_by: Option<Instant>,
 }
 
@@ -95,6 +96,7 @@ impl<G: TermGate> Runner<G> {
     /// Whether the engine asks the driver to look for other connections'
     /// commits ([`picolease_core::Command::WatchChanges`]): SQLite's file
     /// watch or change counter.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the SQLite loop's alone
     pub(crate) fn watching(&self) -> bool {
         self.watching
     }
@@ -280,6 +282,7 @@ impl<G: TermGate> Runner<G> {
 
     /// How long from now until `end_by` (an instant of the set's clock):
     /// what a blocking driver cuts its waits to.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the SQLite loop's alone
     pub(crate) fn time_until(&self, end_by: Instant) -> Duration {
         end_by.saturating_duration_since(self.now())
     }

@@ -53,6 +53,7 @@ pub(crate) enum Notice {
     Released(String),
     /// Listening again after the connection was lost: notices sent
     /// meanwhile are gone.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // only LISTEN resubscribes
     Resubscribed,
 }
 
@@ -89,6 +90,7 @@ impl Binding {
     }
 
     /// The single-row statement's values.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))] // MySQL's link binds them by hand
     pub(crate) fn bindings(&self) -> picolease_core::sql::Bindings<'_> {
         picolease_core::sql::Bindings {
             lease: &self.lease,
