@@ -29,6 +29,8 @@
 //!             let mut tick = tokio::time::interval(Duration::from_millis(100));
 //!             loop {
 //!                 tokio::select! {
+//!                     // Cancellation first: after the term ends, no further pass.
+//!                     biased;
 //!                     _ = ctx.cancelled() => break,
 //!                     _ = tick.tick() => { /* expire reservations at epoch ctx.epoch() */ }
 //!                 }
