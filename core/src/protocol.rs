@@ -206,6 +206,37 @@ impl Leadership {
     }
 }
 
+/// One line for logs and people: `leader at epoch 4`, `follower (lost),
+/// held by web-2#a1b2c3 at epoch 5`, `follower, no holder known`. The
+/// holder is named while following (while leading it is this node).
+impl std::fmt::Display for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.role {
+            Role::Leader => {
+                f.write_str("leader")?;
+                if let Some(epoch) = self.epoch {
+                    write!(f, " at epoch {epoch}")?;
+                }
+                Ok(())
+            }
+            Role::Follower => {
+                f.write_str("follower")?;
+                if let Some(reason) = self.reason {
+                    write!(f, " ({})", reason.as_str())?;
+                }
+                match (&self.holder, self.epoch) {
+                    (Some(holder), Some(epoch)) => {
+                        write!(f, ", held by {holder} at epoch {epoch}")
+                    }
+                    (Some(holder), None) => write!(f, ", held by {holder}"),
+                    (None, Some(epoch)) => write!(f, ", no holder at epoch {epoch}"),
+                    (None, None) => f.write_str(", no holder known"),
+                }
+            }
+        }
+    }
+}
+
 /// What the state machine asks of its driver, drained with
 /// `LeaseState::poll_command`. Drivers carry these out **in order**.
 ///
@@ -254,4 +285,38 @@ pub enum Command {
     /// The machine is done (shutdown complete, or a fatal failure): no
     /// more commands will come.
     Finished,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leadership(role: Role, epoch: Option<u64>, holder: Option<&str>) -> Leadership {
+        Leadership {
+            role,
+            epoch: epoch.map(Epoch::new),
+            holder: holder.map(|h| HolderId::new(h).unwrap()),
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn leadership_reads_as_one_line() {
+        let leader = leadership(Role::Leader, Some(4), Some("web-1#a1b2c3"));
+        assert_eq!(leader.to_string(), "leader at epoch 4");
+        let mut lost = leadership(Role::Follower, Some(5), Some("web-2#d4e5f6"));
+        lost.reason = Some(Demotion::Lost);
+        assert_eq!(
+            lost.to_string(),
+            "follower (lost), held by web-2#d4e5f6 at epoch 5"
+        );
+        assert_eq!(
+            leadership(Role::Follower, Some(7), None).to_string(),
+            "follower, no holder at epoch 7"
+        );
+        assert_eq!(
+            Leadership::unknown().to_string(),
+            "follower, no holder known"
+        );
+    }
 }

@@ -124,9 +124,24 @@ pub use error::PgError;
 pub use fence::Fence;
 pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 
-/// What a gated task is given when its term starts: the term (`lease()`,
-/// `holder()`, `epoch()`), its [`Fence`], its deadline, fenced
-/// transactions, and the signal to stop (`cancelled().await`).
+/// What a gated task is given when its term starts. Its whole API, as
+/// rustdoc shows the methods on the generic type and on [`Term`] (which
+/// it dereferences to) rather than here:
+///
+/// - the term: [`lease()`](crate::Term::lease),
+///   [`holder()`](crate::Term::holder), [`epoch()`](crate::Term::epoch);
+/// - its end: [`cancelled()`](crate::server::LeaderContext::cancelled)
+///   (`.await` it first in a `select!`, `biased;`),
+///   [`is_cancelled()`](crate::server::LeaderContext::is_cancelled),
+///   [`time_left()`](crate::server::LeaderContext::time_left),
+///   [`deadline()`](crate::server::LeaderContext::deadline),
+///   [`token()`](crate::server::LeaderContext::token);
+/// - its fence: [`fence()`](crate::server::LeaderContext::fence), the
+///   [`Fence`] to put in your own writes;
+/// - `fenced_transaction(&client)`: a transaction on your client that
+///   holds the term's row and is cut at the deadline.
+///
+/// [`Term`]: crate::Term
 pub type LeaderContext = crate::server::LeaderContext<Fence>;
 pub use handle::{PgLease, PgLeaseBuilder, PgLeaseSet, PgLeaseSetBuilder, Postgres};
 pub use tls::{PgTls, RootCerts, SslMode};

@@ -250,7 +250,17 @@ impl<G: TermGate> Runner<G> {
                 self.stopping.push(lease);
             }
             Order::Publish { lease, leadership } => {
-                tracing::info!(lease = %lease, holder = %self.holder, ?leadership, "leadership changed");
+                // Under the target `picolease` whatever module logs it, with
+                // fields a log query can select on.
+                tracing::info!(
+                    target: "picolease",
+                    lease = %lease,
+                    holder = %self.holder,
+                    leader = leadership.is_leader(),
+                    epoch = leadership.epoch.map(|e| e.get()),
+                    reason = leadership.reason.map(|r| r.as_str()),
+                    "{lease}: {leadership}"
+                );
                 {
                     let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
                     match leadership.leader_epoch() {
