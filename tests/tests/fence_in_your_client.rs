@@ -101,6 +101,95 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
     drop_table(&admin, &table).await;
 }
 
+/// One pass of gated work in the user's own sqlx transaction: bounded by
+/// the leader's time left, the term checked, then `write` (no condition
+/// needed). The rows it touched, or `None` when the term is over.
+async fn checked_pass(
+    conn: &mut sqlx::PgConnection,
+    fence: &picolease::postgres::Fence,
+    write: &str,
+    time_left: Duration,
+) -> Option<u64> {
+    use sqlx::Row;
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::raw_sql(AssertSqlSafe(picolease::postgres::Fence::bounds(time_left)))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let check = fence.check();
+    let holds: bool = bind_pg_fence(sqlx::query(AssertSqlSafe(check.as_str())), fence)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap()
+        .get(0);
+    if !holds {
+        tx.rollback().await.unwrap();
+        return None;
+    }
+    let touched = sqlx::query(AssertSqlSafe(write))
+        .execute(&mut *tx)
+        .await
+        .unwrap()
+        .rows_affected();
+    tx.commit().await.unwrap();
+    Some(touched)
+}
+
+/// A write that may touch no row anyway (a bulk `DELETE` of what has
+/// expired, when nothing has) cannot say whether the term is over. The
+/// transaction checks the term first (`Fence::bounds`, `Fence::check`),
+/// as `Fence::transaction` does, and its writes need no condition: the
+/// check locks the lease row until the commit, so no successor's term
+/// begins before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_postgres_tells_an_empty_bulk_delete_from_a_lost_term() {
+    let admin = admin().await;
+    let table = unique_table("sqlx_check");
+    let jobs = format!("{}_jobs", table.table());
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, expired boolean NOT NULL DEFAULT false);
+             INSERT INTO \"{jobs}\" (id) VALUES (7)"
+        ))
+        .await
+        .unwrap();
+    let lease = contender(&table, "sqlx_check", "a", TTL).start().unwrap();
+    let mut watch = lease.watch();
+    pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
+    let fence = lease.fence().expect("a fence while leading");
+    let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
+    let delete = format!("DELETE FROM \"{jobs}\" WHERE expired");
+
+    // A task's `ctx.time_left()`; outside one, the handle's.
+    let time_left = || lease.time_left().unwrap_or_default();
+    assert_eq!(
+        checked_pass(&mut conn, &fence, &delete, time_left()).await,
+        Some(0),
+        "the term holds; nothing had expired"
+    );
+
+    picolease::postgres::force_release(
+        &admin,
+        &table,
+        &LeaseName::new("sqlx_check").unwrap(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        checked_pass(&mut conn, &fence, &delete, time_left()).await,
+        None,
+        "the check refuses a stale term"
+    );
+
+    lease.shutdown().await.unwrap();
+    admin
+        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
+        .await
+        .unwrap();
+    drop_table(&admin, &table).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadpool_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
     let admin = admin().await;

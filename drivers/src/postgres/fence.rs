@@ -21,7 +21,9 @@ use super::error::PgError;
 /// [`Fence::new`] makes one for any term.
 /// The database evaluates it, on its own clock, in the same statement as
 /// your write: a successor that bumped the epoch, or a lapsed ttl, makes
-/// the write touch no row (check the affected-row count).
+/// the write touch no row (check the affected-row count). A write that
+/// may touch no row anyway (a bulk `DELETE`) cannot tell the two apart:
+/// run [`Fence::check`] first in the same transaction.
 ///
 /// The condition reads the lease row `FOR KEY SHARE`, which it holds until
 /// your transaction ends; a successor's acquire (an epoch bump, a key
@@ -107,6 +109,30 @@ impl Fence {
     /// from `$first` (put your own parameters first).
     pub fn condition(&self, first: usize) -> String {
         self.statement.numbered_from(first).sql().to_string()
+    }
+
+    /// The term's check at the start of your own transaction, on any
+    /// client: `SELECT <condition>` with placeholders from `$1` (bind
+    /// [`Fence::values`] or [`Fence::params`]). One row, `true` while the
+    /// term holds. From then on the lease row is locked until your
+    /// transaction ends, so no successor's term begins before your commit,
+    /// whatever you write: a bulk `DELETE` that matches nothing is then
+    /// nothing to do, not a lost term. What [`Fence::transaction`] runs;
+    /// run [`Fence::bounds`] before it, so that the server ends the
+    /// transaction by the deadline.
+    pub fn check(&self) -> String {
+        format!("SELECT {}", self.condition(1))
+    }
+
+    /// `SET LOCAL` the server's bounds of a fenced transaction with
+    /// `time_left` (the leader's: `ctx.time_left()`) in your own
+    /// transaction, on any client: `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`, so the lease row's lock goes
+    /// by the deadline (see [`Fence::transaction`] for the arithmetic).
+    /// Two statements, no parameters: run it with the simple query
+    /// protocol (sqlx's `raw_sql`, tokio-postgres's `batch_execute`).
+    pub fn bounds(time_left: std::time::Duration) -> String {
+        super::transaction::timeouts(time_left)
     }
 
     /// The values to bind for the condition's placeholders, in order:

@@ -319,7 +319,7 @@ impl Fence {
         deadline: Instant,
     ) -> Result<FencedTransaction<'c>, PgError> {
         let cancel = client.cancel_token();
-        let check = format!("SELECT {}", self.condition(1));
+        let check = self.check();
         let params = self.typed_params();
         let begun = async {
             let bounds = timeouts(deadline.saturating_duration_since(Instant::now()));
