@@ -39,22 +39,62 @@ fn bind_pg_fence<'q>(
     query
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
-    let admin = admin().await;
-    let table = unique_table("sqlx_fence");
-    let jobs = format!("{}_jobs", table.table());
+/// A PostgreSQL test's ground: its lease table, a jobs table beside it
+/// (`id` 7, `done` and `expired` false) and a lease `name` led by "a",
+/// with the term's fence.
+struct Leading {
+    admin: tokio_postgres::Client,
+    table: picolease::TableName,
+    jobs: String,
+    lease: picolease::postgres::PgLease,
+    fence: picolease::postgres::Fence,
+}
+
+impl Leading {
+    async fn start(test: &str, name: &str) -> Leading {
+        let admin = admin().await;
+        let table = unique_table(test);
+        let jobs = format!("{}_jobs", table.table());
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, \
+                 done boolean NOT NULL DEFAULT false, expired boolean NOT NULL DEFAULT false);
+                 INSERT INTO \"{jobs}\" (id) VALUES (7)"
+            ))
+            .await
+            .unwrap();
+        let lease = contender(&table, name, "a", TTL).start().unwrap();
+        let mut watch = lease.watch();
+        pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
+        let fence = lease.fence().expect("a fence while leading");
+        Leading {
+            admin,
+            table,
+            jobs,
+            lease,
+            fence,
+        }
+    }
+}
+
+/// Drops what [`Leading::start`] made.
+async fn finish(admin: &tokio_postgres::Client, table: &picolease::TableName, jobs: &str) {
     admin
-        .batch_execute(&format!(
-            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
-             INSERT INTO \"{jobs}\" (id) VALUES (7)"
-        ))
+        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
         .await
         .unwrap();
-    let lease = contender(&table, "sqlx", "a", TTL).start().unwrap();
-    let mut watch = lease.watch();
-    pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
-    let fence = lease.fence().expect("a fence while leading");
+    drop_table(admin, table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
+    let Leading {
+        admin,
+        table,
+        jobs,
+        lease,
+        fence,
+    } = Leading::start("sqlx_fence", "sqlx").await;
 
     let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
     let update = format!(
@@ -94,11 +134,7 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
     tx.rollback().await.unwrap();
 
     lease.shutdown().await.unwrap();
-    admin
-        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
-        .await
-        .unwrap();
-    drop_table(&admin, &table).await;
+    finish(&admin, &table, &jobs).await;
 }
 
 /// One pass of gated work in the user's own sqlx transaction: bounded by
@@ -143,20 +179,13 @@ async fn checked_pass(
 /// begins before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlx_postgres_tells_an_empty_bulk_delete_from_a_lost_term() {
-    let admin = admin().await;
-    let table = unique_table("sqlx_check");
-    let jobs = format!("{}_jobs", table.table());
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, expired boolean NOT NULL DEFAULT false);
-             INSERT INTO \"{jobs}\" (id) VALUES (7)"
-        ))
-        .await
-        .unwrap();
-    let lease = contender(&table, "sqlx_check", "a", TTL).start().unwrap();
-    let mut watch = lease.watch();
-    pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
-    let fence = lease.fence().expect("a fence while leading");
+    let Leading {
+        admin,
+        table,
+        jobs,
+        lease,
+        fence,
+    } = Leading::start("sqlx_check", "sqlx_check").await;
     let mut conn = sqlx::PgConnection::connect(&url()).await.unwrap();
     let delete = format!("DELETE FROM \"{jobs}\" WHERE expired");
 
@@ -183,29 +212,18 @@ async fn sqlx_postgres_tells_an_empty_bulk_delete_from_a_lost_term() {
     );
 
     lease.shutdown().await.unwrap();
-    admin
-        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
-        .await
-        .unwrap();
-    drop_table(&admin, &table).await;
+    finish(&admin, &table, &jobs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadpool_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() {
-    let admin = admin().await;
-    let table = unique_table("deadpool_fence");
-    let jobs = format!("{}_jobs", table.table());
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE \"{jobs}\" (id bigint PRIMARY KEY, done boolean NOT NULL DEFAULT false);
-             INSERT INTO \"{jobs}\" (id) VALUES (7)"
-        ))
-        .await
-        .unwrap();
-    let lease = contender(&table, "deadpool", "a", TTL).start().unwrap();
-    let mut watch = lease.watch();
-    pg_support::wait_for(&mut watch, TTL, "leads", Leadership::is_leader).await;
-    let fence = lease.fence().expect("a fence while leading");
+    let Leading {
+        admin,
+        table,
+        jobs,
+        lease,
+        fence,
+    } = Leading::start("deadpool_fence", "deadpool").await;
 
     let config: tokio_postgres::Config = url().parse().unwrap();
     let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
@@ -245,11 +263,7 @@ async fn deadpool_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothin
     assert_eq!(write(fence).await, 0, "a stale fence refuses the write");
 
     lease.shutdown().await.unwrap();
-    admin
-        .batch_execute(&format!("DROP TABLE \"{jobs}\""))
-        .await
-        .unwrap();
-    drop_table(&admin, &table).await;
+    finish(&admin, &table, &jobs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
