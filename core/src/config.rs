@@ -364,17 +364,19 @@ impl Timings {
 
 /// Whether `lease` is in a namespace of picolease's own rows
 /// ([`crate::sql::MEMBER_PREFIX`], [`crate::sql::HANDOVER_PREFIX`],
-/// [`crate::sql::PREFERRED_PREFIX`]): no contender may take such a name
+/// [`crate::sql::PREFERRED_PREFIX`]), or the table's marker row
+/// ([`crate::sql::TABLE_MARKER`]): no contender may take such a name
 /// (`ConfigError::ReservedLease`), or the rows picolease writes there
 /// would overwrite it.
 pub(crate) fn is_reserved(lease: &LeaseName) -> bool {
-    [
-        crate::sql::MEMBER_PREFIX,
-        crate::sql::HANDOVER_PREFIX,
-        crate::sql::PREFERRED_PREFIX,
-    ]
-    .iter()
-    .any(|prefix| lease.as_str().starts_with(prefix))
+    lease.as_str() == crate::sql::TABLE_MARKER
+        || [
+            crate::sql::MEMBER_PREFIX,
+            crate::sql::HANDOVER_PREFIX,
+            crate::sql::PREFERRED_PREFIX,
+        ]
+        .iter()
+        .any(|prefix| lease.as_str().starts_with(prefix))
 }
 
 #[cfg(test)]

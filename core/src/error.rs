@@ -100,8 +100,9 @@ pub enum ConfigError {
     /// (`picolease.handover:`) or preferred candidates
     /// (`picolease.preferred:`). A lease of such a name would be
     /// overwritten by them (`picolease handover --name X` writes
-    /// `picolease.handover:X`, and its withdrawal deletes it).
-    #[error("lease name {name:?} is reserved: names starting with \"picolease.member:\" (the lease sets' membership rows), \"picolease.handover:\" (handover requests) or \"picolease.preferred:\" (preferred candidates) are picolease's own rows")]
+    /// `picolease.handover:X`, and its withdrawal deletes it), and the
+    /// table's marker row `picolease.table` (DESIGN §3 "Failover").
+    #[error("lease name {name:?} is reserved: names starting with \"picolease.member:\" (the lease sets' membership rows), \"picolease.handover:\" (handover requests) or \"picolease.preferred:\" (preferred candidates), and \"picolease.table\" (the table's marker row), are picolease's own rows")]
     ReservedLease {
         /// The name given (cut at 80 characters).
         name: String,

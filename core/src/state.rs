@@ -1064,6 +1064,11 @@ pub enum Mutation {
     /// `sql::adopted_epoch` (consulted by `sim::ModelDb`): two lossy
     /// failovers in a row give one epoch to two terms.
     ConstantEpochJump,
+    /// (n) A fresh row is the caller's at epoch 1 whatever the table's
+    /// marker says (consulted by `sim::ModelDb`): a lease whose first row
+    /// a failover lost leads at once on the new server, while the lost
+    /// term's holder still runs.
+    FirstRowUnguarded,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

@@ -242,6 +242,17 @@ fn a_constant_epoch_jump_is_found_across_two_failovers() {
     finds_at(&bounds, &[Property::Fencing]);
 }
 
+/// (n) A fresh row that ignores the table's marker: a lease whose very
+/// first row a failover lost (the standby never had it) is inserted at
+/// epoch 1, the caller's, on the new server, while the lost term's holder
+/// still leads at epoch 1.
+#[test]
+fn a_lost_first_row_taken_at_once_is_found() {
+    let mut bounds = Bounds::with_failover(2);
+    bounds.mutation = Mutation::FirstRowUnguarded;
+    finds_at(&bounds, &[Property::MutualExclusion, Property::Fencing]);
+}
+
 /// (l) The constant jump is caught by the simulator too: two lossy
 /// failovers in a row, the second to a replica older than the first; the
 /// term after each adoption begins at the same epoch. The real model

@@ -223,9 +223,13 @@ fn the_mysql_batches_use_json_table_and_the_single_acquires_clause() {
             st.sql()
         );
     }
-    // The upsert's CASEs decide on `VALUES(holder)`, the row MariaDB and
+    // The upsert's CASEs decide on the caller of the derived table
+    // `picolease_caller` (a grace row inserts no holder, so not
+    // `VALUES(holder)`), and on `VALUES(expires_at)`, which MariaDB and
     // MySQL 8 both know (no `AS new` row alias).
-    assert!(single.contains("VALUES(`holder`)"), "{single}");
+    assert!(!single.contains("VALUES(`holder`)"), "{single}");
+    assert!(single.contains("`picolease_caller`.`holder`"), "{single}");
+    assert!(single.contains("VALUES(`expires_at`)"), "{single}");
 }
 
 /// The clock: `UTC_TIMESTAMP(6)` as whole milliseconds since 1970 through

@@ -886,8 +886,11 @@ fn init_adds_the_incarnation_column_to_an_older_table_once() {
                 99999999999999,
                 id
             ),
+            // The table's marker row (DESIGN §3 "Failover", "A lease's
+            // first row"), written by this server.
+            ("picolease.table".to_string(), None, 0, 0, id),
         ],
-        "the column added, every row stamped, nothing else changed"
+        "the column added, every row stamped, the marker written, nothing else changed"
     );
 
     db.execute(

@@ -193,6 +193,11 @@ impl RealDb for Mysql {
         Dialect::Mysql
     }
 
+    /// As the driver opens a read-back's transaction (`MYSQL_BEGIN`).
+    fn begin(&mut self) {
+        self.batch(picolease::sql::MYSQL_BEGIN);
+    }
+
     fn batch(&mut self, sql: &str) {
         self.try_batch(sql)
             .unwrap_or_else(|e| panic!("{e:?}: {sql}"));
@@ -341,7 +346,7 @@ fn run_retrying_deadlocks(
     let mut deadlocks = 0;
     loop {
         let attempt = (|| {
-            db.try_batch("START TRANSACTION")?;
+            db.try_batch(picolease::sql::MYSQL_BEGIN)?;
             let rows = match read_back.order() {
                 ReadOrder::AfterWrite => {
                     db.try_execute(statement.sql(), values)?;

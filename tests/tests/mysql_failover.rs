@@ -20,6 +20,12 @@
 //!   no overlap, no epoch twice, a leader again within ttl + 2 intervals
 //!   of the runbook.
 //!
+//! - `a_lease_whose_first_row_was_lost_waits_out_a_grace_on_the_promoted_replica`:
+//!   the table and its marker row replicated, then replication stopped
+//!   and a lease created on the primary alone; after the promotion its
+//!   first row there is a grace row (DESIGN §3 "Failover", "A lease's
+//!   first row"): no overlap, no epoch twice.
+//!
 //! `cargo test -p picolease-tests --test mysql_failover -- --nocapture`
 
 mod failover_support;
@@ -29,7 +35,7 @@ mod mysql_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use failover_support::{outcome, runtime, server_changes, wait_until, Outcome, Seen};
+use failover_support::{runtime, server_changes, wait_until, watch_then_stop, Outcome, Seen};
 use forward_support::Forward;
 use mysql_support::Server;
 use picolease::mysql::{release_after_failover, MysqlConnector, MysqlLease};
@@ -113,7 +119,9 @@ fn promote_the_replica(ttl: Duration, runbook: bool) -> Outcome {
     assert_eq!(server_changes(&metrics), 0.0, "the same server so far");
     primary.kill();
     let promoted = Instant::now();
-    let kept = replica.sql("SELECT CONCAT(holder, ' ', epoch) FROM test.picolease_failover");
+    let kept = replica.sql(
+        "SELECT CONCAT(holder, ' ', epoch) FROM test.picolease_failover WHERE name = 'reaper'",
+    );
     assert_eq!(kept.trim(), "a 1", "the replica lacks b's takeover");
     if runbook {
         // The first write on the promoted server: nothing reaches it
@@ -130,11 +138,7 @@ fn promote_the_replica(ttl: Duration, runbook: bool) -> Outcome {
     }
     proxy.switch(replica.port());
     let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
-    std::thread::sleep(ttl * 3);
-    let outcome = outcome(&seen, promoted);
-    for lease in [b, c] {
-        let _ = runtime.block_on(lease.shutdown());
-    }
+    let outcome = watch_then_stop(&runtime, &seen, promoted, ttl, [b, c]);
     assert_eq!(
         server_changes(&metrics),
         1.0,
@@ -164,4 +168,63 @@ fn the_runbook_after_a_lossy_promotion_gives_no_epoch_twice() {
         outcome.overlap, outcome.reused, outcome.led_again
     );
     outcome.assert_safe(ttl + 2 * (ttl / 4));
+}
+
+/// A lease created on the primary after the replica stopped: the replica
+/// has the table and its marker row (written by the primary, server id 1)
+/// but not the lease. a leads at epoch 1; the primary is killed and the
+/// proxy switched; a's driver reconnects to the replica and c starts.
+/// The first acquire there inserts the lease's row nobody's for a ttl at
+/// a clock-derived epoch; before the marker, c led at epoch 1 at once
+/// beside a.
+#[test]
+fn a_lease_whose_first_row_was_lost_waits_out_a_grace_on_the_promoted_replica() {
+    let ttl = Duration::from_secs(3);
+    let runtime = runtime();
+    let (mut primary, replica) = primary_and_replica();
+    let proxy = Forward::to(primary.port());
+    let url = format!("mysql://picolease@127.0.0.1:{}/test", proxy.port);
+    let table = TableName::new("picolease_failover").unwrap();
+    let statements = picolease::sql::Statements::new(picolease::sql::Dialect::Mysql, &table);
+    primary.sql(&format!(
+        "USE test; {}; {}",
+        statements.create_table(),
+        statements.create_index().expect("MySQL's migration")
+    ));
+    wait_until("the replica has the table and its marker", || {
+        replica
+            .try_sql("SELECT COUNT(*) FROM test.picolease_failover WHERE name = 'picolease.table'")
+            .is_some_and(|n| n.trim() == "1")
+    });
+    replica.sql("STOP SLAVE");
+    let seen: Seen = Arc::default();
+    let a = contender(&runtime, &url, &table, ("a", ttl), &seen);
+    let a_term = a.wait_for(ttl * 5, Leadership::is_leader).expect("a leads");
+    assert_eq!(a_term.leader_epoch().map(|e| e.get()), Some(1));
+    assert_eq!(
+        replica
+            .sql("SELECT COUNT(*) FROM test.picolease_failover WHERE name = 'reaper'")
+            .trim(),
+        "0",
+        "the replica never had the lease's row"
+    );
+    primary.kill();
+    let promoted = Instant::now();
+    proxy.switch(replica.port());
+    let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
+    let outcome = watch_then_stop(&runtime, &seen, promoted, ttl, [a, c]);
+    eprintln!(
+        "a lost first row: overlap {:?}, epochs reused {:?}, a leader again {:?} after the promotion",
+        outcome.overlap, outcome.reused, outcome.led_again
+    );
+    outcome.assert_safe(ttl + 2 * (ttl / 4));
+    let epoch: i64 = replica
+        .sql("SELECT epoch FROM test.picolease_failover WHERE name = 'reaper'")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        epoch > 1 << 20,
+        "the fresh row's epoch counts the clock: {epoch}"
+    );
 }

@@ -24,6 +24,10 @@
 //! - `two_lossy_failovers_in_a_row_never_give_an_epoch_twice`: issue
 //!   44's chain over three servers, a lagging second standby promoted
 //!   after the first one's adopter led.
+//! - `a_lease_whose_first_row_was_lost_waits_out_a_grace_on_the_new_server`:
+//!   a lease created after the standby stopped replicating (the table
+//!   and its marker row replicated): the first row on the new server is
+//!   a grace row (DESIGN §3 "Failover", "A lease's first row").
 //! - `a_crashed_server_that_lost_commits_never_gives_a_term_twice`: one
 //!   server with `synchronous_commit = off`; b's takeover is lost in a
 //!   crash of the postmaster, and the server restarts on its data
@@ -38,7 +42,9 @@ mod pg_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use failover_support::{outcome, runtime, server_changes, wait_until, Outcome, Seen};
+use failover_support::{
+    outcome, runtime, server_changes, wait_until, watch_then_stop, Outcome, Seen,
+};
 use pg_support::cluster::Server;
 use picolease::postgres::{PgConnector, PgLease, PgLeaseSet};
 use picolease::{HolderId, Leadership, LeaseName, SetConfig, TableName};
@@ -277,11 +283,7 @@ fn two_lossy_failovers_in_a_row_never_give_an_epoch_twice() {
     second.promote();
     let promoted = Instant::now();
     let d = contender(&runtime, &url, &table, ("d", ttl), &seen);
-    std::thread::sleep(ttl * 3);
-    let outcome = outcome(&seen, promoted);
-    for lease in [c, d] {
-        let _ = runtime.block_on(lease.shutdown());
-    }
+    let outcome = watch_then_stop(&runtime, &seen, promoted, ttl, [c, d]);
     eprintln!(
         "two lossy failovers: overlap {:?}, epochs reused {:?}, a leader again {:?} after the second promotion",
         outcome.overlap, outcome.reused, outcome.led_again
@@ -358,12 +360,77 @@ fn promote_a_standby(
         standby.sql("SELECT pg_reload_conf()");
     }
     let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
-    std::thread::sleep(ttl * 3);
-    let outcome = outcome(&seen, promoted);
-    for lease in [b, c] {
-        let _ = runtime.block_on(lease.shutdown());
-    }
-    outcome
+    watch_then_stop(&runtime, &seen, promoted, ttl, [b, c])
+}
+
+/// Issue 44's first row: a lease created on the primary after the
+/// standby stopped replicating, so the promoted standby has the table and
+/// its marker row but not the lease. a leads at epoch 1 (on the primary
+/// alone); the primary crashes, the standby is promoted, a's driver
+/// reconnects to it and c starts. The first acquire there finds the
+/// marker written by another server and inserts the lease's row as a
+/// grace row, nobody's for a ttl, at an epoch counted from the clock.
+/// Before the marker, c led at epoch 1 at once while a still led.
+#[test]
+fn a_lease_whose_first_row_was_lost_waits_out_a_grace_on_the_new_server() {
+    let ttl = Duration::from_secs(3);
+    let interval = ttl / 4;
+    let runtime = runtime();
+    let primary = Server::primary(&[]);
+    let standby = Server::standby_of(&primary, &[]);
+    let url = format!(
+        "postgres://postgres@{},{}/postgres?target_session_attrs=read-write&connect_timeout=1",
+        primary.addr(),
+        standby.addr()
+    );
+    let table = TableName::new("picolease_failover").unwrap();
+    let statements = picolease::sql::Statements::new(picolease::sql::Dialect::Postgres, &table);
+    primary.sql(statements.create_table());
+    primary.sql(statements.create_index().expect("PostgreSQL's index"));
+    wait_until("the standby has the table and its marker", || {
+        standby
+            .try_sql("SELECT count(*) FROM picolease_failover WHERE name = 'picolease.table'")
+            .is_ok_and(|n| n.trim() == "1")
+    });
+    standby.cut_replication();
+
+    let seen: Seen = Arc::default();
+    let a = contender(&runtime, &url, &table, ("a", ttl), &seen);
+    let a_term = a.wait_for(ttl * 5, Leadership::is_leader).expect("a leads");
+    assert_eq!(a_term.leader_epoch().map(|e| e.get()), Some(1));
+    // Read before the promotion: once promoted, a's driver reconnects
+    // and inserts the row there at once (as a grace row).
+    assert_eq!(
+        standby
+            .sql("SELECT count(*) FROM picolease_failover WHERE name = 'reaper'")
+            .trim(),
+        "0",
+        "the standby never had the lease's row"
+    );
+    primary.crash();
+    standby.promote();
+    let promoted = Instant::now();
+    let c = contender(&runtime, &url, &table, ("c", ttl), &seen);
+    let outcome = watch_then_stop(&runtime, &seen, promoted, ttl, [a, c]);
+    eprintln!(
+        "a lost first row: overlap {:?}, epochs reused {:?}, a leader again {:?} after the \
+         promotion (bound ttl + 2 intervals = {:?})",
+        outcome.overlap,
+        outcome.reused,
+        outcome.led_again,
+        ttl + 2 * interval
+    );
+    outcome.assert_safe(ttl + 2 * interval);
+    let (holder, epoch) = standby
+        .sql("SELECT coalesce(holder, '-') || ' ' || epoch FROM picolease_failover WHERE name = 'reaper'")
+        .trim()
+        .split_once(' ')
+        .map(|(h, e)| (h.to_string(), e.parse::<i64>().unwrap()))
+        .unwrap();
+    assert!(
+        epoch > 1 << 20,
+        "the fresh row's epoch counts the clock: {holder} {epoch}"
+    );
 }
 
 /// Issue 20's third fault: the server itself crashes (SIGKILL of the

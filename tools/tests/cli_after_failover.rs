@@ -233,11 +233,26 @@ fn the_runbook_leaves_handover_requests_alone_and_needs_a_row() {
     );
     let url = place.url.clone();
     let select = format!(
-        "SELECT name, holder, epoch, expires_at FROM {table} WHERE name LIKE 'picolease.%' ORDER BY name"
+        "SELECT name, holder, epoch, expires_at FROM {table} WHERE name LIKE 'picolease.handover:%' ORDER BY name"
+    );
+    let marker = format!(
+        "SELECT coalesce(holder, '-'), epoch > 7, expires_at > 0 FROM {table} WHERE name = 'picolease.table'"
+    );
+    assert_eq!(
+        support::pg::sql(&place.url, &marker),
+        ["-|f|f"],
+        "init wrote the table's marker row"
     );
     requests_are_left_alone("postgres", &place, || {
         support::pg::sql(&url, &select).join("\n")
     });
+    // The marker enters the grace with the lease rows: a lease whose
+    // first row was lost starts in it too (DESIGN §3 "Failover").
+    assert_eq!(
+        support::pg::sql(&place.url, &marker),
+        ["-|t|t"],
+        "the runbook re-stamped the table's marker row"
+    );
     let row = support::pg::sql(
         &place.url,
         &format!("SELECT coalesce(holder, '-'), epoch > 7 FROM {table} WHERE name = 'job'"),

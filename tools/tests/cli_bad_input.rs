@@ -248,7 +248,18 @@ fn malformed_rows_are_reported_and_left_untouched() {
             1,
             &["epoch"],
         );
-        assert_eq!(dump(&path), before, "nothing changed for epoch {epoch}");
+        // Nothing changed but the table's marker row, which the start
+        // adds to a table that lacks it (`picolease.table`, DESIGN §3
+        // "Failover"), as it would any migration.
+        let marker = format!(
+            "{:?}|Null|Integer(0)|Integer(0)",
+            rusqlite::types::ValueRef::Text(b"picolease.table")
+        );
+        let after: Vec<String> = dump(&path)
+            .into_iter()
+            .filter(|row| *row != marker)
+            .collect();
+        assert_eq!(after, before, "nothing changed for epoch {epoch}");
     }
 }
 

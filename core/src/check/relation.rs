@@ -33,18 +33,15 @@ impl<N: Contender> World<N> {
         if self.standbys.iter().any(|s| !self.db.holds(s)) {
             out.push(Step::Replicate);
         }
-        if let Some(standby) = self.standbys.first() {
-            // Only once the standby has every lease's row: a row whose
-            // creation is lost is not detected (DESIGN §3 "Failover").
-            let rows = setup
-                .names
-                .iter()
-                .all(|n| standby.row(n.as_str()).is_some());
-            // A promotion takes longer than a millisecond: never at the
+        if !self.standbys.is_empty() {
+            // Whenever: a standby that lacks a lease's very first row is
+            // promoted too (the table's marker, which every standby has,
+            // starts the fresh row in a grace; DESIGN §3 "Failover"). A
+            // promotion takes longer than a millisecond: never at the
             // database tick of the previous server's adoption, whose
             // epoch counts that very millisecond (`sql::adopted_epoch`).
             let now_ms = DB_EPOCH_MS + self.db_clock as i64;
-            if faults && rows && !self.db.adopted_at(now_ms) {
+            if faults && !self.db.adopted_at(now_ms) {
                 out.push(Step::Failover);
             }
         }

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use crate::names::Epoch;
 use crate::sql::{adopted_epoch, Cell, HANDOVER_PREFIX, MEMBER_PREFIX, PREFERRED_PREFIX};
 
-/// One lease row.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One lease row. The default is the table's marker row as the table's
+/// creation writes it (`sql::TABLE_MARKER`): nobody's, epoch 0, lapsed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelRow {
     /// The holder, `None` when free.
     pub holder: Option<String>,
@@ -31,6 +32,7 @@ pub struct ModelRow {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelReplica {
     rows: BTreeMap<String, ModelRow>,
+    marker: ModelRow,
 }
 
 impl ModelReplica {
@@ -44,6 +46,10 @@ impl ModelReplica {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModelDb {
     rows: BTreeMap<String, ModelRow>,
+    /// The table's marker row (`sql::TABLE_MARKER`, DESIGN §3 "Failover"):
+    /// created with the table, so every replica has it; kept apart from
+    /// the lease rows, which no listing shows it among.
+    marker: ModelRow,
     /// The incarnation of the server now answering: 0 until the first
     /// failover.
     incarnation: u32,
@@ -74,12 +80,13 @@ impl ModelDb {
     pub fn replica(&self) -> ModelReplica {
         ModelReplica {
             rows: self.rows.clone(),
+            marker: self.marker.clone(),
         }
     }
 
     /// Whether `replica` holds exactly the rows as they are now.
     pub fn holds(&self, replica: &ModelReplica) -> bool {
-        self.rows == replica.rows
+        self.rows == replica.rows && self.marker == replica.marker
     }
 
     /// The server is replaced by one holding `replica` (a standby promoted,
@@ -88,6 +95,7 @@ impl ModelDb {
     /// under a new incarnation.
     pub fn fail_over(&mut self, replica: ModelReplica) {
         self.rows = replica.rows;
+        self.marker = replica.marker;
         self.incarnation += 1;
         self.adopted_ms = None;
     }
@@ -142,6 +150,11 @@ impl ModelDb {
             self.adopted_ms = Some(now_ms);
         }
         let jump = self.jump();
+        let (fresh_in_grace, fresh_epoch) = self.fresh_row(now_ms);
+        if !self.rows.contains_key(lease) && self.foreign(&self.marker) {
+            // A fresh row's epoch counts the clock as an adoption's does.
+            self.adopted_ms = Some(now_ms);
+        }
         let row = self
             .rows
             .entry(lease.to_string())
@@ -160,8 +173,9 @@ impl ModelDb {
                 row.incarnation = incarnation;
             })
             .or_insert_with(|| ModelRow {
-                holder: Some(holder.to_string()),
-                epoch: 1,
+                holder: (!fresh_in_grace || lease.starts_with(MEMBER_PREFIX))
+                    .then(|| holder.to_string()),
+                epoch: fresh_epoch,
                 expires_at: now_ms + ttl_ms,
                 incarnation,
             });
@@ -360,7 +374,8 @@ impl ModelDb {
         let incarnation = self.incarnation;
         let jump = self.jump();
         self.adopted_ms = Some(now_ms);
-        self.rows
+        let adopted = self
+            .rows
             .iter_mut()
             .filter(|(name, _)| {
                 !name.starts_with(HANDOVER_PREFIX) && !name.starts_with(PREFERRED_PREFIX)
@@ -370,7 +385,31 @@ impl ModelDb {
                 row.incarnation = incarnation;
                 vec![Cell::Text(name.clone()), Cell::Int(row.epoch)]
             })
-            .collect()
+            .collect();
+        // The marker too: a lease whose first row was lost starts in the
+        // grace as well. It is not reported.
+        adopt(&mut self.marker, ttl_ms, now_ms, jump);
+        self.marker.incarnation = incarnation;
+        adopted
+    }
+
+    /// What a fresh row starts as (`sql::first_row`): a grace row while
+    /// the marker is another server's or in its grace; its epoch the
+    /// marker's (adopted, if foreign) + 1. With the planted
+    /// `Mutation::FirstRowUnguarded`, the caller's at epoch 1 always.
+    fn fresh_row(&self, now_ms: i64) -> (bool, i64) {
+        #[cfg(feature = "mutants")]
+        if self.mutation == crate::state::Mutation::FirstRowUnguarded {
+            return (false, 1);
+        }
+        let foreign = self.foreign(&self.marker);
+        let grace = foreign || self.marker.expires_at > now_ms;
+        let floor = if foreign {
+            self.jump()(self.marker.epoch, now_ms)
+        } else {
+            self.marker.epoch
+        };
+        (grace, floor + 1)
     }
 
     /// How an adopted row's epoch is chosen: [`adopted_epoch`], or with the

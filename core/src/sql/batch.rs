@@ -228,8 +228,14 @@ impl Builder<'_> {
         let now = || db_now(self.dialect);
         let select = Query::select()
             .expr(self.item())
-            .expr(Expr::val(HOLDER))
-            .expr(Expr::val(1i64))
+            // A fresh row starts as a grace row after a server change
+            // (`first_row`); membership rows do not.
+            .expr(self.fresh_holder(
+                self.item(),
+                Expr::val(HOLDER),
+                Some(&format!("\"{ITEM}\".\"value\"")),
+            ))
+            .expr(self.fresh_epoch())
             .expr(now().add(Expr::val(TTL)))
             .from_function(self.batch_source(false), Alias::new(ITEM))
             .and_where(Expr::cust("true"))
@@ -515,6 +521,10 @@ mod tests {
             assert_eq!(
                 s.acquire_batch().params(),
                 &[Param::Holder, Param::TtlMillis, Param::Batch]
+            );
+            assert_eq!(
+                s.acquire().params(),
+                &[Param::Lease, Param::Holder, Param::TtlMillis]
             );
         }
     }

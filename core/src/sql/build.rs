@@ -224,11 +224,14 @@ impl Builder<'_> {
                     .default(Expr::cust(PG_INCARNATION)),
             );
         }
-        match self.dialect {
+        // The marker row with the table, in one batch (`first_row`);
+        // MySQL writes it after its migration (`create_index`).
+        let create = match self.dialect {
             Dialect::Sqlite => table.to_string(SqliteQueryBuilder),
             Dialect::Postgres => table.to_string(PostgresQueryBuilder),
             Dialect::Mysql => unreachable!("rendered by mysql_create_table"),
-        }
+        };
+        format!("{create}; {}", self.create_marker())
     }
 
     /// The name of the unique index on `(name, epoch)` (PostgreSQL puts an
@@ -339,6 +342,8 @@ impl Builder<'_> {
             Alias::new(EPOCH_COL),
             Alias::new(EXPIRES_AT),
         ];
+        // MySQL's statement is written by hand around this one's conflict
+        // clause (`mysql_acquire`); the values here only render it.
         let mut values = vec![
             Expr::val(LEASE),
             Expr::val(HOLDER),
@@ -352,10 +357,20 @@ impl Builder<'_> {
             columns.push(Alias::new(INCARNATION));
             values.push(Expr::cust(MYSQL_INCARNATION));
         }
-        let query = Query::insert()
+        let mut query = Query::insert()
             .into_table(self.table_ref())
             .columns(columns)
-            .values_panic(values)
+            .to_owned();
+        match self.dialect {
+            Dialect::Mysql => query.values_panic(values),
+            // A fresh row starts as a grace row after a server change,
+            // above the marker's epoch (`first_row`); the caller comes in
+            // a one-row derived table, so that the lease is bound once.
+            Dialect::Sqlite | Dialect::Postgres => query
+                .select_from(self.caller_select())
+                .expect("four columns, four values"),
+        };
+        let query = query
             .on_conflict(self.take_on_conflict())
             .returning(Query::returning().exprs([
                 self.col(HOLDER_COL),
@@ -373,7 +388,11 @@ impl Builder<'_> {
             .from(self.table_ref())
             .and_where(self.col(NAME).eq(LEASE))
             .to_owned();
-        self.with_read_back(self.render(&query), read, ReadOrder::AfterWrite)
+        let write = match self.dialect {
+            Dialect::Mysql => self.mysql_acquire(&self.render(&query)),
+            Dialect::Sqlite | Dialect::Postgres => self.render(&query),
+        };
+        self.with_read_back(write, read, ReadOrder::AfterWrite)
     }
 
     /// On MySQL, attaches `read` (locked `FOR UPDATE`) as the statement's
@@ -705,6 +724,7 @@ impl Builder<'_> {
                 self.col(EXPIRES_AT).sub(db_now(self.dialect)),
             ])
             .from(self.table_ref())
+            .and_where(self.not_the_marker())
             .to_owned()
     }
 

@@ -15,6 +15,7 @@ mod build;
 mod candidates;
 mod decode;
 mod failover;
+mod first_row;
 mod handover;
 mod mysql;
 
@@ -22,6 +23,7 @@ pub use batch::{batch_names, batch_pairs};
 pub use candidates::{preferred_candidate_name, PREFERRED_PREFIX};
 pub use decode::{Cell, LeaseRow};
 pub use failover::{adopted_epoch, ADOPTION_EPOCH_SHIFT};
+pub use first_row::TABLE_MARKER;
 pub use handover::{hand_over_request_name, term_to_hand_over, HANDOVER_PREFIX};
 
 use crate::error::RowError;
@@ -155,11 +157,25 @@ pub struct Statement {
     read_back: Option<Box<ReadBack>>,
 }
 
+/// MySQL: how a driver opens the transaction of a [`ReadBack`]
+/// operation, in one round trip (a multi-statement text query): at READ
+/// COMMITTED, as PostgreSQL runs the same statements. At MySQL's default
+/// REPEATABLE READ, InnoDB reads the source rows of an `INSERT … SELECT`
+/// under shared next-key locks, and the acquire's read of the table's
+/// marker row (`TABLE_MARKER`) then held the gap a fresh row goes into:
+/// sixteen contenders inserting one fresh row deadlocked over and over
+/// (`tests/tests/model_vs_mysql.rs`). At READ COMMITTED that read is a
+/// consistent read that locks nothing; every decision still rests on the
+/// rows the write locks and the locking read-back. Binary logging with
+/// `binlog_format = STATEMENT` refuses writes at READ COMMITTED (MySQL 8
+/// and MariaDB default to ROW and MIXED; Galera requires ROW).
+pub const MYSQL_BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+
 /// The read half of a MySQL operation (see [`Statement`]): a locking
 /// `SELECT … FOR UPDATE` on the rows the write addresses. A driver runs
 ///
 /// ```text
-/// START TRANSACTION
+/// MYSQL_BEGIN (SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION)
 ///   ReadOrder::AfterWrite:  execute(write)  then  rows = query(read)
 ///   ReadOrder::BeforeWrite: rows = query(read)  then  execute(write)
 /// COMMIT            (ROLLBACK on any error: the operation then failed)
@@ -310,6 +326,12 @@ impl Statements {
     }
 
     /// `CREATE TABLE IF NOT EXISTS` for the lease table (no parameters).
+    /// On SQLite and PostgreSQL it is a batch of two statements (run it
+    /// with the driver's batch call: one transaction on PostgreSQL): the
+    /// second writes the table's marker row ([`TABLE_MARKER`]) when it is
+    /// missing, so a lease whose first row a failover loses starts in a
+    /// grace period on the new server (DESIGN §3 "Failover"); on MySQL
+    /// [`Statements::create_index`] writes it, after the migration.
     /// On PostgreSQL run [`Statements::create_index`] after it. On MySQL
     /// the table is InnoDB, `name` and `holder` are `VARBINARY(255)` (byte
     /// comparison, no collation, no trailing-space padding: two names
@@ -343,7 +365,8 @@ impl Statements {
     /// `CREATE INDEX IF NOT EXISTS`); this is the migration of an older
     /// table alone: the `incarnation` column added when missing, its rows
     /// stamped with the running server's `@@server_id` (several statements,
-    /// one round trip).
+    /// one round trip), and the table's marker row ([`TABLE_MARKER`])
+    /// written when it is missing.
     pub fn create_index(&self) -> Option<&str> {
         self.create_index.as_deref()
     }
@@ -378,7 +401,9 @@ impl Statements {
     /// The upsert that takes the row when free, lapsed or already ours,
     /// bumping the epoch; it returns `holder, epoch, expires_in_ms` whether
     /// or not it took the row, so one round trip tells a follower who holds
-    /// the lease and for how long.
+    /// the lease and for how long. A row it inserts starts nobody's for a
+    /// ttl while the table's marker row says the server changed
+    /// ([`TABLE_MARKER`]; DESIGN §3 "Failover", "A lease's first row").
     pub fn acquire(&self) -> &Statement {
         &self.acquire
     }

@@ -16,6 +16,7 @@ use super::build::{
     db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, FENCE_INDEX_SUFFIX, HOLDER_COL, INCARNATION,
     MYSQL_INCARNATION, NAME,
 };
+use super::first_row::{CALLER, CALLER_TTL};
 use super::{Dialect, Param, ReadOrder, Statement};
 
 /// The alias of the batch's `JSON_TABLE`.
@@ -113,11 +114,13 @@ impl Builder<'_> {
         format!(
             "SET @picolease_missing = (SELECT COUNT(*) = 0 FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = {schema} AND TABLE_NAME = '{t}' AND COLUMN_NAME = '{INCARNATION}'); \
-             {}; {}",
+             {}; {}; {}",
             run(format!("ALTER TABLE {table} ADD COLUMN `{INCARNATION}` BIGINT NULL")),
             run(format!(
                 "UPDATE {table} SET `{INCARNATION}` = {MYSQL_INCARNATION}"
             )),
+            // The table's marker row (`first_row`), once the column exists.
+            self.create_marker(),
         )
     }
 
@@ -186,23 +189,86 @@ impl Builder<'_> {
     /// order InnoDB locks the rows in, whatever order the caller sent);
     /// then, in the same transaction, every name's row read back locked.
     /// Params: holder, ttl, batch; the read-back's: batch.
-    pub(super) fn mysql_acquire_batch(&self) -> Statement {
-        debug_assert_eq!(self.dialect, Dialect::Mysql);
-        let single = self.acquire().sql;
-        let at = single
+    /// The conflict clause of `acquire`'s upsert as sea-query rendered it
+    /// (` ON DUPLICATE KEY UPDATE …`, binding nothing), with the caller
+    /// read from [`CALLER`]'s `holder` instead of `VALUES(holder)`.
+    ///
+    /// The inserted holder is NULL for a grace row (`first_row`), so the
+    /// conflict branch cannot read the caller from it. PostgreSQL and
+    /// SQLite keep `excluded.holder` and insert NULL only when no row
+    /// exists; on MySQL that existence check would read the lease's row
+    /// inside the write, which InnoDB does under a shared lock (on
+    /// MariaDB at READ COMMITTED too): two acquires of one row would each
+    /// hold it shared and wait for the other's exclusive lock, a
+    /// deadlock. MySQL's `INSERT … SELECT … ON DUPLICATE KEY UPDATE`
+    /// reads the SELECT's columns instead, so the caller comes in a
+    /// one-row derived table.
+    fn mysql_conflict_clause(&self, rendered: &str) -> String {
+        let at = rendered
             .find(" ON DUPLICATE KEY UPDATE ")
             .expect("the single acquire is an upsert");
-        let upsert = &single[at..];
+        let upsert = &rendered[at..];
         debug_assert!(!upsert.contains('?'), "the clause binds nothing");
+        upsert.replace(
+            &format!("VALUES(`{HOLDER_COL}`)"),
+            &format!("`{CALLER}`.`{HOLDER_COL}`"),
+        )
+    }
+
+    /// `(SELECT ? AS holder, ? AS ttl_ms) AS picolease_caller`: the
+    /// caller and its ttl, bound once each; with `lease`, the lease first.
+    fn mysql_caller(lease: bool) -> String {
+        let lease = if lease {
+            format!("CAST(? AS BINARY) AS `{NAME}`, ")
+        } else {
+            String::new()
+        };
+        format!(
+            "(SELECT {lease}CAST(? AS BINARY) AS `{HOLDER_COL}`, ? AS `{CALLER_TTL}`) AS `{CALLER}`"
+        )
+    }
+
+    /// The single acquire: `INSERT … SELECT` over [`Self::mysql_caller`],
+    /// the fresh row's holder and epoch from the table's marker
+    /// (`first_row`), and [`Self::mysql_conflict_clause`]. Params: lease,
+    /// holder, ttl, as on the other dialects.
+    pub(super) fn mysql_acquire(&self, rendered: &Statement) -> Statement {
+        let now = db_now_millis(Dialect::Mysql);
+        Statement {
+            sql: format!(
+                "INSERT INTO {table} (`{NAME}`, `{HOLDER_COL}`, `{EPOCH_COL}`, `{EXPIRES_AT}`, `{INCARNATION}`) \
+                 SELECT `{CALLER}`.`{NAME}`, {holder}, {epoch}, ({now}) + `{CALLER}`.`{CALLER_TTL}`, \
+                 {MYSQL_INCARNATION} FROM {caller}{upsert}",
+                table = self.mysql_table(),
+                holder = self.mysql_fresh_holder(&format!("`{CALLER}`.`{HOLDER_COL}`"), None),
+                epoch = self.fresh_epoch_sql(),
+                caller = Self::mysql_caller(true),
+                upsert = self.mysql_conflict_clause(&rendered.sql),
+            ),
+            params: vec![Param::Lease, Param::Holder, Param::TtlMillis],
+            read_back: None,
+        }
+    }
+
+    pub(super) fn mysql_acquire_batch(&self) -> Statement {
+        debug_assert_eq!(self.dialect, Dialect::Mysql);
+        let upsert = self.mysql_conflict_clause(&self.acquire().sql);
         let t = self.table.table();
         let now = db_now_millis(Dialect::Mysql);
         let write = Statement {
             sql: format!(
                 "INSERT INTO {table} (`{NAME}`, `{HOLDER_COL}`, `{EPOCH_COL}`, `{EXPIRES_AT}`, `{INCARNATION}`) \
-                 SELECT `{ITEM}`.`{NAME}`, ?, 1, ({now}) + ?, {MYSQL_INCARNATION} FROM {names} \
+                 SELECT `{ITEM}`.`{NAME}`, {holder}, {epoch}, ({now}) + `{CALLER}`.`{CALLER_TTL}`, \
+                 {MYSQL_INCARNATION} FROM {caller} JOIN {names} \
                  ORDER BY CAST(`{ITEM}`.`{NAME}` AS BINARY){upsert}",
                 table = self.mysql_table(),
                 names = Self::json_table(false),
+                caller = Self::mysql_caller(false),
+                holder = self.mysql_fresh_holder(
+                    &format!("`{CALLER}`.`{HOLDER_COL}`"),
+                    Some(&format!("`{ITEM}`.`{NAME}`"))
+                ),
+                epoch = self.fresh_epoch_sql(),
             ),
             params: vec![Param::Holder, Param::TtlMillis, Param::Batch],
             read_back: None,

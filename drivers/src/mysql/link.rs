@@ -277,7 +277,7 @@ pub(crate) async fn run(
         let rows: Vec<mysql_async::Row> = conn.exec(statement.sql(), params(&values)).await?;
         return Ok(rows.iter().map(cells).collect());
     };
-    conn.query_drop("START TRANSACTION").await?;
+    conn.query_drop(picolease_core::sql::MYSQL_BEGIN).await?;
     let rows: Vec<mysql_async::Row> = match read.order() {
         ReadOrder::AfterWrite => {
             conn.exec_drop(statement.sql(), params(&values)).await?;

@@ -138,6 +138,24 @@ impl Outcome {
     }
 }
 
+/// Lets the contenders run for three ttls (the grace, a takeover, and
+/// time to see an overlap), reads the round's [`outcome`] since
+/// `promoted`, then shuts `leases` down.
+pub fn watch_then_stop<D: Database>(
+    runtime: &tokio::runtime::Runtime,
+    seen: &Seen,
+    promoted: Instant,
+    ttl: Duration,
+    leases: impl IntoIterator<Item = Contender<D, LeaseView>>,
+) -> Outcome {
+    std::thread::sleep(ttl * 3);
+    let outcome = outcome(seen, promoted);
+    for lease in leases {
+        let _ = runtime.block_on(lease.shutdown());
+    }
+    outcome
+}
+
 /// What the contenders' leadership log shows, from `since` (the moment
 /// the new server accepts writes) on: overlap, epochs given twice, and
 /// when someone led again.

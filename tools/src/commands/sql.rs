@@ -155,7 +155,7 @@ fn printed(statements: &Statements) -> Vec<Printed> {
     vec![
         Printed {
             key: "create",
-            what: "create the table if missing, with the fence index (a second statement on PostgreSQL, inside CREATE TABLE on MySQL); run once at start, as one batch",
+            what: "create the table if missing, with the fence index (a second statement on PostgreSQL, inside CREATE TABLE on MySQL) and the table's marker row picolease.table (after CREATE TABLE; on MySQL after the migration); run once at start, as one batch",
             sql: create,
             params: Vec::new(),
             read_back: None,

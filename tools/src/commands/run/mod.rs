@@ -44,13 +44,15 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         n.as_str().starts_with(picolease::sql::MEMBER_PREFIX)
             || n.as_str().starts_with(picolease::sql::HANDOVER_PREFIX)
             || n.as_str().starts_with(picolease::sql::PREFERRED_PREFIX)
+            || n.as_str() == picolease::sql::TABLE_MARKER
     }) {
         return Err(CliError::usage(format!(
-            "--name {:?}: names starting with {:?} (the lease sets' membership rows), {:?} (handover requests) or {:?} (preferred candidates) are reserved",
+            "--name {:?}: names starting with {:?} (the lease sets' membership rows), {:?} (handover requests) or {:?} (preferred candidates), and {:?} (the table's marker row), are reserved",
             reserved.as_str(),
             picolease::sql::MEMBER_PREFIX,
             picolease::sql::HANDOVER_PREFIX,
-            picolease::sql::PREFERRED_PREFIX
+            picolease::sql::PREFERRED_PREFIX,
+            picolease::sql::TABLE_MARKER
         )));
     }
     let rank = Rank::new(args.priority, args.version_tag.as_deref()).map_err(CliError::usage)?;
