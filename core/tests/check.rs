@@ -59,9 +59,10 @@ fn across_a_failover(depth: Option<usize>) {
     exhaustive_at(&bounds, depth.is_none());
 }
 
-/// Every path of up to 28 steps across a failover (CI; 32 steps: 2.3
-/// million states, 23 s; 40: 4.6 million, 46 s). The planted bug that
-/// ignores the incarnation is found at 22 (`check_mutants.rs`).
+/// Every path of up to 28 steps across a failover (CI: 1,412,428 states,
+/// 10.3 s in a release build; DESIGN §6 has the figures). The planted
+/// bugs that ignore the incarnation or the table's marker are found
+/// after 5 steps (`check_mutants.rs`).
 #[test]
 fn two_nodes_hold_every_property_across_a_failover_up_to_28_steps() {
     across_a_failover(Some(28));
@@ -80,8 +81,8 @@ fn two_nodes_hold_every_property_across_a_failover_that_loses_writes() {
 /// second standby possibly lacking what the first wrote after its
 /// promotion, two faults per path. No epoch the current server writes is
 /// one an earlier server issued, besides every other property. Every path
-/// of up to 16 steps in CI (the planted constant jump is found at 8,
-/// `check_mutants.rs`); deeper with `picolease check --nodes 2
+/// of up to 16 steps in CI (the planted constant jump is found after 7
+/// steps, `check_mutants.rs`); deeper with `picolease check --nodes 2
 /// --failovers 2 --depth 24`.
 #[test]
 fn two_nodes_hold_every_property_across_two_failovers_up_to_16_steps() {

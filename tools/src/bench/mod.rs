@@ -15,6 +15,7 @@
 //! | planned handover | the leader's `hand_over(successor's node)` to the successor's leadership | — (compared with the clean handover's p50) |
 //! | crash lag | the row's expiry (read right after the crash) to the successor's leadership | — |
 
+mod cluster;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod planned;
@@ -50,6 +51,11 @@ pub trait Probe {
     /// nothing to connect to (SQLite) or the server refuses it (a plain
     /// attempt at a server that takes only TLS).
     fn connect(&mut self, plain: bool) -> Result<Option<Duration>, CliError>;
+    /// The commit stall a lost node would cause, on a Galera node
+    /// (`cluster::stall`); `None` elsewhere.
+    fn cluster_stall(&mut self) -> Result<Option<Duration>, CliError> {
+        Ok(None)
+    }
 }
 
 /// Times one connection's set-up on `runtime`, closing it with `close`
@@ -222,6 +228,7 @@ fn measure(
         connect,
         connect_plain,
         ttl: TTL,
+        cluster_stall: probe.cluster_stall()?,
     })
 }
 

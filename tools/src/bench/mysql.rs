@@ -182,6 +182,14 @@ impl Probe for MysqlProbe {
             .map_err(|e| CliError::runtime(format!("bench: dropping {table}: {e}")))
     }
 
+    /// On a Galera node, the stall a lost node causes
+    /// (`picolease::mysql::galera_commit_stall`).
+    fn cluster_stall(&mut self) -> Result<Option<Duration>, CliError> {
+        self.runtime
+            .block_on(picolease::mysql::galera_commit_stall(&mut self.a))
+            .map_err(failed)
+    }
+
     fn connect(&mut self, plain: bool) -> Result<Option<Duration>, CliError> {
         let connector = if plain {
             let tls = picolease::mysql::MysqlTls {

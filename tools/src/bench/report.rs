@@ -33,6 +33,9 @@ pub struct Figures {
     pub connect_plain: Vec<Duration>,
     /// The ttl the contenders ran with.
     pub ttl: Duration,
+    /// On a Galera node, the commit stall a lost node causes
+    /// (`super::cluster`); the recommendation covers it.
+    pub cluster_stall: Option<Duration>,
 }
 
 /// The `q`-quantile (nearest rank) in milliseconds.
@@ -64,12 +67,17 @@ fn max(samples: &[Duration]) -> f64 {
 /// seen (the request timeout defaults to the interval, so a renew that
 /// slow still lands), and is at least 100 ms; the ttl is four intervals,
 /// the default shape, so one lost renewal and one slow one still keep the
-/// lease. Rounded up to 50 ms.
+/// lease. Rounded up to 50 ms. On a Galera node the ttl also covers the
+/// commit stall of a lost node (`super::cluster::ttl_through`).
 pub fn recommend(figures: &Figures) -> (u64, u64) {
     let worst = max(&figures.renew)
         .max(quantile_ms(&figures.rtt, 0.99))
         .max(0.0);
-    let interval = ((worst * 10.0 / 50.0).ceil() as u64 * 50).max(100);
+    let mut interval = ((worst * 10.0 / 50.0).ceil() as u64 * 50).max(100);
+    if let Some(stall) = figures.cluster_stall {
+        let through = super::cluster::ttl_through(stall);
+        interval = interval.max((through / 4).div_ceil(50) * 50);
+    }
     (interval * 4, interval)
 }
 
@@ -194,8 +202,20 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
             _ => "",
         }
     );
+    if let Some(stall) = figures.cluster_stall {
+        println!(
+            "Galera: losing any node stalls every commit until it is evicted, about {:.1}s here (evs.suspect_timeout + 1.5s); a leader keeps its term through it at a ttl of 4/3 of that, {}ms or more (docs/operations.md §8)",
+            stall.as_secs_f64(),
+            super::cluster::ttl_through(stall)
+        );
+    }
     println!(
-        "recommended: --ttl {ttl}ms --interval {interval}ms (interval: 10x the slowest renewal, at least 100ms; ttl: 4 intervals)"
+        "recommended: --ttl {ttl}ms --interval {interval}ms (interval: 10x the slowest renewal, at least 100ms{}; ttl: 4 intervals)",
+        if figures.cluster_stall.is_some() {
+            ", and a ttl through a Galera node's eviction"
+        } else {
+            ""
+        }
     );
     println!("reproduce: {COMMAND}");
 }
