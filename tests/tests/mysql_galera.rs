@@ -70,7 +70,7 @@ fn clock_offset(galera: &Galera, i: usize) -> f64 {
 }
 
 fn three_nodes(server_ids: [u32; 3]) -> Galera {
-    let galera = Galera::start(&[
+    let nodes = [
         Node {
             server_id: server_ids[0],
             skew: None,
@@ -83,7 +83,15 @@ fn three_nodes(server_ids: [u32; 3]) -> Galera {
             server_id: server_ids[2],
             skew: Some("+1.5s"),
         },
-    ]);
+    ];
+    // A node that does not come up (a joiner's state transfer on a loaded
+    // machine, a port another test took between its probe and the bind)
+    // says nothing about picolease: the cluster is started once more, its
+    // first try's servers stopped and removed as it unwound.
+    let galera = std::panic::catch_unwind(|| Galera::start(&nodes)).unwrap_or_else(|_| {
+        eprintln!("the cluster did not come up; starting it again");
+        Galera::start(&nodes)
+    });
     let skew = clock_offset(&galera, 2);
     eprintln!("the third node's clock is {skew:+.3}s off");
     assert!(

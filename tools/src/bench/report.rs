@@ -204,7 +204,7 @@ pub fn print(figures: &Figures, backend: &Backend, json: bool, took: Duration) {
     );
     if let Some(stall) = figures.cluster_stall {
         println!(
-            "Galera: losing any node stalls every commit until it is evicted, about {:.1}s here (evs.suspect_timeout + 1.5s); a leader keeps its term through it at a ttl of 4/3 of that, {}ms or more (docs/operations.md §8)",
+            "Galera: losing any node stalls every commit until it is evicted, about {:.1}s here (evs.suspect_timeout + 2s); a leader keeps its term through it at a ttl of 4/3 of that, {}ms or more (docs/operations.md §8)",
             stall.as_secs_f64(),
             super::cluster::ttl_through(stall)
         );
