@@ -77,6 +77,19 @@ impl Leading {
     }
 }
 
+/// A successor's term, as far as a fence can tell: a forced release of
+/// `name` bumps its epoch.
+async fn end_the_term(admin: &tokio_postgres::Client, table: &picolease::TableName, name: &str) {
+    picolease::postgres::force_release(
+        admin,
+        table,
+        &LeaseName::new(name).unwrap(),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+}
+
 /// Drops what [`Leading::start`] made.
 async fn finish(admin: &tokio_postgres::Client, table: &picolease::TableName, jobs: &str) {
     admin
@@ -114,14 +127,7 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
 
     // A successor's term (a forced release bumps the epoch): the same
     // write, fenced by the old term, changes nothing.
-    picolease::postgres::force_release(
-        &admin,
-        &table,
-        &LeaseName::new("sqlx").unwrap(),
-        std::time::Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    end_the_term(&admin, &table, "sqlx").await;
     let mut tx = conn.begin().await.unwrap();
     let stale = bind_pg_fence(
         sqlx::query(AssertSqlSafe(update.clone())).bind(7i64),
@@ -197,14 +203,7 @@ async fn sqlx_postgres_tells_an_empty_bulk_delete_from_a_lost_term() {
         "the term holds; nothing had expired"
     );
 
-    picolease::postgres::force_release(
-        &admin,
-        &table,
-        &LeaseName::new("sqlx_check").unwrap(),
-        std::time::Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    end_the_term(&admin, &table, "sqlx_check").await;
     assert_eq!(
         checked_pass(&mut conn, &fence, &delete, time_left()).await,
         None,
@@ -252,14 +251,7 @@ async fn deadpool_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothin
         1,
         "the leader's write goes through"
     );
-    picolease::postgres::force_release(
-        &admin,
-        &table,
-        &LeaseName::new("deadpool").unwrap(),
-        std::time::Duration::from_secs(10),
-    )
-    .await
-    .unwrap();
+    end_the_term(&admin, &table, "deadpool").await;
     assert_eq!(write(fence).await, 0, "a stale fence refuses the write");
 
     lease.shutdown().await.unwrap();

@@ -185,7 +185,7 @@ impl Builder<'_> {
     }
 
     /// The table as SQL, schema-qualified when it has a schema.
-    fn qualified_table(&self) -> String {
+    pub(super) fn qualified_table(&self) -> String {
         // Identifiers are validated (letters, digits, underscores).
         match self.table.schema() {
             Some(schema) => format!("\"{schema}\".\"{}\"", self.table.table()),

@@ -65,11 +65,11 @@ impl Builder<'_> {
         }
     }
 
-    /// The table, qualified by its schema.
+    /// The table, qualified by its schema, quoted for the dialect.
     fn table_plain(&self) -> String {
-        match self.table.schema() {
-            Some(schema) => format!("{}.{}", self.ident(schema), self.ident(self.table.table())),
-            None => self.ident(self.table.table()),
+        match self.dialect {
+            Dialect::Mysql => self.mysql_table(),
+            Dialect::Sqlite | Dialect::Postgres => self.qualified_table(),
         }
     }
 

@@ -36,7 +36,7 @@ const BY_KEY: &str = "FORCE INDEX (PRIMARY)";
 
 impl Builder<'_> {
     /// The table as SQL, schema-qualified (`database.table`) when it has one.
-    fn mysql_table(&self) -> String {
+    pub(super) fn mysql_table(&self) -> String {
         // Identifiers are validated (letters, digits, underscores).
         match self.table.schema() {
             Some(schema) => format!("`{schema}`.`{}`", self.table.table()),
