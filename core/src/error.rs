@@ -107,6 +107,16 @@ pub enum ConfigError {
         /// The name given (cut at 80 characters).
         name: String,
     },
+    /// A restart policy that cannot work ([`crate::supervision::RestartPolicy`]).
+    #[error("{field} {value}: {problem}")]
+    BadRestartPolicy {
+        /// "restart period" or "restart backoff".
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// A table name that is not a plain (optionally schema-qualified) identifier.
     #[error("table name {value:?} {problem}")]
     BadTableName {

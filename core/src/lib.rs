@@ -45,6 +45,7 @@ pub mod set;
 pub mod sim;
 pub mod sql;
 mod state;
+pub mod supervision;
 mod time;
 
 pub use config::{Config, SetConfig, DB_CLOCK_RESOLUTION};

@@ -137,11 +137,18 @@ pub enum Demotion {
     /// A planned handover: the work stops and the row goes to a named
     /// node (or is released) while this node stays a follower.
     HandedOver,
+    /// This node's health probe failed, and it handed the lease to a
+    /// healthy candidate (DESIGN §5 "Work that fails").
+    Unhealthy,
+    /// The work failed more often than its restart policy allows, and
+    /// the node handed the lease over (or released it) to stand aside for
+    /// a cool-down (DESIGN §5 "Work that fails").
+    Escalated,
 }
 
 impl Demotion {
     /// The reason as the CLI prints it: `lost`, `expired`, `released`,
-    /// `error`, `clock`, `handover`.
+    /// `error`, `clock`, `handover`, `unhealthy`, `escalated`.
     pub fn as_str(self) -> &'static str {
         match self {
             Demotion::Lost => "lost",
@@ -150,6 +157,8 @@ impl Demotion {
             Demotion::Error => "error",
             Demotion::Clock => "clock",
             Demotion::HandedOver => "handover",
+            Demotion::Unhealthy => "unhealthy",
+            Demotion::Escalated => "escalated",
         }
     }
 }

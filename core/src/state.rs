@@ -10,6 +10,8 @@ use crate::protocol::{Command, Demotion, Failure, Leadership, Operation, Reply, 
 use crate::sql::LeaseRow;
 use crate::time::{nanos, Instant};
 
+mod health;
+
 /// The statement in flight (at most one per lease).
 #[derive(Clone, Copy, Debug)]
 struct InFlight {
@@ -124,6 +126,12 @@ pub struct LeaseState {
     announcement: Option<String>,
     /// When a follower with an announcement next sends it.
     next_announce: Instant,
+    /// What this node's health probe last said (DESIGN §5 "Work that
+    /// fails"): `None` until a probe reports, and then a node that is
+    /// healthy announces itself as a candidate whatever its rank.
+    probe: Option<bool>,
+    /// After its work escalated: until when the node stands aside.
+    cool_down_until: Option<Instant>,
     /// The live candidate the leader's last renewal read, whatever its
     /// rank: where [`LeaseState::handle_hand_over_to_preferred`] sends
     /// the lease.
@@ -170,11 +178,9 @@ impl LeaseState {
     pub(crate) fn own_row(config: Config, now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let reservation = config.holder.reservation();
-        let announcement = if config.rank.is_lowest() {
-            None
-        } else {
-            config.candidate().announcement()
-        };
+        // Built whatever the rank: a node at the lowest rank announces it
+        // only while a health probe says it is healthy (`announces`).
+        let announcement = config.candidate().announcement();
         Ok(LeaseState {
             validity: config.local_validity(),
             rng: config.seed ^ 0x9e37_79b9_7f4a_7c15,
@@ -190,6 +196,8 @@ impl LeaseState {
             reservation,
             announcement,
             next_announce: now,
+            probe: None,
+            cool_down_until: None,
             preferred: None,
             db_clock: None,
             contending: true,
@@ -228,7 +236,10 @@ impl LeaseState {
 
     /// This contender's announcement as a candidate
     /// ([`crate::Candidate::announcement`]), what the driver binds to an
-    /// [`Operation::Announce`]; `None` with the lowest rank.
+    /// [`Operation::Announce`], whether or not it announces now: with the
+    /// lowest rank it announces only while a health probe says it is
+    /// healthy (DESIGN §5 "Work that fails"), and a driver binds the text
+    /// once, at its start. `None` only when the text would not fit.
     pub fn announcement(&self) -> Option<&str> {
         self.announcement.as_deref()
     }
@@ -307,6 +318,11 @@ impl LeaseState {
                 None => self.next_attempt,
             }),
         };
+        // A cool-down's end is a change of health the machine acts on.
+        let deadline = match (deadline, self.cool_down_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match (deadline, request) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -362,7 +378,7 @@ impl LeaseState {
             Reply::CandidateSeen { candidate }
                 if matches!(req.operation, Operation::Renew { .. }) =>
             {
-                let to = self.yield_to(&candidate);
+                let to = self.yield_to(now, &candidate);
                 self.preferred = Some(candidate);
                 (Reply::Accepted, to.map(Some))
             }
@@ -385,7 +401,13 @@ impl LeaseState {
             ) => {
                 self.observe(holder, epoch);
                 let poll = req.sent_at + self.poll_delay();
-                self.next_attempt = poll.min(Self::expiry_seen(req.sent_at, expires_in));
+                let expiry = Self::expiry_seen(req.sent_at, expires_in);
+                self.next_attempt = match self.degraded_wait(now) {
+                    // An unhealthy follower leaves the lapsed row to the
+                    // healthy ones for a while (DESIGN §5).
+                    Some(wait) => expiry + wait,
+                    None => poll.min(expiry),
+                };
             }
             // A renew is only sent while leading at its epoch, and with one
             // request in flight the standing can only have changed since by
@@ -441,6 +463,9 @@ impl LeaseState {
                     }
                 }
                 self.next_attempt = (req.sent_at + self.poll_delay()).max(now);
+                if let Some(wait) = self.degraded_wait(now) {
+                    self.next_attempt = self.next_attempt.max(now + wait);
+                }
                 // After a plain release the others get the first try; a
                 // reservation keeps this node out by itself, and must not
                 // make it miss a handover back to it.
@@ -471,6 +496,11 @@ impl LeaseState {
     /// ([`HolderId::reserved_for`]), or with `None` release it. The node
     /// stays a follower. Returns whether it led, and so hands over.
     pub fn handle_hand_over(&mut self, now: Instant, to: Option<HolderId>) -> bool {
+        self.hand_over_because(now, to, Demotion::HandedOver)
+    }
+
+    /// [`LeaseState::handle_hand_over`], published with `reason`.
+    fn hand_over_because(&mut self, now: Instant, to: Option<HolderId>, reason: Demotion) -> bool {
         if self.phase != Phase::Electing {
             return false;
         }
@@ -485,7 +515,7 @@ impl LeaseState {
         // ended term's deadline: work that stops within the lease must
         // not cost the successor a ttl.
         self.release_by = Some(deadline);
-        self.demote(Demotion::HandedOver);
+        self.demote(reason);
         self.hand_over = Some(HandOver { epoch, to });
         self.advance(now);
         true
@@ -660,7 +690,9 @@ impl LeaseState {
     /// notice (its own release's, above all, which SQLite's file watch and
     /// PostgreSQL's LISTEN report too) does not make it try at once.
     fn stepped_aside(&self, now: Instant) -> bool {
-        self.hand_over.is_some() || self.aside_until.is_some_and(|until| now < until)
+        self.hand_over.is_some()
+            || self.aside_until.is_some_and(|until| now < until)
+            || (self.standing == Standing::Follower && self.degraded_wait(now).is_some())
     }
 
     /// A reading of the database clock, `db_millis`, taken by a statement
@@ -860,6 +892,7 @@ impl LeaseState {
 
     /// Sends whatever is due, if nothing is in flight.
     fn advance(&mut self, now: Instant) {
+        self.end_cool_down(now);
         if self.in_flight.is_some() {
             return;
         }
@@ -903,6 +936,7 @@ impl LeaseState {
     /// that does not contend.
     fn announce_due_at(&self) -> Option<Instant> {
         let announces = self.announcement.is_some()
+            && self.announces()
             && self.contending
             && self.standing == Standing::Follower
             && self.hand_over.is_none();
@@ -911,10 +945,12 @@ impl LeaseState {
 
     /// The reservation to hand the lease to when a leader sees `candidate`:
     /// its node's, if it outranks this node ([`crate::rank::yields_to`])
-    /// and runs on another ([`crate::Candidate::successor_from`]).
-    fn yield_to(&self, candidate: &crate::Candidate) -> Option<HolderId> {
-        let outranks =
-            crate::rank::yields_to(&self.config.rank, &candidate.rank) || self.yields_to_anyone();
+    /// or this node is unhealthy (a candidate announces only while
+    /// healthy), and runs on another ([`crate::Candidate::successor_from`]).
+    fn yield_to(&self, now: Instant, candidate: &crate::Candidate) -> Option<HolderId> {
+        let outranks = crate::rank::yields_to(&self.config.rank, &candidate.rank)
+            || self.yields_to_anyone()
+            || self.yields_for_health(now);
         outranks
             .then(|| candidate.successor_from(self.config.holder.node()))
             .flatten()
@@ -963,6 +999,15 @@ impl LeaseState {
     fn yields_to_anyone(&self) -> bool {
         #[cfg(feature = "mutants")]
         if self.mutation == Mutation::YieldToAnyCandidate {
+            return true;
+        }
+        false
+    }
+
+    /// False: an unhealthy leader does not ignore its health.
+    fn ignores_own_health(&self) -> bool {
+        #[cfg(feature = "mutants")]
+        if self.mutation == Mutation::IgnoresOwnHealth {
             return true;
         }
         false
@@ -1069,6 +1114,10 @@ pub enum Mutation {
     /// a failover lost leads at once on the new server, while the lost
     /// term's holder still runs.
     FirstRowUnguarded,
+    /// (o) A leader ignores its own health (consulted by `LeaseState`):
+    /// unhealthy, it neither yields to a healthy candidate nor hands over
+    /// when its work escalates, so the work stays where it cannot run.
+    IgnoresOwnHealth,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature
@@ -1099,6 +1148,8 @@ pub(crate) struct Snapshot {
     pub(crate) next_announce: Option<Instant>,
     /// The candidate the last renewal read.
     pub(crate) preferred: Option<HolderId>,
+    /// What the health probe last said, and the end of a cool-down.
+    pub(crate) health: (Option<bool>, Option<Instant>),
 }
 
 #[cfg(feature = "sim")]
@@ -1127,6 +1178,7 @@ impl LeaseState {
             aside_until: self.aside_until,
             next_announce: self.announce_due_at(),
             preferred: self.preferred.as_ref().map(|c| c.holder.clone()),
+            health: (self.probe, self.cool_down_until),
         }
     }
 }

@@ -65,6 +65,7 @@ pub mod set;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod snapshots;
 mod subscription;
+pub mod supervise;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url;
 mod view;

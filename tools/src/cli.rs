@@ -84,7 +84,7 @@ pub enum Command {
     /// "observed" (+ "holder": another holder or null, "epoch"); "child" (+
     /// "pid": CMD's pid and process group, "epoch"); "child_exit" (+ "pid",
     /// "epoch", and "code" or "signal", e.g. "SIGKILL").
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Administrative: free a lease and bump its epoch, fencing out its
     /// holder (--name N --force); or, after a failover or a restore the
     /// database could not detect, put every lease into a grace period
@@ -345,7 +345,68 @@ pub struct RunArgs {
     /// election loop is wedged).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// `on-failure`: a CMD that fails by itself (a non-zero exit or a
+    /// signal it was not sent) starts again in the same term after a
+    /// backoff (--restart-backoff, doubling up to 30s), and past
+    /// --restart-limit the lease is handed to another node (the live
+    /// candidate the last renewal read, else released) and this node
+    /// stands aside for --cool-down (DESIGN §5 "Work that fails"). `no`
+    /// (the default): a CMD that exits by itself ends a lone lease's run
+    /// with its status, and gives a set's lease up.
+    #[arg(long, value_name = "POLICY", default_value = "no", value_parser = ["no", "on-failure"])]
+    pub restart: String,
+    /// With --restart on-failure: at most N restarts within PERIOD; one
+    /// more failure escalates.
+    #[arg(long, value_name = "N/PERIOD", default_value = "3/60s", value_parser = parse_restart_limit)]
+    pub restart_limit: RestartLimit,
+    /// With --restart on-failure: the wait before the first restart.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub restart_backoff: Duration,
+    /// How long a node whose CMD escalated stands aside: it counts as
+    /// unhealthy (announces nothing, leaves a lapsed lease to healthy
+    /// nodes for two intervals, and a degraded leader of its own keeps the
+    /// lease only while no healthy node is there).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub cool_down: Duration,
+    /// A health probe, run with `sh -c` every --health-interval: exit 0
+    /// within --health-timeout is healthy. Unhealthy, a follower announces
+    /// nothing and leaves a lapsed lease to healthy nodes for two
+    /// intervals, and a leader hands the lease to a healthy live
+    /// candidate (healthy nodes with a probe announce themselves); with no
+    /// healthy node one still leads. One --name only (lease sets do not
+    /// weigh health yet).
+    #[arg(long, value_name = "CMD")]
+    pub health_cmd: Option<String>,
+    /// How often the probe runs (default: the interval).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub health_interval: Option<Duration>,
+    /// How long one run of the probe may take (default: the health
+    /// interval); longer is unhealthy, and the probe is killed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub health_timeout: Option<Duration>,
     /// The command to run while leader (under the guard; see above).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `--restart-limit N/PERIOD`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RestartLimit {
+    /// Restarts allowed within the period.
+    pub restarts: u32,
+    /// The period.
+    pub period: Duration,
+}
+
+/// Parses `3/60s`.
+fn parse_restart_limit(text: &str) -> Result<RestartLimit, String> {
+    let bad =
+        || format!("{text:?} is not N/PERIOD (e.g. 3/60s: at most 3 restarts within 60 seconds)");
+    let (count, period) = text.split_once('/').ok_or_else(bad)?;
+    let restarts = count.trim().parse::<u32>().map_err(|_| bad())?;
+    let period = parse_duration(period)?;
+    if period.is_zero() {
+        return Err(format!("{text:?}: the period must be above zero"));
+    }
+    Ok(RestartLimit { restarts, period })
 }

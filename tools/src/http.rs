@@ -22,6 +22,7 @@ use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::backend::View;
 use crate::failure::CliError;
+use crate::term::probe::WorkHealth;
 
 /// Bucket bounds of `picolease_statement_duration_seconds`, in seconds.
 const STATEMENT_BUCKETS: [f64; 14] = [
@@ -99,13 +100,26 @@ impl Listener {
 pub struct Source {
     view: View,
     names: BTreeSet<String>,
+    /// The probe's verdict and CMD's failures (DESIGN §5 "Work that
+    /// fails"), for `/healthz`.
+    work: Arc<WorkHealth>,
 }
 
 impl Source {
     /// `view` of a contender for `names`.
     pub fn new(view: View, names: &[LeaseName]) -> Self {
         let names = names.iter().map(|n| n.as_str().to_string()).collect();
-        Source { view, names }
+        Source {
+            view,
+            names,
+            work: Arc::default(),
+        }
+    }
+
+    /// What `/healthz` reports of the work: `run`'s.
+    pub fn with_work(mut self, work: Arc<WorkHealth>) -> Self {
+        self.work = work;
+        self
     }
 }
 
@@ -115,6 +129,7 @@ impl From<Snapshots> for Source {
         Source {
             view: View::Lease(snapshots),
             names: BTreeSet::new(),
+            work: Arc::default(),
         }
     }
 }
@@ -159,10 +174,25 @@ fn respond(request: Request, source: &Source, metrics: &PrometheusHandle) {
             body(code, value)
         }
         "/healthz" => {
-            let (code, value) = match &source.view {
+            let (code, mut value) = match &source.view {
                 View::Lease(snapshots) => lease_healthz(&snapshots.snapshot()),
                 View::Set(snapshots) => set_healthz(&snapshots.snapshot()),
             };
+            // The work's health rides along; the status code stays the
+            // loop's (a probe that fails moves the lease, it does not ask
+            // for a restart of the process).
+            let (probe, failures) = source.work.read();
+            if let Some(object) = value.as_object_mut() {
+                object.insert(
+                    "healthy".into(),
+                    json!(probe.as_ref().is_none_or(|(healthy, _)| *healthy)),
+                );
+                object.insert(
+                    "health_reason".into(),
+                    json!(probe.map(|(_, reason)| reason)),
+                );
+                object.insert("work_failures".into(), json!(failures));
+            }
             body(code, value)
         }
         _ => text(404, "not found: try /metrics, /leader or /healthz\n".into()),

@@ -385,6 +385,14 @@ impl Ctx<'_> {
             None => out.push(-9),
         }
         out.push(self.holder(s.preferred.as_ref().map(|h| h.as_str())));
+        // Health (DESIGN §5 "Work that fails"): the probe's verdict, and a
+        // cool-down's end while still ahead.
+        let (probe, cool_down) = s.health;
+        out.push(probe.map_or(-9, i64::from));
+        match cool_down {
+            Some(until) if until > n.now() => out.push(self.local(n, until)),
+            _ => out.push(-9),
+        }
         match s.shutting_down {
             None => out.push(-9),
             Some(release) => out.push(self.epoch(release)),

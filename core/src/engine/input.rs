@@ -34,6 +34,25 @@ pub enum Input {
     /// A set's node gives the lease up (a lone lease's handle has no such
     /// call; one is ignored).
     GiveUp(LeaseName),
+    /// What this node's health probe says (DESIGN §5 "Work that fails"):
+    /// a lone lease's machine acts on it
+    /// ([`LeaseState::handle_health`]); a set does not yet (ignored).
+    Health {
+        /// True when the probe passed.
+        healthy: bool,
+    },
+    /// A lease's work failed past its restart policy
+    /// ([`crate::supervision::Verdict::Escalate`]): the lease goes to
+    /// another node and this one stands aside for `cool_down`
+    /// ([`LeaseState::handle_work_escalated`]; a set gives that lease up
+    /// and rests from it, [`LeaseSet::handle_work_escalated`]).
+    WorkEscalated {
+        /// The lease (a lone lease's own, or `None` for it; a set's
+        /// lease).
+        lease: Option<LeaseName>,
+        /// How long the node stands aside.
+        cool_down: std::time::Duration,
+    },
     /// The lease's stopped work has returned. A lone lease's driver joins
     /// it before the next [`Statement::Row`](super::Statement::Row)
     /// instead, so a lone lease ignores it.
@@ -108,9 +127,18 @@ fn lease_input(state: &mut LeaseState, now: Instant, input: Input) {
         }
         Input::NoticesLost => state.handle_release_notice(now),
         Input::Changed(Some(row)) => state.handle_row_observed(now, &row),
+        Input::Health { healthy } => state.handle_health(now, healthy),
+        Input::WorkEscalated { lease, cool_down }
+            if lease
+                .as_ref()
+                .is_none_or(|lease| lease == &state.config().lease) =>
+        {
+            state.handle_work_escalated(now, cool_down)
+        }
         // Nothing read: nothing to tell. A set's hand-over names its lease;
         // a lone lease gives nothing up, and joins its stopped work itself.
         Input::Changed(None)
+        | Input::WorkEscalated { .. }
         | Input::HandOver { lease: Some(_), .. }
         | Input::GiveUp(_)
         | Input::WorkStopped(_) => {}
@@ -134,6 +162,12 @@ fn set_input(set: &mut LeaseSet, now: Instant, input: Input) {
             let _handed = set.handle_leave(now);
         }
         Input::GiveUp(lease) => set.handle_give_up(now, lease.as_str()),
+        Input::WorkEscalated {
+            lease: Some(lease),
+            cool_down,
+        } => set.handle_work_escalated(now, lease.as_str(), cool_down),
+        // Not yet: a set's members do not weigh health in the share.
+        Input::Health { .. } | Input::WorkEscalated { lease: None, .. } => {}
         Input::WorkStopped(lease) => set.handle_work_stopped(now, lease.as_str()),
         Input::Answer {
             request,

@@ -119,7 +119,8 @@ impl Engine {
     }
 
     /// A lone lease's announcement as a candidate (DESIGN §3 "Preferred
-    /// holders"; `""` when it announces nothing, and for a set).
+    /// holders"), the text it binds whenever it announces (`""` when it
+    /// would not fit, and for a set).
     pub fn announcement(&self) -> &str {
         match self {
             Engine::Lease(state) => state.announcement().unwrap_or(""),

@@ -499,6 +499,26 @@ impl LeaseSet {
     /// because its work ended by itself. The node stays in the set: the
     /// share may bring the lease back to it, or to another node, later.
     pub fn handle_give_up(&mut self, now: Instant, lease: &str) {
+        let rest = self.template.ttl;
+        self.give_up_for(now, lease, rest);
+    }
+
+    /// `lease`'s work failed past its restart policy (DESIGN §5 "Work that
+    /// fails"): the node gives it up as [`LeaseSet::handle_give_up`] does
+    /// and leaves it alone for `cool_down` (at least a ttl), so the share
+    /// moves it to another member meanwhile.
+    pub fn handle_work_escalated(
+        &mut self,
+        now: Instant,
+        lease: &str,
+        cool_down: std::time::Duration,
+    ) {
+        let rest = cool_down.max(self.template.ttl);
+        self.give_up_for(now, lease, rest);
+    }
+
+    /// Gives `lease` up and rests from it for `rest`.
+    fn give_up_for(&mut self, now: Instant, lease: &str, rest: std::time::Duration) {
         if self.finished {
             return;
         }
@@ -510,7 +530,7 @@ impl LeaseSet {
             let slot = &mut self.slots[i];
             if i != self.member && slot.machine.leadership().is_leader() && !slot.yielding {
                 slot.yielding = true;
-                let until = now + self.template.ttl;
+                let until = now + rest;
                 slot.rest_until = Some(until);
                 let at = self.wakeups.partition_point(|&t| t < until);
                 self.wakeups.insert(at, until);

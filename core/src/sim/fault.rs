@@ -36,6 +36,13 @@ pub enum FaultKind {
     /// leads, hands the lease to the next node (by index, wrapping) and
     /// goes on as a follower; `handover@12s`.
     HandOver,
+    /// The node's health probe fails for the duration (DESIGN §5 "Work
+    /// that fails"); `unhealthy:0@10s+20s`.
+    Unhealthy(Duration),
+    /// The node's work fails past its restart policy: it escalates and
+    /// stands aside for [`crate::sim::SimConfig::cool_down`];
+    /// `escalate@12s`.
+    Escalate,
 }
 
 /// One fault at a real (virtual) time.
@@ -51,7 +58,7 @@ pub struct Fault {
 
 /// A fault list that does not parse; names the offending item.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("fault {item:?}: {problem} (expected KIND[:NODE]@TIME[+DURATION], e.g. crash@3s, pause:1@10s+12s, partition@20s+5s, shutdown@30s, restart@40s, failover@50s+2s, handover@60s)")]
+#[error("fault {item:?}: {problem} (expected KIND[:NODE]@TIME[+DURATION], e.g. crash@3s, pause:1@10s+12s, partition@20s+5s, shutdown@30s, restart@40s, failover@50s+2s, handover@60s, unhealthy:0@10s+20s, escalate@12s)")]
 pub struct FaultParseError {
     /// The item that failed.
     pub item: String,
@@ -121,8 +128,10 @@ impl Fault {
                 "partition" => FaultKind::Partition(needs(duration)?),
                 "failover" => FaultKind::Failover(needs(duration)?),
                 "handover" => FaultKind::HandOver,
+                "unhealthy" => FaultKind::Unhealthy(needs(duration)?),
+                "escalate" => FaultKind::Escalate,
                 _ => return Err(fail(
-                    "unknown KIND (crash, restart, shutdown, pause, partition, failover, handover)",
+                    "unknown KIND (crash, restart, shutdown, pause, partition, failover, handover, unhealthy, escalate)",
                 )),
             };
         Ok(Fault { at, target, kind })
@@ -139,6 +148,8 @@ impl fmt::Display for Fault {
             FaultKind::Partition(d) => ("partition", Some(d)),
             FaultKind::Failover(d) => ("failover", Some(d)),
             FaultKind::HandOver => ("handover", None),
+            FaultKind::Unhealthy(d) => ("unhealthy", Some(d)),
+            FaultKind::Escalate => ("escalate", None),
         };
         f.write_str(kind)?;
         if let Target::Node(n) = self.target {

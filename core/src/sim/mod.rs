@@ -87,6 +87,13 @@ pub struct SimConfig {
     /// `ranks[n]`; the lowest rank for nodes past the end (the default:
     /// nobody announces).
     pub ranks: Vec<Rank>,
+    /// Every node has a health probe (DESIGN §5 "Work that fails"), which
+    /// reports healthy as the node starts, so healthy nodes announce
+    /// themselves; `unhealthy` faults fail it for a while.
+    pub probes: bool,
+    /// How long a node whose work escalated (an `escalate` fault) stands
+    /// aside.
+    pub cool_down: Duration,
 }
 
 impl SimConfig {
@@ -107,6 +114,8 @@ impl SimConfig {
             stop_lead: Duration::ZERO,
             node_name: None,
             ranks: Vec::new(),
+            probes: false,
+            cool_down: Duration::from_secs(60),
         }
     }
 
@@ -178,6 +187,11 @@ enum Event {
     Resume {
         node: usize,
     },
+    /// An `unhealthy` fault's probe passes again.
+    Healthy {
+        node: usize,
+        incarnation: u32,
+    },
 }
 
 struct Node {
@@ -217,6 +231,9 @@ pub struct Simulation {
     down_order: Vec<usize>,
     /// Per fault: the replica a failover fault comes back with, once taken.
     replicas: Vec<Option<ModelReplica>>,
+    /// A bug planted in every node's machine (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    node_mutation: crate::state::Mutation,
 }
 
 impl Simulation {
@@ -241,6 +258,8 @@ impl Simulation {
             down_order: Vec::new(),
             replicas: Vec::new(),
             rng: SimRng::new(0),
+            #[cfg(feature = "mutants")]
+            node_mutation: crate::state::Mutation::None,
             config,
         };
         for n in 0..sim.config.nodes {
@@ -353,6 +372,11 @@ impl Simulation {
             },
             Event::Replicate(i) => self.replicas[i] = Some(self.db.replica()),
             Event::Resume { node } => self.resume(node),
+            Event::Healthy { node, incarnation } => {
+                if self.nodes[node].incarnation == incarnation {
+                    self.set_health(node, true);
+                }
+            }
         }
         self.check_validity();
         true
@@ -408,6 +432,10 @@ impl Simulation {
         n.abandoned_upto = 0;
         let now = Instant::from_nanos(n.clock.local(self.now));
         n.state = Some(LeaseState::new(config, now)?);
+        #[cfg(feature = "mutants")]
+        if let Some(state) = n.state.as_mut() {
+            state.set_mutation(self.node_mutation);
+        }
         self.record(
             node,
             Happening::Started {
@@ -415,10 +443,27 @@ impl Simulation {
             },
         );
         if let Some(state) = self.nodes[node].state.as_mut() {
+            if self.config.probes {
+                state.handle_health(now, true);
+            }
             state.handle_timeout(now);
         }
         self.after_input(node);
         Ok(())
+    }
+
+    /// Node `node`'s probe says `healthy` (a paused node hears it when it
+    /// resumes: its probe ran, its machine did not).
+    fn set_health(&mut self, node: usize, healthy: bool) {
+        if self.nodes[node].state.is_none() {
+            return;
+        }
+        self.record(node, Happening::Health { healthy });
+        let now = self.local_now(node);
+        if let Some(state) = self.nodes[node].state.as_mut() {
+            state.handle_health(now, healthy);
+        }
+        self.after_input(node);
     }
 
     fn deliver(&mut self, node: usize, input: Input) {
@@ -731,6 +776,20 @@ impl Simulation {
                 }
                 self.after_input(node);
             }
+            FaultKind::Unhealthy(d) if running && !self.nodes[node].paused => {
+                self.set_health(node, false);
+                let incarnation = self.nodes[node].incarnation;
+                self.schedule(self.now + nanos(d), Event::Healthy { node, incarnation });
+            }
+            FaultKind::Escalate if running && !self.nodes[node].paused => {
+                self.record(node, Happening::Escalated);
+                let now = self.local_now(node);
+                let cool_down = self.config.cool_down;
+                if let Some(state) = self.nodes[node].state.as_mut() {
+                    state.handle_work_escalated(now, cool_down);
+                }
+                self.after_input(node);
+            }
             _ => self.record(
                 node,
                 Happening::FaultSkipped {
@@ -758,6 +817,21 @@ impl Simulation {
     #[doc(hidden)]
     pub fn set_db_mutation(&mut self, mutation: crate::state::Mutation) {
         self.db.set_mutation(mutation);
+    }
+
+    /// Plants a bug in every node's machine, from its next start on
+    /// (feature `mutants`), as [`Simulation::set_db_mutation`] does in
+    /// the database: the simulator's own tests show its properties catch
+    /// it. Call it before [`Simulation::run`].
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn set_node_mutation(&mut self, mutation: crate::state::Mutation) {
+        self.node_mutation = mutation;
+        for node in &mut self.nodes {
+            if let Some(state) = node.state.as_mut() {
+                state.set_mutation(mutation);
+            }
+        }
     }
 
     fn resume(&mut self, node: usize) {

@@ -82,6 +82,13 @@ pub enum Happening {
     Crashed,
     /// A clean shutdown began.
     ShutdownBegun,
+    /// The node's health probe changed its verdict (DESIGN §5).
+    Health {
+        /// The new verdict.
+        healthy: bool,
+    },
+    /// The node's work escalated: it stands aside for a cool-down.
+    Escalated,
     /// A planned handover was asked of the node (it hands over if it
     /// leads), to the reservation `to`.
     HandOverBegun {
@@ -532,6 +539,9 @@ impl fmt::Display for TraceEntry {
             Happening::HandOverBegun { to } => {
                 write!(f, "handing over to {}", to.as_deref().unwrap_or("anyone"))
             }
+            Happening::Health { healthy: true } => write!(f, "healthy (probe passes)"),
+            Happening::Health { healthy: false } => write!(f, "UNHEALTHY (probe fails)"),
+            Happening::Escalated => write!(f, "work escalated: standing aside"),
             Happening::Finished => write!(f, "finished"),
             Happening::FaultSkipped { fault } => write!(f, "fault {fault} skipped (no target)"),
             Happening::ServerReplaced { lost } => write!(

@@ -30,7 +30,9 @@ fn fault(duration: Duration, nodes: usize, ttl: Duration) -> impl Strategy<Value
         Just(FaultKind::Restart),
         Just(FaultKind::Shutdown),
         span.clone().prop_map(FaultKind::Pause),
-        span.prop_map(FaultKind::Partition),
+        span.clone().prop_map(FaultKind::Partition),
+        Just(FaultKind::Escalate),
+        span.prop_map(FaultKind::Unhealthy),
     ];
     (at, target, kind).prop_map(|(at, target, kind)| Fault { at, target, kind })
 }
@@ -68,6 +70,10 @@ pub fn faulty_cluster() -> impl Strategy<Value = SimConfig> {
                     stop_lead: Duration::ZERO,
                     node_name: None,
                     ranks: ranks(seed, nodes),
+                    // A third of the clusters probe their health (healthy
+                    // nodes then announce themselves, DESIGN §5).
+                    probes: seed % 3 == 0,
+                    cool_down: ttl * 3,
                 }
             },
         )
@@ -109,6 +115,8 @@ pub fn calm_cluster(fault: Option<FaultKind>) -> impl Strategy<Value = SimConfig
                     .collect(),
                 stop_lead: Duration::ZERO,
                 node_name: None,
+                probes: false,
+                cool_down: Duration::from_secs(60),
             }
         })
 }

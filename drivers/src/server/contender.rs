@@ -8,6 +8,7 @@
 //! ones written per scope, each over the shared one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use picolease_core::sql::Statements;
 use picolease_core::{Config, ConfigError, Epoch, HolderId, LeaseName, SetConfig, TableName};
@@ -21,6 +22,9 @@ use super::TermFence;
 use crate::scope::{LonePlan, Scope, SetPlan};
 use crate::set::SetView;
 use crate::subscription::Subscription;
+use crate::supervise::{
+    probe, run_async_probe, Mailbox, RestartPolicy, Supervision, Verdicts, WorkOutcome,
+};
 use crate::view::LeaseView;
 
 /// Configures a [`Contender`] before it starts: the scope's plan, the
@@ -71,6 +75,8 @@ impl<D: Database, S: Scope> Builder<D, S> {
         let holder = S::planned_holder(&plan).clone();
         let listen = Listen::for_lease(S::notice_lease(&plan));
         let tasks = std::mem::take(&mut options.tasks);
+        let mailbox = Mailbox::default();
+        let probed = S::notice_lease(&plan);
         let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
             Gate::new(
                 tasks.clone(),
@@ -78,9 +84,17 @@ impl<D: Database, S: Scope> Builder<D, S> {
                 lease.clone(),
                 holder.clone(),
                 Arc::clone(publisher),
+                Supervision::new(lease.clone(), options.restart, mailbox.clone()),
             )
         })?;
         let task = D::start(runner, connector, &statements, &options, listen);
+        let poster = task.poster();
+        mailbox.connect(move |input| {
+            poster(input);
+        });
+        if let (Some(probe), Some(lease)) = (options.probe.take(), probed) {
+            tokio::spawn(run_async_probe(probe, Verdicts::new(&lease, task.poster())));
+        }
         Ok(Contender {
             view,
             statements,
@@ -113,12 +127,50 @@ impl<D: Database, S: Scope> Builder<D, S> {
     /// ends (`ctx.cancelled()` completes then). A lease's new term's tasks
     /// start only after its previous term's have returned; the lease is
     /// released only after they have. Several may be registered.
+    ///
+    /// The work is supervised (DESIGN §5 "Work that fails"): it may
+    /// return `()` or `Result<(), E>`. A panic or an `Err` is a failure,
+    /// and the work starts again after a backoff; past the restart policy
+    /// ([`Builder::restart_policy`]) the node hands the lease to another
+    /// (the live candidate its last renewal read, else by a release) and
+    /// stands aside for a cool-down. A normal return means the work is
+    /// done for this term: it starts again only in the next.
     pub fn while_leader<F, Fut>(mut self, task: F) -> Self
     where
         F: Fn(LeaderContext<D::Fence>) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
+        Fut: std::future::Future + Send + 'static,
+        Fut::Output: WorkOutcome,
     {
         self.options.tasks.push(gated_task(task));
+        self
+    }
+
+    /// How failing work is restarted and when it escalates (default
+    /// [`RestartPolicy::default`]: 3 restarts in 60 s, backoff from 1 s,
+    /// cool-down 60 s).
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.options.restart = policy;
+        self
+    }
+
+    /// A health probe (DESIGN §5 "Work that fails"): `check` runs every
+    /// `every`, given at most `timeout` each time, and resolves `Ok(())`
+    /// when this node could do the work, else `Err(reason)`. While it
+    /// fails, the node does not announce itself, leaves a lapsed lease to
+    /// healthy nodes for two intervals, and as leader hands the lease to
+    /// a healthy live candidate (healthy nodes with a probe announce
+    /// themselves, whatever their rank). With no healthy node, one still
+    /// leads. A lone lease's; a set ignores it (not yet).
+    pub fn health_probe<C, Fut>(mut self, every: Duration, timeout: Duration, check: C) -> Self
+    where
+        C: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    {
+        use futures::FutureExt;
+        let check: Arc<
+            dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync,
+        > = Arc::new(move || check().boxed());
+        self.options.probe = Some(probe(check, every, timeout));
         self
     }
 
@@ -268,9 +320,33 @@ impl<D: Database, S: Scope> Contender<D, S> {
     pub fn while_leader<F, Fut>(&self, task: F)
     where
         F: Fn(LeaderContext<D::Fence>) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
+        Fut: std::future::Future + Send + 'static,
+        Fut::Output: WorkOutcome,
     {
         self.task.add_work(gated_task(task));
+    }
+
+    /// This node's health, from a probe of your own (DESIGN §5 "Work that
+    /// fails"; [`Builder::health_probe`] runs one for you): as a change of
+    /// the probe's verdict. A lone lease's; a set ignores it (not yet).
+    pub fn report_health(&self, healthy: bool) {
+        self.task
+            .send(Control::Engine(picolease_core::engine::Input::Health {
+                healthy,
+            }));
+    }
+
+    /// The work of `lease` (a lone lease's own) failed past a restart
+    /// policy of your own: hand it over and stand aside for `cool_down`,
+    /// as the driver's own supervision does ([`Builder::restart_policy`]).
+    /// `picolease run` supervises its CMD so.
+    pub fn escalate(&self, lease: &LeaseName, cool_down: Duration) {
+        self.task.send(Control::Engine(
+            picolease_core::engine::Input::WorkEscalated {
+                lease: Some(lease.clone()),
+                cool_down,
+            },
+        ));
     }
 
     /// The most recent error met (a failed connect, a failed or timed-out

@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 
 use super::TermFence;
 use crate::publish::Publisher;
+use crate::supervise::{panic_message, Supervision, WorkOutcome};
 use crate::view::Term;
 
 /// What a gated task is given when its term starts: the term (it
@@ -96,17 +97,20 @@ impl<F> LeaderContext<F> {
     }
 }
 
-/// A registered gated task: called once per term.
+/// A registered gated task: called once per term (and again after a
+/// failure, DESIGN §5 "Work that fails"); it resolves to its failure, if
+/// it failed.
 pub(crate) type GatedTask<F> =
-    Arc<dyn Fn(LeaderContext<F>) -> BoxFuture<'static, ()> + Send + Sync>;
+    Arc<dyn Fn(LeaderContext<F>) -> BoxFuture<'static, Option<String>> + Send + Sync>;
 
 /// Boxes a user's `Fn(LeaderContext) -> impl Future` as a [`GatedTask`].
 pub(crate) fn gated_task<F, T, Fut>(task: T) -> GatedTask<F>
 where
     T: Fn(LeaderContext<F>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: WorkOutcome,
 {
-    Arc::new(move |ctx| task(ctx).boxed())
+    Arc::new(move |ctx| task(ctx).map(WorkOutcome::into_failure).boxed())
 }
 
 /// Completes when a term's tasks have all finished.
@@ -133,6 +137,8 @@ pub(crate) struct Gate<F> {
     lease: LeaseName,
     holder: HolderId,
     publisher: Arc<Publisher>,
+    /// Restarts and escalates the work when it fails.
+    supervision: Arc<Supervision>,
 }
 
 fn done() -> Done {
@@ -146,9 +152,11 @@ impl<F: TermFence> Gate<F> {
         lease: LeaseName,
         holder: HolderId,
         publisher: Arc<Publisher>,
+        supervision: Arc<Supervision>,
     ) -> Self {
         Gate {
             publisher,
+            supervision,
             tasks,
             current: None,
             stopped: done(),
@@ -161,7 +169,7 @@ impl<F: TermFence> Gate<F> {
     /// Registers a task; if a term is running it starts in it at once.
     pub(crate) fn add(&mut self, task: GatedTask<F>) {
         if let Some(term) = &self.current {
-            spawn(term, &task);
+            spawn(term, &task, &self.supervision);
         }
         self.tasks.push(task);
     }
@@ -186,7 +194,7 @@ impl<F: TermFence> Gate<F> {
             previous: self.stopped.clone(),
         };
         for task in &self.tasks {
-            spawn(&term, task);
+            spawn(&term, task, &self.supervision);
         }
         tracing::debug!(
             epoch = epoch.get(),
@@ -244,23 +252,38 @@ fn stop<F>(term: TermTasks<F>) -> Done {
     .shared()
 }
 
-fn spawn<F: TermFence>(term: &TermTasks<F>, task: &GatedTask<F>) {
+/// Runs `task` in `term`, after the previous term's tasks: again after
+/// a failure, when `supervision` says, until the term ends, the task
+/// returns normally (done for this term), or the failures escalate.
+fn spawn<F: TermFence>(term: &TermTasks<F>, task: &GatedTask<F>, supervision: &Arc<Supervision>) {
     let context = term.context.clone();
     let previous = term.previous.clone();
     let task = task.clone();
+    let supervision = Arc::clone(supervision);
     term.tracker.spawn(async move {
         previous.await;
-        if context.is_cancelled() {
-            return;
-        }
         let epoch = context.epoch();
-        if let Err(panic) = AssertUnwindSafe(task(context)).catch_unwind().await {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            tracing::error!(epoch = epoch.get(), panic = %message, "picolease: a gated task panicked");
+        loop {
+            if context.is_cancelled() {
+                return;
+            }
+            let failure = match AssertUnwindSafe(task(context.clone())).catch_unwind().await {
+                Ok(failure) => failure,
+                Err(panic) => Some(panic_message(&*panic)),
+            };
+            // Done for this term; or it failed because its term ended,
+            // which is no failure of the work.
+            let Some(failure) = failure else { return };
+            if context.is_cancelled() {
+                return;
+            }
+            let Some(wait) = supervision.failed(epoch, &failure) else {
+                return;
+            };
+            tokio::select! {
+                () = context.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
         }
     });
 }

@@ -7,6 +7,7 @@ use picolease_core::TableName;
 
 use super::gate::GatedTask;
 use crate::clock::SharedClock;
+use crate::supervise::{AsyncProbe, RestartPolicy};
 
 /// Where the lease rows live, whether to create them, the gated work (of
 /// fence `F`), the clock, and the database's own options `O`.
@@ -15,6 +16,10 @@ pub(crate) struct ServerOptions<F, O> {
     pub(crate) auto_create: bool,
     pub(crate) tasks: Vec<GatedTask<F>>,
     pub(crate) clock: SharedClock,
+    /// How failing work is restarted and escalated.
+    pub(crate) restart: RestartPolicy,
+    /// The health probe, if any.
+    pub(crate) probe: Option<AsyncProbe>,
     pub(crate) own: O,
 }
 
@@ -25,6 +30,8 @@ impl<F, O: Default> Default for ServerOptions<F, O> {
             auto_create: true,
             tasks: Vec::new(),
             clock: crate::clock::system(),
+            restart: RestartPolicy::default(),
+            probe: None,
             own: O::default(),
         }
     }
@@ -36,6 +43,8 @@ impl<F, O: std::fmt::Debug> std::fmt::Debug for ServerOptions<F, O> {
             .field("table", &self.table)
             .field("auto_create", &self.auto_create)
             .field("tasks", &self.tasks.len())
+            .field("restart", &self.restart)
+            .field("probe", &self.probe.is_some())
             .field("own", &self.own)
             .finish_non_exhaustive()
     }

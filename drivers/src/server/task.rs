@@ -52,6 +52,18 @@ impl<L: Link, F: TermFence> DriverTask<L, F> {
         }
     }
 
+    /// What posts an input to the task's loop without keeping its channel
+    /// open: false once the loop is gone or its handle dropped.
+    pub(crate) fn poster(
+        &self,
+    ) -> impl Fn(picolease_core::engine::Input) -> bool + Send + Sync + 'static {
+        let weak = self.control.downgrade();
+        move |input| {
+            weak.upgrade()
+                .is_some_and(|control| control.send(Control::Engine(input)).is_ok())
+        }
+    }
+
     /// Says `control` to the task (nothing once it has ended).
     pub(crate) fn send(&self, control: Control<F>) {
         let _ = self.control.send(control);

@@ -18,6 +18,7 @@ use picolease_core::{Epoch, HolderId, LeaseName};
 use super::fence::Fence;
 pub use crate::cancellation::Cancellation;
 use crate::publish::Publisher;
+use crate::supervise::{panic_message, Supervision, WorkOutcome};
 use crate::view::Term;
 
 /// What a gated closure is handed when its term starts: the term (it
@@ -108,8 +109,16 @@ impl Deadline {
     }
 }
 
-/// A gated closure.
-pub(crate) type Work = Arc<dyn Fn(LeaderContext) + Send + Sync + 'static>;
+/// A gated closure: returns its failure, if it failed (DESIGN §5 "Work
+/// that fails").
+pub(crate) type Work = Arc<dyn Fn(LeaderContext) -> Option<String> + Send + Sync + 'static>;
+
+/// Boxes a user's closure as a [`Work`].
+pub(crate) fn work<O: WorkOutcome>(
+    work: impl Fn(LeaderContext) -> O + Send + Sync + 'static,
+) -> Work {
+    Arc::new(move |context| work(context).into_failure())
+}
 
 /// A closure run when a term ends, before its release
 /// (`when_term_ends`).
@@ -134,6 +143,8 @@ pub(crate) struct Gate {
     stopped: Vec<JoinHandle<()>>,
     /// The current term's context, cloned for each closure.
     current: Option<LeaderContext>,
+    /// Restarts and escalates the work when it fails.
+    supervision: Arc<Supervision>,
 }
 
 impl Gate {
@@ -142,8 +153,10 @@ impl Gate {
         statements: Arc<Statements>,
         lease: LeaseName,
         holder: HolderId,
+        supervision: Arc<Supervision>,
     ) -> Self {
         Gate {
+            supervision,
             publisher,
             statements,
             lease,
@@ -160,7 +173,7 @@ impl Gate {
     pub(crate) fn add(&mut self, work: Work) {
         if let Some(context) = &self.current {
             let index = self.works.len();
-            if let Some(handle) = start_work(index, &work, context) {
+            if let Some(handle) = start_work(index, &work, context, &self.supervision) {
                 self.running.push(handle);
             }
         }
@@ -187,7 +200,7 @@ impl Gate {
             deadline: Deadline(Arc::clone(&self.publisher)),
         };
         for (index, work) in self.works.iter().enumerate() {
-            if let Some(handle) = start_work(index, work, &context) {
+            if let Some(handle) = start_work(index, work, &context, &self.supervision) {
                 self.running.push(handle);
             }
         }
@@ -230,10 +243,39 @@ impl Gate {
     }
 }
 
-/// Starts work closure `index` in the term of `context`.
-fn start_work(index: usize, work: &Work, context: &LeaderContext) -> Option<JoinHandle<()>> {
+/// Starts work closure `index` in the term of `context`: again after a
+/// failure, when `supervision` says, until the term ends, the closure
+/// returns normally (done for this term), or the failures escalate.
+fn start_work(
+    index: usize,
+    work: &Work,
+    context: &LeaderContext,
+    supervision: &Arc<Supervision>,
+) -> Option<JoinHandle<()>> {
     let (work, given) = (Arc::clone(work), context.clone());
-    spawn("work", index, &context.term, move || work(given))
+    let supervision = Arc::clone(supervision);
+    spawn("work", index, &context.term, move || loop {
+        if given.is_cancelled() {
+            return;
+        }
+        let run = std::panic::AssertUnwindSafe(|| work(given.clone()));
+        let failure = match std::panic::catch_unwind(run) {
+            Ok(failure) => failure,
+            Err(panic) => Some(panic_message(&*panic)),
+        };
+        // Done for this term; or it failed because its term ended, which
+        // is no failure of the work.
+        let Some(failure) = failure else { return };
+        if given.is_cancelled() {
+            return;
+        }
+        let Some(wait) = supervision.failed(given.epoch(), &failure) else {
+            return;
+        };
+        if given.sleep(wait) {
+            return;
+        }
+    })
 }
 
 /// Runs `run` (closure `index` of kind `what`, in `term`) on its own

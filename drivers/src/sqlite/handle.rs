@@ -23,6 +23,9 @@ use super::thread::DriverThread;
 use crate::scope::{drop_limit, LonePlan, Scope, SetPlan};
 use crate::set::SetView;
 use crate::subscription::Subscription;
+use crate::supervise::{
+    probe, run_blocking_probe, Mailbox, RestartPolicy, Supervision, Verdicts, WorkOutcome,
+};
 use crate::view::LeaseView;
 
 /// How often a follower checks `PRAGMA data_version` for another
@@ -88,12 +91,15 @@ impl<S: Scope> Builder<S> {
         let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
         let holder = S::planned_holder(&plan).clone();
         let what = S::describe(&plan);
+        let mailbox = Mailbox::default();
+        let probed = S::notice_lease(&plan);
         let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
             let mut gate = Gate::new(
                 Arc::clone(publisher),
                 Arc::clone(&statements),
                 lease.clone(),
                 holder.clone(),
+                Supervision::new(lease.clone(), options.restart, mailbox.clone()),
             );
             options.add_works_to(&mut gate);
             gate
@@ -105,6 +111,13 @@ impl<S: Scope> Builder<S> {
             options.notices,
             runner,
         )?;
+        let poster = thread.poster();
+        mailbox.connect(move |input| {
+            poster(input);
+        });
+        if let (Some(probe), Some(lease)) = (options.probe.clone(), probed) {
+            run_blocking_probe(probe, Verdicts::new(&lease, thread.poster()));
+        }
         Ok(Contender {
             view,
             statements,
@@ -123,8 +136,47 @@ impl<S: Scope> Builder<S> {
     /// then). The lease is released only after it has returned, and
     /// the lease's next term starts only after. Several may be
     /// registered.
-    pub fn while_leader(mut self, work: impl Fn(LeaderContext) + Send + Sync + 'static) -> Self {
-        self.options.works.push(std::sync::Arc::new(work));
+    ///
+    /// The work is supervised (DESIGN §5 "Work that fails"): it may
+    /// return `()` or `Result<(), E>`. A panic or an `Err` is a failure,
+    /// and the work starts again after a backoff; past the restart policy
+    /// ([`Builder::restart_policy`]) the node hands the lease to another
+    /// (the live candidate its last renewal read, else by a release) and
+    /// stands aside for a cool-down. A normal return means the work is
+    /// done for this term: it starts again only in the next.
+    pub fn while_leader<O: WorkOutcome>(
+        mut self,
+        work: impl Fn(LeaderContext) -> O + Send + Sync + 'static,
+    ) -> Self {
+        self.options.works.push(super::gate::work(work));
+        self
+    }
+
+    /// How failing work is restarted and when it escalates (default
+    /// [`RestartPolicy::default`]: 3 restarts in 60 s, backoff from 1 s,
+    /// cool-down 60 s).
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.options.restart = policy;
+        self
+    }
+
+    /// A health probe (DESIGN §5 "Work that fails"): `check` runs on a
+    /// thread of its own every `every`, given at most `timeout` each time,
+    /// and returns `Ok(())` when this node could do the work, else
+    /// `Err(reason)`. While it fails, the node does not announce itself,
+    /// leaves a lapsed lease to healthy nodes for two intervals, and as
+    /// leader hands the lease to a healthy live candidate (healthy nodes
+    /// with a probe announce themselves, whatever their rank). With no
+    /// healthy node, one still leads. A lone lease's; a set ignores it
+    /// (not yet).
+    pub fn health_probe(
+        mut self,
+        every: std::time::Duration,
+        timeout: std::time::Duration,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        let check: Arc<dyn Fn() -> Result<(), String> + Send + Sync> = Arc::new(check);
+        self.options.probe = Some(probe(check, every, timeout));
         self
     }
 
@@ -307,8 +359,34 @@ impl<S: Scope> Contender<S> {
     /// Registers more work, like the builder's `while_leader`: it starts at
     /// once in the current term of every lease this node leads, and in
     /// every later term.
-    pub fn while_leader(&self, work: impl Fn(LeaderContext) + Send + Sync + 'static) {
-        self.thread.add_work(Arc::new(work));
+    pub fn while_leader<O: WorkOutcome>(
+        &self,
+        work: impl Fn(LeaderContext) -> O + Send + Sync + 'static,
+    ) {
+        self.thread.add_work(super::gate::work(work));
+    }
+
+    /// This node's health, from a probe of your own (DESIGN §5 "Work that
+    /// fails"; [`Builder::health_probe`] runs one for you): as a change of
+    /// the probe's verdict. A lone lease's; a set ignores it (not yet).
+    pub fn report_health(&self, healthy: bool) {
+        self.thread
+            .send(Control::Engine(picolease_core::engine::Input::Health {
+                healthy,
+            }));
+    }
+
+    /// The work of `lease` (a lone lease's own) failed past a restart
+    /// policy of your own: hand it over and stand aside for `cool_down`,
+    /// as the driver's own supervision does ([`Builder::restart_policy`]).
+    /// `picolease run` supervises its CMD so.
+    pub fn escalate(&self, lease: &LeaseName, cool_down: Duration) {
+        self.thread.send(Control::Engine(
+            picolease_core::engine::Input::WorkEscalated {
+                lease: Some(lease.clone()),
+                cool_down,
+            },
+        ));
     }
 
     /// Runs `job` on the driver thread's own connection, between two

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::changes::Notices;
 use super::gate::{TermEnd, Work};
 use crate::clock::SharedClock;
+use crate::supervise::{BlockingProbe, RestartPolicy};
 
 /// The gated work, the clock and the release notices of a builder.
 pub(crate) struct SqliteOptions {
@@ -17,6 +18,10 @@ pub(crate) struct SqliteOptions {
     pub(crate) term_ends: Vec<TermEnd>,
     pub(crate) clock: SharedClock,
     pub(crate) notices: Notices,
+    /// How failing work is restarted and when it escalates.
+    pub(crate) restart: RestartPolicy,
+    /// The health probe, if any.
+    pub(crate) probe: Option<BlockingProbe>,
 }
 
 impl Default for SqliteOptions {
@@ -26,6 +31,8 @@ impl Default for SqliteOptions {
             term_ends: Vec::new(),
             clock: crate::clock::system(),
             notices: Notices::Watch,
+            restart: RestartPolicy::default(),
+            probe: None,
         }
     }
 }

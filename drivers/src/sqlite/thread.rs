@@ -20,7 +20,9 @@ pub(crate) struct DriverThread {
     handle: Option<JoinHandle<Result<(), SqliteError>>>,
     /// What runs on it, for the error should it panic.
     what: String,
-    control: Outbox,
+    /// Shared only with [`DriverThread::poster`]'s weak references, so
+    /// the channel closes when the handle goes.
+    control: std::sync::Arc<Outbox>,
 }
 
 impl DriverThread {
@@ -46,8 +48,20 @@ impl DriverThread {
         Ok(DriverThread {
             handle: Some(handle),
             what,
-            control,
+            control: std::sync::Arc::new(control),
         })
+    }
+
+    /// What posts an input to the loop without keeping its channel open:
+    /// false once the loop is gone or its handle dropped.
+    pub(crate) fn poster(
+        &self,
+    ) -> impl Fn(picolease_core::engine::Input) -> bool + Send + Sync + 'static {
+        let weak = std::sync::Arc::downgrade(&self.control);
+        move |input| {
+            weak.upgrade()
+                .is_some_and(|control| control.send(Control::Engine(input)))
+        }
     }
 
     /// Says `control` to the loop; false once it has stopped.

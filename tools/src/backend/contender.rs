@@ -65,6 +65,14 @@ pub trait Contender {
     /// instead (README's contract), so a lone lease ignores it.
     fn give_up(&self, lease: &LeaseName);
 
+    /// The health probe's verdict changed (`--health-cmd`, DESIGN §5
+    /// "Work that fails").
+    fn report_health(&self, healthy: bool);
+
+    /// `lease`'s CMD failed past `--restart-limit`: hand it over and stand
+    /// aside for `cool_down`.
+    fn escalate(&self, lease: &LeaseName, cool_down: std::time::Duration);
+
     /// Stops the gated work (CMD), releases what is held (a set's
     /// membership row too), and returns the fatal error that had stopped
     /// the driver, if any. Every change is published before this returns.

@@ -134,6 +134,8 @@ fn joined(thread: Option<DriverThread>, database: &str) -> Result<(), CliError> 
 /// What `run` asks of the handle on its runtime thread.
 enum Ask {
     GiveUp(LeaseName),
+    Health(bool),
+    Escalate(LeaseName, std::time::Duration),
     /// Stop the work, release.
     Shutdown,
     /// Hand over to the preferred candidates (else release), then shut
@@ -182,6 +184,8 @@ where
                         result = handle.stopped() => break result,
                         ask = inbox.recv() => match ask {
                             Some(Ask::GiveUp(lease)) => handle.give_up(&lease),
+                            Some(Ask::Health(healthy)) => handle.report_health(healthy),
+                            Some(Ask::Escalate(lease, cool_down)) => handle.escalate(&lease, cool_down),
                             Some(Ask::Abort) => {
                                 handle.abort();
                                 break Ok(());
@@ -223,6 +227,14 @@ impl ServerContender {
 impl Contender for ServerContender {
     fn give_up(&self, lease: &LeaseName) {
         let _ = self.asks.send(Ask::GiveUp(lease.clone()));
+    }
+
+    fn report_health(&self, healthy: bool) {
+        let _ = self.asks.send(Ask::Health(healthy));
+    }
+
+    fn escalate(&self, lease: &LeaseName, cool_down: std::time::Duration) {
+        let _ = self.asks.send(Ask::Escalate(lease.clone(), cool_down));
     }
 
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {

@@ -170,6 +170,14 @@ impl<S: ScopeView> Contender for sqlite::Contender<S> {
         sqlite::Contender::give_up(self, lease);
     }
 
+    fn report_health(&self, healthy: bool) {
+        sqlite::Contender::report_health(self, healthy);
+    }
+
+    fn escalate(&self, lease: &LeaseName, cool_down: std::time::Duration) {
+        sqlite::Contender::escalate(self, lease, cool_down);
+    }
+
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {
         sqlite::Contender::shutdown(*self).map_err(CliError::from)
     }

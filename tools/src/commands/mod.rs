@@ -107,7 +107,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             name: None, ttl, ..
         } => after_failover::run(&backend, &table, ttl),
         Command::Handover { name, to } => handover::run(&backend, &table, &name, to.as_deref()),
-        Command::Run(args) => run::run(&backend, &table, args),
+        Command::Run(args) => run::run(&backend, &table, *args),
         Command::Bench { rounds, json } => crate::bench::run(
             &backend,
             crate::bench::Options {

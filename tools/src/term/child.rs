@@ -16,10 +16,13 @@
 //! term had not ended: whichever acts first, a CMD stopped at the term's
 //! planned end is never taken for one that exited by itself.
 
-use std::sync::{mpsc, Arc};
+use std::collections::HashMap;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
+use picolease::supervise::RestartPolicy;
 use picolease::{LeaseName, Term};
+use picolease_core::supervision::{Supervisor, Verdict};
 
 use super::events::Printed;
 use super::guard_link::{Guard, Report};
@@ -49,6 +52,24 @@ pub enum ChildEvent {
         /// end, by the core's stop or by the guard's own SIGTERM at the
         /// same instant, whichever came first, and whatever its status.
         by_itself: bool,
+        /// True when it failed by itself under `--restart on-failure`: the
+        /// supervisor restarts it or escalates ([`ChildEvent::Failed`]
+        /// follows), so it is no reason for `run` to stop.
+        supervised: bool,
+    },
+    /// CMD failed by itself under `--restart on-failure` (after its
+    /// [`ChildEvent::Ended`]).
+    Failed {
+        /// The term it ran in.
+        epoch: u64,
+        /// How it ended.
+        status: ChildStatus,
+        /// Restarts within the period, this failure's included.
+        restarts: u32,
+        /// `Some(cool_down)` when the failures escalated: `run` hands the
+        /// lease over and stands aside that long; `None` when CMD starts
+        /// again after its backoff.
+        escalated: Option<Duration>,
     },
     /// CMD could not be started.
     SpawnFailed(String),
@@ -105,6 +126,17 @@ pub struct Gated {
     /// one queue, so a child's end is queued before the driver (which
     /// waits for it) can report its own.
     events: Box<EventSink>,
+    /// `--restart on-failure`: each lease's supervisor (the core's
+    /// restart intensity, DESIGN §5 "Work that fails"), by lease name.
+    restart: Option<Restarts>,
+}
+
+/// `--restart on-failure`'s policy and one supervisor per lease.
+struct Restarts {
+    policy: RestartPolicy,
+    supervisors: Mutex<HashMap<String, Supervisor>>,
+    /// The supervisors' time zero.
+    base: std::time::Instant,
 }
 
 impl std::fmt::Debug for Gated {
@@ -146,6 +178,73 @@ impl Gated {
             guard_grace: guard_grace(grace),
             node,
             events: Box::new(events),
+            restart: None,
+        }
+    }
+
+    /// `--restart on-failure` under `policy`: a CMD that fails by itself
+    /// starts again after its backoff, and past the policy's intensity
+    /// the failure escalates.
+    pub fn restart_on_failure(mut self, policy: RestartPolicy) -> Self {
+        self.restart = Some(Restarts {
+            policy,
+            supervisors: Mutex::new(HashMap::new()),
+            base: std::time::Instant::now(),
+        });
+        self
+    }
+
+    /// What follows CMD failing by itself at the end of a pass: restart
+    /// (after the backoff) or escalate (then wait for the term's end).
+    /// `None` when there is no restart policy, or CMD did not fail.
+    fn after_failure(&self, view: &impl TermView, status: &ChildStatus) -> Option<Pass> {
+        let restarts = self.restart.as_ref()?;
+        if *status == ChildStatus::Code(0) {
+            return None;
+        }
+        let lease = view.term().lease();
+        let now = picolease_core::Instant::from_nanos(
+            u64::try_from(restarts.base.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        );
+        let verdict = restarts
+            .supervisors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(lease.as_str().to_string())
+            .or_insert_with(|| Supervisor::new(restarts.policy))
+            .work_failed(now);
+        let epoch = view.term().epoch().get();
+        let (count, escalated) = match verdict {
+            Verdict::Restart { restarts, .. } => (restarts, None),
+            Verdict::Escalate => (
+                restarts.policy.intensity + 1,
+                Some(restarts.policy.cool_down),
+            ),
+        };
+        (self.events)(
+            lease,
+            ChildEvent::Failed {
+                epoch,
+                status: status.clone(),
+                restarts: count,
+                escalated,
+            },
+        );
+        match verdict {
+            Verdict::Restart { at, .. } => {
+                // The backoff, cut short by the term's end.
+                if view.ended(at.saturating_duration_since(now)) {
+                    Some(Pass::Done)
+                } else {
+                    Some(Pass::Again)
+                }
+            }
+            Verdict::Escalate => {
+                // The core hands the lease over and ends the term: the
+                // work returns then.
+                while !view.ended(FORWARD) {}
+                Some(Pass::Done)
+            }
         }
     }
 
@@ -268,14 +367,19 @@ impl Gated {
             }
         };
         guard.reap();
+        let supervised = by_itself && self.restart.is_some() && status != ChildStatus::Code(0);
         send(ChildEvent::Ended {
             pid,
             epoch,
-            status,
+            status: status.clone(),
             by_itself,
+            supervised,
         });
         if stopped_by_guard && !view.ended(Duration::ZERO) {
             return self.after_guard_stop(view, forwarded);
+        }
+        if supervised {
+            return self.after_failure(view, &status).unwrap_or(Pass::Done);
         }
         Pass::Done
     }

@@ -3,11 +3,13 @@
 //! | event | keys besides `event`, `name`, `node`, `unix_ms` |
 //! | --- | --- |
 //! | `leader` | `holder` (this process's stored holder id), `epoch` |
-//! | `follower` | `holder`, `epoch` (the term left), `reason` (`lost`, `expired`, `released`, `error`, `clock`, `handover`) |
+//! | `follower` | `holder`, `epoch` (the term left), `reason` (`lost`, `expired`, `released`, `error`, `clock`, `handover`, `unhealthy`, `escalated`) |
 //! | `handover` | `from` (this process's holder id), `to` (the node the row is now reserved for), `epoch` (the term handed over) |
 //! | `observed` | `holder` (another holder, or null when free), `epoch` |
 //! | `child` | `pid` (CMD's pid, also its process group), `epoch` (its term) |
 //! | `child_exit` | `pid`, `epoch`, and `code` or `signal` (e.g. `"SIGKILL"`) |
+//! | `work_failed` | `epoch`, `code` or `signal`, `restarts` (within the period, this failure's included), `escalated` (true: the lease is handed over and the node stands aside for `cool_down_ms`) |
+//! | `unhealthy`, `healthy` | `epoch` (the last term seen, null before any), `reason` (the probe's exit code or signal and last line, or its timeout) |
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -88,6 +90,9 @@ pub struct Printer {
     pub json: bool,
     /// Where a printed term end is recorded.
     pub printed: Arc<Printed>,
+    /// The last epoch each lease's lines named (led, left or observed):
+    /// the `epoch` of a health line, which has no term of its own.
+    pub epochs: Mutex<HashMap<String, u64>>,
 }
 
 impl Printer {
@@ -138,6 +143,12 @@ impl Printer {
         let epoch = epoch.map(|e| e.get());
         let shown = epoch.unwrap_or(0);
         let (node, lease) = (&self.node, transition.lease.as_str());
+        if let Some(epoch) = epoch {
+            self.epochs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(lease.to_string(), epoch);
+        }
         // The second publication of a planned handover names the
         // reservation the row went to (DESIGN §3 "Planned handover").
         let reserved = match (reason, holder) {
@@ -203,6 +214,59 @@ impl Printer {
             SystemTime::now(),
             json!({ "pid": pid, "epoch": epoch }),
             format!("{} started the command (pid {pid})", self.node),
+        );
+    }
+
+    /// CMD failed by itself under `--restart on-failure`.
+    pub fn work_failed(
+        &self,
+        lease: &LeaseName,
+        epoch: u64,
+        status: &ChildStatus,
+        restarts: u32,
+        escalated: Option<Duration>,
+    ) {
+        let mut keys = match status {
+            ChildStatus::Code(code) => json!({ "epoch": epoch, "code": code }),
+            ChildStatus::Signal(name) => json!({ "epoch": epoch, "signal": name }),
+        };
+        keys["restarts"] = json!(restarts);
+        keys["escalated"] = json!(escalated.is_some());
+        if let Some(cool_down) = escalated {
+            keys["cool_down_ms"] = json!(u64::try_from(cool_down.as_millis()).unwrap_or(u64::MAX));
+        }
+        let what = match escalated {
+            Some(cool_down) => format!(
+                "failed {restarts} times within the restart limit: handing \"{}\" over and standing aside for {}",
+                lease.as_str(),
+                crate::duration::show(cool_down)
+            ),
+            None => format!("failed (restart {restarts} within the limit)"),
+        };
+        self.emit(
+            "work_failed",
+            lease.as_str(),
+            SystemTime::now(),
+            keys,
+            format!("{} the command {what}", self.node),
+        );
+    }
+
+    /// The health probe's verdict changed (or gave its first).
+    pub fn health(&self, lease: &LeaseName, healthy: bool, reason: &str) {
+        let event = if healthy { "healthy" } else { "unhealthy" };
+        let epoch = self
+            .epochs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(lease.as_str())
+            .copied();
+        self.emit(
+            event,
+            lease.as_str(),
+            SystemTime::now(),
+            json!({ "epoch": epoch, "reason": reason }),
+            format!("{} is {event}: {reason}", self.node),
         );
     }
 

@@ -5,7 +5,9 @@
 //! event lines it prints (`events.rs`: `Printer`, and `Printed`, which a
 //! term's end waits on so its `follower` line precedes the release), and
 //! how CMD ended (`status.rs`: `ChildStatus`, which the other three speak,
-//! so none of them imports another for it).
+//! so none of them imports another for it), and the health probe
+//! (`probe.rs`: `--health-cmd`, and `WorkHealth`, what `/healthz` reports
+//! of the work).
 //!
 //! It sits outside `commands/` so that the backends, which run the gated
 //! work, depend on it without depending on the commands that start them:
@@ -14,4 +16,5 @@
 pub mod child;
 pub mod events;
 mod guard_link;
+pub mod probe;
 pub mod status;

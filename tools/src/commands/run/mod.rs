@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use picolease::supervise::RestartPolicy;
 use picolease::{random_u64, unique_holder_id, Config, HolderId, LeaseName, Rank, TableName};
 
 use crate::backend::{Backend, Leases};
@@ -96,6 +97,8 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         None => None,
     };
 
+    let restart = restart_policy(&args, !args.command.is_empty())?;
+    let probe = health_probe(&args, &config, names.len())?;
     let leases = Leases::new(config, names)?;
     let names = leases.names();
 
@@ -110,7 +113,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     // work would be a thread per held lease for the whole term).
     let printed = Arc::new(Printed::default());
     let child_tx = tx.clone();
-    let gated = Some(Arc::new(Gated::new(
+    let mut gated = Gated::new(
         args.command.clone(),
         grace,
         node.clone(),
@@ -118,13 +121,26 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
         move |lease: &LeaseName, event| {
             let _ = child_tx.send(Event::Child(lease.clone(), event));
         },
-    )));
-    let started = backend.start(table, leases, gated)?;
+    );
+    if let Some(policy) = restart {
+        gated = gated.restart_on_failure(policy);
+    }
+    let started = backend.start(table, leases, Some(Arc::new(gated)))?;
+    if let Some(probe) = probe {
+        let health_tx = tx.clone();
+        crate::term::probe::start(probe, move |healthy, reason| {
+            health_tx.send(Event::Health { healthy, reason }).is_ok()
+        })
+        .map_err(|e| CliError::runtime(format!("cannot start the health probe: {e}")))?;
+    }
+    let work = Arc::new(crate::term::probe::WorkHealth::default());
+    work.register(&names);
     let wedge = started.view.clone();
     wedge_for_tests(move || wedge.wedge_loop_for_tests());
     if let Some(listener) = listener {
         tracing::info!(addr = %listener.addr(), "serving /metrics, /leader and /healthz");
-        listener.serve(crate::http::Source::new(started.view, &names))?;
+        listener
+            .serve(crate::http::Source::new(started.view, &names).with_work(Arc::clone(&work)))?;
     }
     forward_transitions(started.transitions, tx);
     let session = Session {
@@ -133,10 +149,73 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
             holder,
             json: args.json,
             printed,
+            epochs: Default::default(),
         },
         leases: names,
+        work,
     };
     session.run(started.contender, events)
+}
+
+/// `--restart on-failure`'s policy (DESIGN §5 "Work that fails"), `None`
+/// with `--restart no`; refused without a CMD to restart.
+fn restart_policy(args: &RunArgs, command: bool) -> Result<Option<RestartPolicy>, CliError> {
+    if args.restart != "on-failure" {
+        return Ok(None);
+    }
+    if !command {
+        return Err(CliError::usage(
+            "--restart on-failure restarts CMD: give one after --",
+        ));
+    }
+    let policy = RestartPolicy {
+        intensity: args.restart_limit.restarts,
+        period: args.restart_limit.period,
+        backoff: args.restart_backoff,
+        max_backoff: RestartPolicy::default()
+            .max_backoff
+            .max(args.restart_backoff),
+        cool_down: args.cool_down,
+    };
+    policy.validate().map_err(CliError::usage)?;
+    Ok(Some(policy))
+}
+
+/// `--health-cmd` with its interval (default: the lease's) and timeout
+/// (default: the interval); one lease only.
+fn health_probe(
+    args: &RunArgs,
+    config: &Config,
+    leases: usize,
+) -> Result<Option<crate::term::probe::ProbeSpec>, CliError> {
+    let Some(command) = &args.health_cmd else {
+        if args.health_interval.is_some() || args.health_timeout.is_some() {
+            return Err(CliError::usage(
+                "--health-interval and --health-timeout go with --health-cmd",
+            ));
+        }
+        return Ok(None);
+    };
+    if leases > 1 {
+        return Err(CliError::usage(format!(
+            "--health-cmd works with one --name, not {leases} (lease sets do not weigh health yet)"
+        )));
+    }
+    if command.trim().is_empty() {
+        return Err(CliError::usage("--health-cmd is empty"));
+    }
+    let every = args.health_interval.unwrap_or(config.interval);
+    let timeout = args.health_timeout.unwrap_or(every);
+    if every.is_zero() || timeout.is_zero() {
+        return Err(CliError::usage(
+            "--health-interval and --health-timeout must be above zero",
+        ));
+    }
+    Ok(Some(crate::term::probe::ProbeSpec {
+        command: command.clone(),
+        every,
+        timeout,
+    }))
 }
 
 /// The grace between SIGTERM and SIGKILL when a term ends. It is the core's

@@ -34,6 +34,13 @@ pub enum Event {
     HandOver,
     /// CMD's start or end in a term of this lease.
     Child(LeaseName, ChildEvent),
+    /// The health probe's verdict (the first, then each change).
+    Health {
+        /// True when it passed.
+        healthy: bool,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Why the loop stopped.
@@ -52,6 +59,8 @@ pub struct Session {
     pub printer: Printer,
     /// The leases contended for, in the order given.
     pub leases: Vec<LeaseName>,
+    /// What `/healthz` reports of the work.
+    pub work: std::sync::Arc<crate::term::probe::WorkHealth>,
 }
 
 impl Session {
@@ -141,9 +150,15 @@ impl Session {
                     epoch,
                     status,
                     by_itself,
+                    supervised,
                 },
             ) => {
                 printer.child_exit(&lease, pid, epoch, &status);
+                // A failure under `--restart on-failure` is the
+                // supervisor's: it restarts CMD or escalates.
+                if supervised {
+                    return None;
+                }
                 // A CMD stopped at its term's end (by the core, or by the
                 // guard's SIGTERM just before it) is no reason to stop: the
                 // core ends the term and `run` contends on. One that exited
@@ -160,6 +175,30 @@ impl Session {
             }
             Event::Child(_, ChildEvent::SpawnFailed(message)) => {
                 return Some(Stop::ChildFailed(message))
+            }
+            Event::Child(
+                lease,
+                ChildEvent::Failed {
+                    epoch,
+                    status,
+                    restarts,
+                    escalated,
+                },
+            ) => {
+                self.work.failed(lease.as_str());
+                printer.work_failed(&lease, epoch, &status, restarts, escalated);
+                if let (Some(cool_down), Some(contender)) = (escalated, contender) {
+                    contender.escalate(&lease, cool_down);
+                }
+            }
+            Event::Health { healthy, reason } => {
+                for lease in &self.leases {
+                    self.work.heard(lease.as_str(), healthy, &reason);
+                    printer.health(lease, healthy, &reason);
+                }
+                if let Some(contender) = contender {
+                    contender.report_health(healthy);
+                }
             }
             Event::Signal => return Some(Stop::Signal),
             Event::HandOver => return Some(Stop::HandOver),
