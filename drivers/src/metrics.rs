@@ -7,11 +7,13 @@
 //! | --- | --- | --- | --- |
 //! | `picolease_leader` | gauge | | 1 while this contender leads, else 0 |
 //! | `picolease_epoch` | gauge | | the epoch last held or observed |
-//! | `picolease_transitions_total` | counter | `to` = `leader`\|`follower`, `reason` | terms begun (`reason="acquired"`) and ended (`lost`, `expired`, `released`, `error`, `clock`, `handover`) |
+//! | `picolease_transitions_total` | counter | `to` = `leader`\|`follower`, `reason` | terms begun (`reason="acquired"`) and ended (`lost`, `expired`, `released`, `error`, `clock`, `handover`, `unhealthy`, `escalated`) |
 //! | `picolease_statement_duration_seconds` | histogram | `statement` = `acquire`\|`renew`\|`release`\|`hand_over`\|`announce` | from issuing a statement to its outcome (timeouts excluded) |
 //! | `picolease_statement_failures_total` | counter | `statement`, `kind` = `transient`\|`fatal`\|`timeout` | failed statements |
 //! | `picolease_lease_remaining_seconds` | gauge | | the leader's time to its deadline, as of the driver's last step; 0 on a follower |
 //! | `picolease_handovers_total` | counter | `result` = `reserved`\|`refused`\|`failed` | planned hand-over statements (DESIGN §3 "Planned handover"): the row reserved for the successor; refused (the term had ended); failed or timed out |
+//! | `picolease_work_failures_total` | counter | | gated work that failed (a panic or an `Err`; `run`'s CMD under `--restart on-failure`), DESIGN §5 "Work that fails" (`supervise.rs`) |
+//! | `picolease_healthy` | gauge | | the health probe's verdict, 1 or 0 (set by `health_probe`'s probe, and by `run --health-cmd`) |
 //! | `picolease_server_changes_total` | counter | `table` (no `lease`: one per connection, a lone lease's or a set's) | PostgreSQL: a reconnection reached another server incarnation than the last connection (a restart or a failover; DESIGN §3 "Failover"), counted by `postgres::server_change` |
 //!
 //! Every series is registered at zero when the lease starts (when its
@@ -114,13 +116,15 @@ impl Outcome {
 
 /// The demotion reasons, as `reason` labels of `to="follower"`.
 #[cfg(feature = "metrics")]
-const DEMOTIONS: [picolease_core::Demotion; 6] = [
+const DEMOTIONS: [picolease_core::Demotion; 8] = [
     picolease_core::Demotion::Lost,
     picolease_core::Demotion::Expired,
     picolease_core::Demotion::Released,
     picolease_core::Demotion::Error,
     picolease_core::Demotion::Clock,
     picolease_core::Demotion::HandedOver,
+    picolease_core::Demotion::Unhealthy,
+    picolease_core::Demotion::Escalated,
 ];
 
 /// One lease's metric handles, taken once from the recorder when a lone
@@ -131,7 +135,7 @@ pub(crate) struct Metrics {
     epoch: metrics::Gauge,
     remaining: metrics::Gauge,
     to_leader: metrics::Counter,
-    to_follower: [metrics::Counter; 6],
+    to_follower: [metrics::Counter; DEMOTIONS.len()],
     durations: [metrics::Histogram; 5],
     failures: [[metrics::Counter; 3]; 5],
     /// Planned handovers (DESIGN §3): `reserved` (the row went to the

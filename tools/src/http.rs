@@ -5,7 +5,7 @@
 //! | --- | --- |
 //! | `GET /metrics` | 200, the Prometheus text exposition of the library's metrics (`lease` = `--name`) |
 //! | `GET /leader` | 200 while this process leads, else 503; `{"name", "holder", "epoch"}`: the holder as last seen (its stored id in full; null when free) |
-//! | `GET /healthz` | 200 while the loop makes progress; 503 once it has not advanced for interval + 2 × request timeout + the backoff cap (wedged). A follower, or a database out of reach, is healthy. With several names, the same for the set's loop |
+//! | `GET /healthz` | 200 while the loop makes progress; 503 once it has not advanced for interval + 2 × request timeout + the backoff cap (wedged). A follower, or a database out of reach, is healthy. With several names, the same for the set's loop. The body also says `healthy` and `health_reason` (`--health-cmd`'s last verdict; true and null without one) and `work_failures` (CMD's failures under `--restart on-failure`): a failing probe moves the lease, it does not make the status 503 |
 //!
 //! Anything else is 404 (405 for a method other than GET or HEAD).
 

@@ -91,6 +91,28 @@ impl Place {
         self.dir.path().join(name)
     }
 
+    /// The live candidates `status --members --json` lists.
+    fn candidates(&self) -> Vec<String> {
+        let out = support::picolease(&[
+            "--db",
+            &self.url,
+            "--table",
+            &self.table,
+            "status",
+            "--members",
+            "--json",
+        ]);
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        listed
+            .as_array()
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|row| row["holder"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Starts node `node` with `extra` arguments to `run` (CMD included).
     fn start(&self, node: usize, log: &Log, extra: &[&str]) -> Node {
         spawn(
@@ -289,8 +311,13 @@ fn unhealthy_leader_yields(place: &Place, database: &str) {
         &["--health-cmd", "true", "--", "sh", "-c", "exec sleep 1000"],
     );
     wait_event(&log, 0, |e| e.node == 1 && e.kind() == "healthy");
-    // Its announcements reach the row within an interval.
-    std::thread::sleep(INTERVAL * 2);
+    // Its announcement is in the row: `status --members` lists it.
+    support::wait_for("n1 announced as a candidate", support::PATIENCE, || {
+        place
+            .candidates()
+            .iter()
+            .any(|holder| holder.starts_with("n1#"))
+    });
     let from = len(&log);
     let failed_at = now_ms();
     std::fs::remove_file(&ok).unwrap();
@@ -372,7 +399,6 @@ fn bad_release_never_leads(place: &Place, database: &str) {
     let standby = place.start(1, &log, &with("true"));
     let bad = place.start(2, &log, &with("exit 1"));
     wait_event(&log, 0, |e| e.node == 2 && e.kind() == "unhealthy");
-    std::thread::sleep(INTERVAL * 2);
     let from = len(&log);
     let crashed_at = Instant::now();
     signal(&leader, Signal::SIGKILL);
