@@ -357,3 +357,13 @@ fn a_set_that_yields_to_a_better_member_with_its_work_running_is_caught() {
         "{r}"
     );
 }
+
+/// (o) Health probes (`Bounds::health`, DESIGN §5 "Work that fails"): a
+/// leader that ignores its own health keeps the lease after its probe
+/// failed although its renewal read a healthy live candidate.
+#[test]
+fn a_leader_that_ignores_its_own_health_is_found() {
+    let mut bounds = Bounds::with_health(2);
+    bounds.mutation = Mutation::IgnoresOwnHealth;
+    finds_at(&bounds, &[Property::Health]);
+}

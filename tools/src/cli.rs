@@ -242,6 +242,13 @@ pub enum Command {
         /// bounded by depth (default 30).
         #[arg(long, conflicts_with_all = ["failover", "failovers", "handover"])]
         ranked: bool,
+        /// Every node has a health probe that passes at its start (healthy
+        /// nodes announce themselves); a fault step nN:unhealthy makes one
+        /// fail for good (DESIGN §5 "Work that fails"). Also checks that an
+        /// unhealthy leader that read a live candidate yields to it. A lone
+        /// lease only.
+        #[arg(long, conflicts_with_all = ["failover", "failovers", "handover", "ranked", "leases"])]
+        health: bool,
         /// One JSON object on stdout: {"nodes", "states", "transitions",
         /// "depth", "complete", "violations": [TRACE, ...]}, and "leases"
         /// with `--leases`.

@@ -79,6 +79,14 @@ pub struct Bounds {
     ///
     /// [`Property::Preference`]: super::Property::Preference
     pub ranked: bool,
+    /// Whether every node has a health probe (DESIGN §5 "Work that
+    /// fails"), healthy at its start, so it announces itself while a
+    /// follower; the step `nN:unhealthy` (a fault) makes it fail for
+    /// good. Checked: every property, and [`Property::Health`]. Lone lease
+    /// only.
+    ///
+    /// [`Property::Health`]: super::Property::Health
+    pub health: bool,
     /// A planted bug (feature `mutants`).
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -130,6 +138,9 @@ pub enum BoundsError {
         "ranked: the checker ranks the nodes without --handover only (every handover is a yield)"
     )]
     Ranked,
+    /// Health probes asked of a set check or with ranks.
+    #[error("health: the checker probes the health of a lone lease's unranked nodes only (leases 0, no --ranked)")]
+    Health,
     /// Depth 0 or above [`MAX_DEPTH`].
     #[error("depth {0}: must be 1 to {MAX_DEPTH}")]
     Depth(usize),
@@ -208,6 +219,7 @@ impl Bounds {
             failovers: 0,
             handover: false,
             ranked: false,
+            health: false,
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
             #[cfg(feature = "mutants")]
@@ -270,6 +282,23 @@ impl Bounds {
         Bounds {
             handover: true,
             ..Bounds::default_for(nodes)
+        }
+    }
+
+    /// The defaults with health probes ([`Bounds::health`]). The liveness
+    /// bound grows by the unhealthy follower's wait: with every node
+    /// unhealthy, a crashed leader's lease is taken a reservation (two
+    /// intervals) after its expiry, so ttl + 4 intervals + 2 deliveries.
+    pub fn with_health(nodes: usize) -> Self {
+        let bounds = Bounds::default_for(nodes);
+        Bounds {
+            health: true,
+            // Twins share a node, and a leader never yields to its own.
+            twins: false,
+            liveness_ticks: Some(
+                bounds.ttl_ticks + 4 * bounds.interval_ticks + 2 * bounds.delivery_ticks,
+            ),
+            ..bounds
         }
     }
 
@@ -349,6 +378,9 @@ impl Bounds {
         }
         if self.ranked && self.handover {
             return Err(BoundsError::Ranked);
+        }
+        if self.health && (leases > 0 || self.ranked) {
+            return Err(BoundsError::Health);
         }
         if depth == 0 || depth > MAX_DEPTH {
             return Err(BoundsError::Depth(depth));

@@ -106,6 +106,22 @@ pub(super) trait Contender: Clone + Sized {
         i: usize,
         log: &mut Log,
     ) -> Option<Violation>;
+    /// Whether node `i`'s health probe already fails (`Bounds::health`,
+    /// a lone lease only).
+    fn unhealthy(&self) -> bool {
+        false
+    }
+    /// Node `i`'s health probe starts failing (`handle_health(false)`;
+    /// `Bounds::health`, a lone lease only).
+    fn unhealthy_input(
+        world: &mut World<Self>,
+        setup: &Setup,
+        i: usize,
+        log: &mut Log,
+    ) -> Option<Violation> {
+        let _ = (world, setup, i, log);
+        None
+    }
     /// Node `i`'s machine hands its lease (a set: its first lease) over to
     /// the next node (`handle_hand_over`; `Bounds::handover`).
     fn hand_over_input(

@@ -142,6 +142,17 @@ impl Contender for Node {
         world.input(i, log, LeaseState::handle_shutdown)
     }
 
+    fn unhealthy(&self) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|lease| !lease.is_healthy(self.now()))
+    }
+
+    fn unhealthy_input(world: &mut World, _: &Setup, i: usize, log: &mut Log) -> Option<Violation> {
+        log.note(|| format!("n{i}'s health probe fails"));
+        world.input(i, log, |lease, now| lease.handle_health(now, false))
+    }
+
     fn hand_over_input(world: &mut World, _: &Setup, i: usize, log: &mut Log) -> Option<Violation> {
         let next = (i + 1) % world.nodes.len();
         let to = HolderId::reserved_for(world.nodes[next].holder.node()).ok();
@@ -231,11 +242,16 @@ impl World {
                 self.db
                     .hand_over(LEASE, holder, epoch, to, reservation, now_ms)
             }
-            // Only ranked nodes announce (`Bounds::ranked`).
+            // Ranked nodes announce (`Bounds::ranked`), and healthy ones
+            // with a probe (`Bounds::health`) at the lowest rank.
             Operation::Announce => {
                 let candidate = crate::Candidate {
                     holder: req.holder.clone(),
-                    rank: super::world::node_rank(holder),
+                    rank: if setup.bounds.ranked {
+                        super::world::node_rank(holder)
+                    } else {
+                        crate::Rank::default()
+                    },
                 };
                 if let Some(text) = candidate.announcement() {
                     let life = i64::from(setup.bounds.reservation_ticks());
@@ -391,6 +407,23 @@ impl World {
             }
         }
         let n = &mut self.nodes[i];
+        // An unhealthy leader that read a live candidate on another node
+        // has handed over by the end of the same input (DESIGN §5).
+        if let Some(lease) = n.lease.as_ref() {
+            let other = lease
+                .preferred()
+                .and_then(|c| c.successor_from(lease.config().holder.node()));
+            if found.is_none()
+                && lease.leadership().is_leader()
+                && !lease.is_healthy(n.now())
+                && other.is_some()
+            {
+                found = Some(violation(
+                    Property::Health,
+                    format!("n{i}: unhealthy, it still leads though it read the live candidate {other:?}"),
+                ));
+            }
+        }
         let snapshot = n.lease.as_ref().map(LeaseState::snapshot);
         if snapshot.as_ref().is_none_or(|s| s.in_flight.is_none()) {
             n.anchor_flight = None;

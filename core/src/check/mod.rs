@@ -200,6 +200,11 @@ pub enum Property {
     /// not outrank it (DESIGN §3 "Preferred holders": yields only go up,
     /// so they never loop).
     Preference,
+    /// With health probes, a leader whose probe fails still leads although
+    /// its last renewal read a live candidate on another node (DESIGN §5
+    /// "Work that fails": an unhealthy leader yields to any live
+    /// candidate, and announcements come only from healthy nodes).
+    Health,
     /// The model could not be set up (a holder id or configuration the
     /// core refused); never expected.
     Setup,
@@ -218,6 +223,7 @@ impl Property {
             Property::StopLead => "stop lead",
             Property::Stealing => "no stealing",
             Property::Preference => "yields only upward",
+            Property::Health => "an unhealthy leader yields",
             Property::Setup => "setup",
         }
     }

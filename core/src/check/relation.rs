@@ -87,6 +87,9 @@ impl<N: Contender> World<N> {
                 if setup.bounds.handover && n.leading(0) {
                     out.push(Step::HandOver(i));
                 }
+                if setup.bounds.health && !n.unhealthy() {
+                    out.push(Step::Unhealthy(i));
+                }
             }
             if n.live() {
                 out.push(Step::Crash(i));
@@ -232,6 +235,7 @@ impl<N: Contender> World<N> {
             Step::Restart(i) => return self.restart(setup, i, log),
             Step::Shutdown(i) => N::shutdown_input(self, setup, i, log),
             Step::HandOver(i) => N::hand_over_input(self, setup, i, log),
+            Step::Unhealthy(i) => N::unhealthy_input(self, setup, i, log),
         };
         if !self.standbys.is_empty() || self.db.incarnation() > 0 {
             if let Some(row) = self.db.row(setup.names[0].as_str()) {

@@ -20,6 +20,7 @@
 //! | `stray:n0` | the head statement from node 0 strays on the server: its cancel will lose the race, and it runs whenever `db:stray` says, out of order | yes |
 //! | `n0:pause`, `n0:crash`, `n0:restart`, `n0:shutdown` | the process freezes / dies / starts again with a new holder id / shuts down cleanly | yes |
 //! | `n0:handover` | node 0, leading, hands the lease over to the next node (`Bounds::handover`) | yes |
+//! | `n0:unhealthy` | node 0's health probe starts failing (`Bounds::health`) | yes |
 
 use std::fmt;
 use std::str::FromStr;
@@ -70,6 +71,9 @@ pub enum Step {
     /// Fault: the leader hands the lease over to the next node by index
     /// (`Bounds::handover`, a lone lease only).
     HandOver(usize),
+    /// Fault: the node's health probe starts failing (`Bounds::health`, a
+    /// lone lease only; DESIGN §5 "Work that fails").
+    Unhealthy(usize),
 }
 
 impl Step {
@@ -109,7 +113,8 @@ impl Step {
             | Step::Crash(n)
             | Step::Restart(n)
             | Step::Shutdown(n)
-            | Step::HandOver(n) => Some(n),
+            | Step::HandOver(n)
+            | Step::Unhealthy(n) => Some(n),
         }
     }
 }
@@ -137,13 +142,14 @@ impl fmt::Display for Step {
             Step::Restart(n) => write!(f, "n{n}:restart"),
             Step::Shutdown(n) => write!(f, "n{n}:shutdown"),
             Step::HandOver(n) => write!(f, "n{n}:handover"),
+            Step::Unhealthy(n) => write!(f, "n{n}:unhealthy"),
         }
     }
 }
 
 /// A step's text that is not one of the forms above.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, db:replicate, db:failover, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart, nN:shutdown or nN:handover")]
+#[error("unknown step {0:?}: expected tick:db, tick:nN, nN:timer, db:nN, nN:recv, db:stray, db:orphan, db:replicate, db:failover, nN:resume, lose:db:nN, lose:nN, late:db:nN, late:nN, stray:nN, nN:pause, nN:crash, nN:restart, nN:shutdown, nN:handover or nN:unhealthy")]
 pub struct UnknownStep(pub String);
 
 fn node(text: &str) -> Option<usize> {
@@ -184,6 +190,7 @@ impl FromStr for Step {
                     "restart" => Step::Restart(n),
                     "shutdown" => Step::Shutdown(n),
                     "handover" => Step::HandOver(n),
+                    "unhealthy" => Step::Unhealthy(n),
                     _ => return Err(unknown()),
                 }
             }

@@ -332,9 +332,12 @@ pub(super) fn new_lease(
     if setup.bounds.ranked {
         config.rank = node_rank(config.holder.as_str());
     }
-    #[allow(unused_mut)]
     let mut lease = LeaseState::new(config, now)?;
     #[cfg(feature = "mutants")]
     lease.set_mutation(setup.bounds.mutation);
+    if setup.bounds.health {
+        // A probe that passes from the start: the node announces itself.
+        lease.handle_health(now, true);
+    }
     Ok(lease)
 }

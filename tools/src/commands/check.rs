@@ -27,6 +27,8 @@ pub struct World {
     pub handover: bool,
     /// The nodes are ranked (`--ranked`).
     pub ranked: bool,
+    /// Every node probes its health (`--health`).
+    pub health: bool,
 }
 
 /// The bounds from the command line: the defaults for `nodes` (and, with
@@ -59,13 +61,20 @@ pub fn bounds(
             handover: true,
             ..
         } => Bounds::with_handover(nodes),
+        World {
+            leases: 0,
+            health: true,
+            ..
+        } => Bounds::with_health(nodes),
         World { leases: 0, .. } => Bounds::default_for(nodes),
         World {
             leases,
             failovers,
             handover,
             ranked,
+            health,
         } => Bounds {
+            health,
             failovers,
             handover,
             ranked,
@@ -203,6 +212,12 @@ fn print_report(report: &Report, bounds: &Bounds) {
     if bounds.handover {
         worlds.push("a leader may hand its lease over to the next node".to_string());
     }
+    if bounds.health {
+        worlds.push(
+            "every node probes its health, and a probe may start failing: an unhealthy leader yields to a live candidate"
+                .to_string(),
+        );
+    }
     if bounds.ranked {
         worlds.push(match bounds.leases {
             0 => "node N has priority N+1: followers announce, a leader yields to a better candidate",
@@ -226,8 +241,9 @@ fn print_report(report: &Report, bounds: &Bounds) {
     }
     if report.violations.is_empty() {
         line(&format!(
-            "no violation of mutual exclusion, fencing, validity, gating, stop lead, progress{} or liveness",
-            if bounds.ranked { ", preference" } else { "" }
+            "no violation of mutual exclusion, fencing, validity, gating, stop lead, progress{}{} or liveness",
+            if bounds.ranked { ", preference" } else { "" },
+            if bounds.health { ", an unhealthy leader yields" } else { "" }
         ));
         return;
     }

@@ -55,6 +55,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             failovers,
             handover,
             ranked,
+            health,
             json,
         } => {
             let world = check::World {
@@ -62,6 +63,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 failovers: failovers.unwrap_or(u8::from(failover)),
                 handover,
                 ranked,
+                health,
             };
             return check::run(nodes, world, depth, faults, json);
         }

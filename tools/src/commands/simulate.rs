@@ -43,6 +43,8 @@ pub fn replay(
         // A trace of `check --handover` names its handovers.
         handover: trace.contains(":handover"),
         ranked,
+        // A trace of `check --health` names its failing probes.
+        health: trace.contains(":unhealthy"),
     };
     let bounds = super::check::bounds(nodes, world, None, None)?;
     let replayed = picolease_core::check::replay(trace, &bounds).map_err(CliError::usage)?;
