@@ -371,6 +371,8 @@ impl LeaseState {
         // counts as accepted, then the handover begins.
         // So does a better candidate (DESIGN §3 "Preferred holders"): the
         // node yields to it, to the candidate's node, by its own handover.
+        // A yield for health says so (DESIGN §5 "Work that fails").
+        let mut yield_reason = Demotion::HandedOver;
         let (reply, asked) = match reply {
             Reply::HandOverAsked { to } if matches!(req.operation, Operation::Renew { .. }) => {
                 (Reply::Accepted, Some(to))
@@ -379,6 +381,12 @@ impl LeaseState {
                 if matches!(req.operation, Operation::Renew { .. }) =>
             {
                 let to = self.yield_to(now, &candidate);
+                if to.is_some()
+                    && !self.is_healthy(now)
+                    && !crate::rank::yields_to(&self.config.rank, &candidate.rank)
+                {
+                    yield_reason = Demotion::Unhealthy;
+                }
                 self.preferred = Some(candidate);
                 (Reply::Accepted, to.map(Some))
             }
@@ -479,7 +487,15 @@ impl LeaseState {
             _ => self.after_failure(now, req),
         }
         if let Some(to) = asked {
-            self.handle_hand_over(now, to);
+            self.hand_over_because(now, to, yield_reason);
+        }
+        // A notice heard before the node turned unhealthy is dropped: an
+        // unhealthy follower ignores notices.
+        if self.notice_pending
+            && self.standing == Standing::Follower
+            && self.degraded_wait(now).is_some()
+        {
+            self.notice_pending = false;
         }
         if self.notice_pending && self.hand_over.is_none() {
             self.notice_pending = false;

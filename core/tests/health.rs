@@ -204,7 +204,7 @@ fn an_unhealthy_leader_with_no_candidate_keeps_leading_then_yields_to_the_first_
         commands.first(),
         Some(&Command::StopWork {
             epoch: ONE,
-            reason: Demotion::HandedOver
+            reason: Demotion::Unhealthy
         })
     );
     assert_eq!(
@@ -218,7 +218,7 @@ fn an_escalation_releases_with_no_candidate_and_the_node_stands_aside_for_the_co
     let mut s = leading();
     s.handle_reply(ms(2_503), RequestId(2), Reply::Accepted);
     drain(&mut s);
-    s.handle_work_escalated(ms(3_000), COOL_DOWN);
+    s.handle_work_escalated(ms(3_000), Some(ONE), COOL_DOWN);
     assert_eq!(drain(&mut s), steps_down(Demotion::Escalated, true));
     s.handle_reply(ms(3_002), RequestId(3), Reply::Accepted);
     drain(&mut s);
@@ -240,7 +240,7 @@ fn an_escalation_hands_over_to_the_candidate_seen() {
         },
     );
     drain(&mut s);
-    s.handle_work_escalated(ms(3_000), COOL_DOWN);
+    s.handle_work_escalated(ms(3_000), Some(ONE), COOL_DOWN);
     assert_eq!(drain(&mut s), steps_down(Demotion::Escalated, false));
     assert_eq!(s.successor().map(HolderId::as_str), Some("b#"));
 }
@@ -252,7 +252,7 @@ fn a_degraded_leader_that_escalates_again_keeps_the_lease() {
     drain(&mut s);
     s.handle_health(ms(2_600), false);
     assert!(drain(&mut s).is_empty());
-    s.handle_work_escalated(ms(3_000), COOL_DOWN);
+    s.handle_work_escalated(ms(3_000), Some(ONE), COOL_DOWN);
     assert!(drain(&mut s).is_empty());
     assert!(s.leadership().is_leader());
 }
@@ -260,7 +260,7 @@ fn a_degraded_leader_that_escalates_again_keeps_the_lease() {
 #[test]
 fn the_cool_down_ends_on_its_own_and_the_follower_tries_at_once() {
     let mut s = LeaseState::new(config("me"), ms(0)).unwrap();
-    s.handle_work_escalated(ms(0), Duration::from_secs(20));
+    s.handle_work_escalated(ms(0), None, Duration::from_secs(20));
     assert!(!s.is_healthy(ms(0)));
     // Asleep until the degraded wait, not the cool-down.
     assert_eq!(s.poll_timeout(), Some(ms(5_000)));
@@ -281,4 +281,16 @@ fn the_cool_down_ends_on_its_own_and_the_follower_tries_at_once() {
     s.handle_timeout(ms(20_000));
     assert_eq!(drain(&mut s), vec![execute(2, Operation::Acquire)]);
     assert!(s.is_healthy(ms(20_000)));
+}
+
+#[test]
+fn a_late_escalation_of_an_earlier_term_leaves_the_current_term_alone() {
+    let mut s = leading();
+    s.handle_reply(ms(2_503), RequestId(2), Reply::Accepted);
+    drain(&mut s);
+    s.handle_work_escalated(ms(3_000), Some(Epoch::new(7)), COOL_DOWN);
+    assert!(drain(&mut s).is_empty());
+    assert!(s.leadership().is_leader());
+    // It still stands aside: unhealthy for the cool-down.
+    assert!(!s.is_healthy(ms(3_000)));
 }

@@ -8,7 +8,7 @@
 //! the next term.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use picolease_core::engine::Input;
@@ -52,21 +52,35 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
 type Post = Box<dyn Fn(Input) + Send + Sync>;
 
 /// Where a gate's escalation goes: the driver's loop, connected once the
-/// loop runs. It holds no strong reference to the loop's channel, so a
-/// dropped handle still closes it (the loop shuts down then).
+/// loop runs (an escalation before that waits here). It holds no strong
+/// reference to the loop's channel, so a dropped handle still closes it
+/// (the loop shuts down then).
 #[derive(Clone, Default)]
-pub(crate) struct Mailbox(Arc<OnceLock<Post>>);
+pub(crate) struct Mailbox(Arc<Mutex<MailboxState>>);
+
+#[derive(Default)]
+struct MailboxState {
+    post: Option<Post>,
+    /// Posted before the loop was connected.
+    waiting: Vec<Input>,
+}
 
 impl Mailbox {
-    /// Connects the mailbox to the loop (once; later calls are ignored).
+    /// Connects the mailbox to the loop and hands it what waited.
     pub(crate) fn connect(&self, post: impl Fn(Input) + Send + Sync + 'static) {
-        let _ = self.0.set(Box::new(post));
+        let mut state = lock(&self.0);
+        for input in state.waiting.drain(..) {
+            post(input);
+        }
+        state.post = Some(Box::new(post));
     }
 
-    /// Sends `input` to the loop, if connected.
+    /// Sends `input` to the loop, or keeps it until the loop is connected.
     fn post(&self, input: Input) {
-        if let Some(post) = self.0.get() {
-            post(input);
+        let mut state = lock(&self.0);
+        match &state.post {
+            Some(post) => post(input),
+            None => state.waiting.push(input),
         }
     }
 }
@@ -95,9 +109,11 @@ impl Supervision {
     }
 
     /// The work of term `epoch` failed (`why`). Returns how long to wait
-    /// before starting it again, or `None` when the failures escalated:
-    /// the loop has been told, and the work stays stopped for the term.
-    pub(crate) fn failed(&self, epoch: Epoch, why: &str) -> Option<Duration> {
+    /// before starting it again in the same term: the backoff, or after an
+    /// escalation (the loop told) the longest backoff, since a degraded
+    /// leader that keeps the lease (no healthy node to take it) must still
+    /// try its work (DESIGN §5).
+    pub(crate) fn failed(&self, epoch: Epoch, why: &str) -> Duration {
         #[cfg(feature = "metrics")]
         metrics::counter!("picolease_work_failures_total", "lease" => self.lease.as_str().to_string())
             .increment(1);
@@ -115,7 +131,7 @@ impl Supervision {
                     failure = why,
                     "picolease: the gated work failed; starting it again in {wait:?}"
                 );
-                Some(wait)
+                wait
             }
             Verdict::Escalate => {
                 tracing::error!(
@@ -129,9 +145,10 @@ impl Supervision {
                 );
                 self.mailbox.post(Input::WorkEscalated {
                     lease: Some(self.lease.clone()),
+                    epoch: Some(epoch),
                     cool_down: policy.cool_down,
                 });
-                None
+                policy.max_backoff
             }
         }
     }
@@ -184,11 +201,14 @@ impl<P: Fn(Input) -> bool> Verdicts<P> {
         }
     }
 
-    /// The probe said `verdict`; false once the loop is gone.
+    /// The probe said `verdict`; false once the loop is gone. Every
+    /// verdict is posted (an unchanged one changes nothing in the core),
+    /// so a probe learns at once that its loop is gone; a change is logged
+    /// and set on the gauge.
     pub(crate) fn heard(&mut self, verdict: Result<(), String>) -> bool {
         let healthy = verdict.is_ok();
         if self.last == Some(healthy) {
-            return true;
+            return (self.post)(Input::Health { healthy });
         }
         self.last = Some(healthy);
         match &verdict {
@@ -235,21 +255,39 @@ pub(crate) fn run_blocking_probe(
 ) {
     let spawned = std::thread::Builder::new()
         .name(format!("picolease-probe-{}", verdicts.lease))
-        .spawn(move || loop {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let check = Arc::clone(&probe.check);
-            let _ = std::thread::Builder::new()
-                .name("picolease-probe-run".into())
-                .spawn(move || {
-                    let _ = tx.send(check());
-                });
-            let verdict = rx
-                .recv_timeout(probe.timeout)
-                .unwrap_or_else(|_| Err(format!("the probe took longer than {:?}", probe.timeout)));
-            if !verdicts.heard(verdict) {
-                return;
+        .spawn(move || {
+            // A run that outlived its timeout: no new run starts (one
+            // thread at most hangs in `check`) until it returns.
+            let mut hung: Option<std::sync::mpsc::Receiver<Result<(), String>>> = None;
+            loop {
+                let verdict = match hung.as_ref().map(|rx| rx.try_recv()) {
+                    Some(Err(std::sync::mpsc::TryRecvError::Empty)) => Err(format!(
+                        "the probe has not returned, {:?} after its timeout",
+                        probe.timeout
+                    )),
+                    _ => {
+                        hung = None;
+                        let (tx, rx) = std::sync::mpsc::channel();
+                        let check = Arc::clone(&probe.check);
+                        let _ = std::thread::Builder::new()
+                            .name("picolease-probe-run".into())
+                            .spawn(move || {
+                                let _ = tx.send(check());
+                            });
+                        match rx.recv_timeout(probe.timeout) {
+                            Ok(verdict) => verdict,
+                            Err(_) => {
+                                hung = Some(rx);
+                                Err(format!("the probe took longer than {:?}", probe.timeout))
+                            }
+                        }
+                    }
+                };
+                if !verdicts.heard(verdict) {
+                    return;
+                }
+                std::thread::sleep(probe.every);
             }
-            std::thread::sleep(probe.every);
         });
     if let Err(e) = spawned {
         tracing::error!("picolease: cannot start the health probe's thread: {e}");
@@ -262,5 +300,54 @@ pub(crate) fn probe<C>(check: C, every: Duration, timeout: Duration) -> Probe<C>
         check,
         every: every.max(Duration::from_millis(1)),
         timeout: timeout.max(Duration::from_millis(1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_escalation_before_the_loop_is_connected_waits_for_it() {
+        let mailbox = Mailbox::default();
+        let escalation = Input::WorkEscalated {
+            lease: None,
+            epoch: Some(Epoch::new(3)),
+            cool_down: Duration::from_secs(1),
+        };
+        mailbox.post(escalation.clone());
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let into = Arc::clone(&heard);
+        mailbox.connect(move |input| lock(&into).push(input));
+        mailbox.post(Input::Health { healthy: true });
+        assert_eq!(
+            *lock(&heard),
+            vec![escalation, Input::Health { healthy: true }]
+        );
+    }
+
+    #[test]
+    fn a_failure_after_the_intensity_escalates_and_waits_the_longest_backoff() {
+        let mailbox = Mailbox::default();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let into = Arc::clone(&heard);
+        mailbox.connect(move |input| lock(&into).push(input));
+        let policy = RestartPolicy {
+            intensity: 1,
+            ..RestartPolicy::default()
+        };
+        let supervision = Supervision::new(LeaseName::new("l").unwrap(), policy, mailbox);
+        let epoch = Epoch::new(2);
+        assert_eq!(supervision.failed(epoch, "boom"), policy.backoff);
+        assert!(lock(&heard).is_empty());
+        assert_eq!(supervision.failed(epoch, "boom"), policy.max_backoff);
+        assert_eq!(
+            *lock(&heard),
+            vec![Input::WorkEscalated {
+                lease: Some(LeaseName::new("l").unwrap()),
+                epoch: Some(epoch),
+                cool_down: policy.cool_down,
+            }]
+        );
     }
 }

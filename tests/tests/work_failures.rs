@@ -143,6 +143,43 @@ fn sqlite_an_unhealthy_leader_hands_over() {
     healthy.shutdown().unwrap();
 }
 
+/// A lone node whose work fails at every start escalates, has nowhere to
+/// hand the lease, and keeps it (a degraded leader): its work is still
+/// started again, after the longest backoff each time.
+#[test]
+fn sqlite_a_degraded_leader_still_tries_its_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let starts = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&starts);
+    let policy = RestartPolicy {
+        intensity: 0,
+        backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(200),
+        ..policy()
+    };
+    let lone = SqliteLease::builder(config("lone"), SqliteFile::file(dir.path().join("l.db")))
+        .restart_policy(policy)
+        .while_leader(move |_ctx| -> Result<(), String> {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Err("the object store is unreachable".into())
+        })
+        .start()
+        .unwrap();
+    // It escalates at once and releases (no candidate), then takes the
+    // lease back after its degraded wait (two intervals), and keeps
+    // trying its work every 200 ms.
+    wait_until("three starts in a term of its own", || {
+        starts.load(Ordering::SeqCst) >= 4 && lone.leadership().is_leader()
+    });
+    let epoch = lone.leadership().leader_epoch();
+    let before = starts.load(Ordering::SeqCst);
+    wait_until("two more starts in that term", || {
+        starts.load(Ordering::SeqCst) >= before + 2
+    });
+    assert_eq!(lone.leadership().leader_epoch(), epoch, "the lease stayed");
+    lone.shutdown().unwrap();
+}
+
 // ------------------------------------------------- PostgreSQL and MariaDB
 
 /// [`sqlite_a_task_that_panics_on_every_start_moves_the_lease`] on a

@@ -77,13 +77,18 @@ pub enum Command {
     ///
     /// --json events, one object per line, each with "event", "name",
     /// "node" and "unix_ms": "leader" (+ "holder", "epoch"); "follower" (+
-    /// "holder", "epoch", "reason": lost|expired|released|error|clock|handover);
+    /// "holder", "epoch", "reason":
+    /// lost|expired|released|error|clock|handover|unhealthy|escalated);
     /// "handover" (+ "from": this process's holder id, "to": the node the
     /// lease is now reserved for, "epoch": the term handed over; after
     /// `picolease handover --to`);
     /// "observed" (+ "holder": another holder or null, "epoch"); "child" (+
     /// "pid": CMD's pid and process group, "epoch"); "child_exit" (+ "pid",
-    /// "epoch", and "code" or "signal", e.g. "SIGKILL").
+    /// "epoch", and "code" or "signal", e.g. "SIGKILL"); with --restart
+    /// on-failure "work_failed" (+ "epoch", "code" or "signal", "restarts",
+    /// "escalated", and "cool_down_ms" when escalated); with --health-cmd
+    /// "healthy" and "unhealthy" (+ "epoch": the last term seen or null,
+    /// "reason").
     Run(Box<RunArgs>),
     /// Administrative: free a lease and bump its epoch, fencing out its
     /// holder (--name N --force); or, after a failover or a restore the
@@ -364,17 +369,20 @@ pub struct RunArgs {
     pub restart: String,
     /// With --restart on-failure: at most N restarts within PERIOD; one
     /// more failure escalates.
-    #[arg(long, value_name = "N/PERIOD", default_value = "3/60s", value_parser = parse_restart_limit)]
-    pub restart_limit: RestartLimit,
-    /// With --restart on-failure: the wait before the first restart.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub restart_backoff: Duration,
+    /// Default: 3/60s.
+    #[arg(long, value_name = "N/PERIOD", value_parser = parse_restart_limit)]
+    pub restart_limit: Option<RestartLimit>,
+    /// With --restart on-failure: the wait before the first restart
+    /// (default 1s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub restart_backoff: Option<Duration>,
     /// How long a node whose CMD escalated stands aside: it counts as
     /// unhealthy (announces nothing, leaves a lapsed lease to healthy
     /// nodes for two intervals, and a degraded leader of its own keeps the
-    /// lease only while no healthy node is there).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    pub cool_down: Duration,
+    /// lease only while no healthy node is there). With --restart
+    /// on-failure; default 60s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub cool_down: Option<Duration>,
     /// A health probe, run with `sh -c` every --health-interval: exit 0
     /// within --health-timeout is healthy. Unhealthy, a follower announces
     /// nothing and leaves a lapsed lease to healthy nodes for two

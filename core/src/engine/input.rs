@@ -3,7 +3,7 @@
 
 use super::{Answer, Engine};
 use crate::sql::LeaseRow;
-use crate::{HolderId, Instant, LeaseName, LeaseSet, LeaseState, RequestId};
+use crate::{Epoch, HolderId, Instant, LeaseName, LeaseSet, LeaseState, RequestId};
 
 /// What happened, as a driver's loop tells its [`Engine`]
 /// ([`Engine::handle`]). Inputs a machine has no use for are ignored (a
@@ -50,6 +50,8 @@ pub enum Input {
         /// The lease (a lone lease's own, or `None` for it; a set's
         /// lease).
         lease: Option<LeaseName>,
+        /// The term whose work failed: a later term is not handed over.
+        epoch: Option<Epoch>,
         /// How long the node stands aside.
         cool_down: std::time::Duration,
     },
@@ -128,12 +130,15 @@ fn lease_input(state: &mut LeaseState, now: Instant, input: Input) {
         Input::NoticesLost => state.handle_release_notice(now),
         Input::Changed(Some(row)) => state.handle_row_observed(now, &row),
         Input::Health { healthy } => state.handle_health(now, healthy),
-        Input::WorkEscalated { lease, cool_down }
-            if lease
-                .as_ref()
-                .is_none_or(|lease| lease == &state.config().lease) =>
+        Input::WorkEscalated {
+            lease,
+            epoch,
+            cool_down,
+        } if lease
+            .as_ref()
+            .is_none_or(|lease| lease == &state.config().lease) =>
         {
-            state.handle_work_escalated(now, cool_down)
+            state.handle_work_escalated(now, epoch, cool_down)
         }
         // Nothing read: nothing to tell. A set's hand-over names its lease;
         // a lone lease gives nothing up, and joins its stopped work itself.
@@ -164,8 +169,9 @@ fn set_input(set: &mut LeaseSet, now: Instant, input: Input) {
         Input::GiveUp(lease) => set.handle_give_up(now, lease.as_str()),
         Input::WorkEscalated {
             lease: Some(lease),
+            epoch,
             cool_down,
-        } => set.handle_work_escalated(now, lease.as_str(), cool_down),
+        } => set.handle_work_escalated(now, lease.as_str(), epoch, cool_down),
         // Not yet: a set's members do not weigh health in the share.
         Input::Health { .. } | Input::WorkEscalated { lease: None, .. } => {}
         Input::WorkStopped(lease) => set.handle_work_stopped(now, lease.as_str()),

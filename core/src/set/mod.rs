@@ -511,8 +511,17 @@ impl LeaseSet {
         &mut self,
         now: Instant,
         lease: &str,
+        term: Option<crate::Epoch>,
         cool_down: std::time::Duration,
     ) {
+        // A late escalation does not give up a later term of the lease.
+        let later = self.index.get(lease).is_some_and(|&i| {
+            let led = self.slots[i].machine.leadership().leader_epoch();
+            term.is_some_and(|term| led.is_some_and(|led| led != term))
+        });
+        if later {
+            return;
+        }
         let rest = cool_down.max(self.template.ttl);
         self.give_up_for(now, lease, rest);
     }

@@ -205,6 +205,9 @@ struct Node {
     wake_at: Option<u64>,
     abandoned_upto: u64,
     leading: Option<crate::names::Epoch>,
+    /// An `unhealthy` fault ended while the node was paused: it hears
+    /// that its probe passes when it resumes.
+    healthy_on_resume: bool,
     /// The term this node led when the database failed over: its row may
     /// be gone, so validity is not checked for it (mutual exclusion and
     /// fencing still are).
@@ -275,6 +278,7 @@ impl Simulation {
                 wake_at: None,
                 abandoned_upto: 0,
                 leading: None,
+                healthy_on_resume: false,
                 term_before_failover: None,
                 idle_wakes: 0,
                 fifo_to_db: 0,
@@ -374,7 +378,13 @@ impl Simulation {
             Event::Resume { node } => self.resume(node),
             Event::Healthy { node, incarnation } => {
                 if self.nodes[node].incarnation == incarnation {
-                    self.set_health(node, true);
+                    if self.nodes[node].paused {
+                        // Its probe passed; the frozen process hears it
+                        // when it resumes.
+                        self.nodes[node].healthy_on_resume = true;
+                    } else {
+                        self.set_health(node, true);
+                    }
                 }
             }
         }
@@ -429,6 +439,7 @@ impl Simulation {
         n.pending.clear();
         n.wake_at = None;
         n.leading = None;
+        n.healthy_on_resume = false;
         n.abandoned_upto = 0;
         let now = Instant::from_nanos(n.clock.local(self.now));
         n.state = Some(LeaseState::new(config, now)?);
@@ -452,8 +463,8 @@ impl Simulation {
         Ok(())
     }
 
-    /// Node `node`'s probe says `healthy` (a paused node hears it when it
-    /// resumes: its probe ran, its machine did not).
+    /// Node `node`'s probe says `healthy` (never called while it is
+    /// paused: a probe that passes then is heard at the resume).
     fn set_health(&mut self, node: usize, healthy: bool) {
         if self.nodes[node].state.is_none() {
             return;
@@ -732,6 +743,7 @@ impl Simulation {
                 let n = &mut self.nodes[node];
                 n.state = None;
                 n.leading = None;
+                n.healthy_on_resume = false;
                 n.paused = false;
                 n.pending.clear();
                 n.incarnation += 1;
@@ -786,7 +798,7 @@ impl Simulation {
                 let now = self.local_now(node);
                 let cool_down = self.config.cool_down;
                 if let Some(state) = self.nodes[node].state.as_mut() {
-                    state.handle_work_escalated(now, cool_down);
+                    state.handle_work_escalated(now, None, cool_down);
                 }
                 self.after_input(node);
             }
@@ -840,6 +852,9 @@ impl Simulation {
         }
         self.nodes[node].paused = false;
         self.record(node, Happening::Resumed);
+        if std::mem::take(&mut self.nodes[node].healthy_on_resume) {
+            self.set_health(node, true);
+        }
         // The thawed process finds its timer due and its socket full: it
         // runs the timer first (a real event loop's order is arbitrary; the
         // machine checks its deadline on every input either way).

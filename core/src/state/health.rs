@@ -25,6 +25,7 @@
 use std::time::Duration;
 
 use super::{LeaseState, Phase, Standing};
+use crate::names::Epoch;
 use crate::protocol::Demotion;
 use crate::time::Instant;
 
@@ -52,12 +53,19 @@ impl LeaseState {
         self.advance(now);
     }
 
-    /// The work failed more often than its restart policy allows
-    /// ([`crate::supervision::Verdict::Escalate`]): the node counts as
-    /// unhealthy for `cool_down`. A healthy leader hands the lease to the
-    /// candidate its last renewal read, else releases it; one already
-    /// unhealthy keeps it (degraded).
-    pub fn handle_work_escalated(&mut self, now: Instant, cool_down: Duration) {
+    /// The work of term `term` failed more often than its restart policy
+    /// allows ([`crate::supervision::Verdict::Escalate`]): the node counts
+    /// as unhealthy for `cool_down`. A healthy leader of that term (`None`:
+    /// of whatever term it leads) hands the lease to the candidate its
+    /// last renewal read, else releases it; one already unhealthy keeps it
+    /// (degraded), and so does the leader of a later term (the escalation
+    /// came late).
+    pub fn handle_work_escalated(
+        &mut self,
+        now: Instant,
+        term: Option<Epoch>,
+        cool_down: Duration,
+    ) {
         if self.phase != Phase::Electing {
             return;
         }
@@ -65,7 +73,11 @@ impl LeaseState {
         let was = self.is_healthy(now);
         let until = now + cool_down;
         self.cool_down_until = Some(self.cool_down_until.map_or(until, |u| u.max(until)));
-        if was && self.standing != Standing::Follower && !self.ignores_own_health() {
+        let of_this_term = match self.standing {
+            Standing::Leader { epoch, .. } => term.is_none_or(|term| term == epoch),
+            Standing::Follower => false,
+        };
+        if was && of_this_term && !self.ignores_own_health() {
             let to = self
                 .preferred
                 .as_ref()

@@ -74,6 +74,7 @@ impl<D: Database, S: Scope> Builder<D, S> {
         let statements = Arc::new(Statements::new(D::DIALECT, &options.table));
         let holder = S::planned_holder(&plan).clone();
         let listen = Listen::for_lease(S::notice_lease(&plan));
+        options.restart.validate()?;
         let tasks = std::mem::take(&mut options.tasks);
         let mailbox = Mailbox::default();
         let probed = S::notice_lease(&plan);
@@ -336,14 +337,16 @@ impl<D: Database, S: Scope> Contender<D, S> {
             }));
     }
 
-    /// The work of `lease` (a lone lease's own) failed past a restart
-    /// policy of your own: hand it over and stand aside for `cool_down`,
+    /// The work of `lease`'s term `epoch` (a lone lease's own lease)
+    /// failed past a restart policy of your own: hand it over (unless a
+    /// later term runs) and stand aside for `cool_down`,
     /// as the driver's own supervision does ([`Builder::restart_policy`]).
     /// `picolease run` supervises its CMD so.
-    pub fn escalate(&self, lease: &LeaseName, cool_down: Duration) {
+    pub fn escalate(&self, lease: &LeaseName, epoch: Epoch, cool_down: Duration) {
         self.task.send(Control::Engine(
             picolease_core::engine::Input::WorkEscalated {
                 lease: Some(lease.clone()),
+                epoch: Some(epoch),
                 cool_down,
             },
         ));

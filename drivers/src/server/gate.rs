@@ -253,8 +253,9 @@ fn stop<F>(term: TermTasks<F>) -> Done {
 }
 
 /// Runs `task` in `term`, after the previous term's tasks: again after
-/// a failure, when `supervision` says, until the term ends, the task
-/// returns normally (done for this term), or the failures escalate.
+/// a failure, when `supervision` says (after an escalation too, slowly,
+/// should the term go on), until the term ends or the task returns
+/// normally (done for this term).
 fn spawn<F: TermFence>(term: &TermTasks<F>, task: &GatedTask<F>, supervision: &Arc<Supervision>) {
     let context = term.context.clone();
     let previous = term.previous.clone();
@@ -277,9 +278,7 @@ fn spawn<F: TermFence>(term: &TermTasks<F>, task: &GatedTask<F>, supervision: &A
             if context.is_cancelled() {
                 return;
             }
-            let Some(wait) = supervision.failed(epoch, &failure) else {
-                return;
-            };
+            let wait = supervision.failed(epoch, &failure);
             tokio::select! {
                 () = context.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}

@@ -244,8 +244,9 @@ impl Gate {
 }
 
 /// Starts work closure `index` in the term of `context`: again after a
-/// failure, when `supervision` says, until the term ends, the closure
-/// returns normally (done for this term), or the failures escalate.
+/// failure, when `supervision` says (after an escalation too, slowly,
+/// should the term go on), until the term ends or the closure returns
+/// normally (done for this term).
 fn start_work(
     index: usize,
     work: &Work,
@@ -269,9 +270,7 @@ fn start_work(
         if given.is_cancelled() {
             return;
         }
-        let Some(wait) = supervision.failed(given.epoch(), &failure) else {
-            return;
-        };
+        let wait = supervision.failed(given.epoch(), &failure);
         if given.sleep(wait) {
             return;
         }

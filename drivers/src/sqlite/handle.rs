@@ -91,6 +91,7 @@ impl<S: Scope> Builder<S> {
         let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
         let holder = S::planned_holder(&plan).clone();
         let what = S::describe(&plan);
+        options.restart.validate()?;
         let mailbox = Mailbox::default();
         let probed = S::notice_lease(&plan);
         let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
@@ -376,14 +377,16 @@ impl<S: Scope> Contender<S> {
             }));
     }
 
-    /// The work of `lease` (a lone lease's own) failed past a restart
-    /// policy of your own: hand it over and stand aside for `cool_down`,
+    /// The work of `lease`'s term `epoch` (a lone lease's own lease)
+    /// failed past a restart policy of your own: hand it over (unless a
+    /// later term runs) and stand aside for `cool_down`,
     /// as the driver's own supervision does ([`Builder::restart_policy`]).
     /// `picolease run` supervises its CMD so.
-    pub fn escalate(&self, lease: &LeaseName, cool_down: Duration) {
+    pub fn escalate(&self, lease: &LeaseName, epoch: picolease_core::Epoch, cool_down: Duration) {
         self.thread.send(Control::Engine(
             picolease_core::engine::Input::WorkEscalated {
                 lease: Some(lease.clone()),
+                epoch: Some(epoch),
                 cool_down,
             },
         ));

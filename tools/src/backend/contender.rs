@@ -71,7 +71,7 @@ pub trait Contender {
 
     /// `lease`'s CMD failed past `--restart-limit`: hand it over and stand
     /// aside for `cool_down`.
-    fn escalate(&self, lease: &LeaseName, cool_down: std::time::Duration);
+    fn escalate(&self, lease: &LeaseName, epoch: picolease::Epoch, cool_down: std::time::Duration);
 
     /// Stops the gated work (CMD), releases what is held (a set's
     /// membership row too), and returns the fatal error that had stopped

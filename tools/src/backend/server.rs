@@ -135,7 +135,7 @@ fn joined(thread: Option<DriverThread>, database: &str) -> Result<(), CliError> 
 enum Ask {
     GiveUp(LeaseName),
     Health(bool),
-    Escalate(LeaseName, std::time::Duration),
+    Escalate(LeaseName, picolease::Epoch, std::time::Duration),
     /// Stop the work, release.
     Shutdown,
     /// Hand over to the preferred candidates (else release), then shut
@@ -185,7 +185,9 @@ where
                         ask = inbox.recv() => match ask {
                             Some(Ask::GiveUp(lease)) => handle.give_up(&lease),
                             Some(Ask::Health(healthy)) => handle.report_health(healthy),
-                            Some(Ask::Escalate(lease, cool_down)) => handle.escalate(&lease, cool_down),
+                            Some(Ask::Escalate(lease, epoch, cool_down)) => {
+                                handle.escalate(&lease, epoch, cool_down)
+                            }
                             Some(Ask::Abort) => {
                                 handle.abort();
                                 break Ok(());
@@ -233,8 +235,10 @@ impl Contender for ServerContender {
         let _ = self.asks.send(Ask::Health(healthy));
     }
 
-    fn escalate(&self, lease: &LeaseName, cool_down: std::time::Duration) {
-        let _ = self.asks.send(Ask::Escalate(lease.clone(), cool_down));
+    fn escalate(&self, lease: &LeaseName, epoch: picolease::Epoch, cool_down: std::time::Duration) {
+        let _ = self
+            .asks
+            .send(Ask::Escalate(lease.clone(), epoch, cool_down));
     }
 
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {

@@ -174,8 +174,8 @@ impl<S: ScopeView> Contender for sqlite::Contender<S> {
         sqlite::Contender::report_health(self, healthy);
     }
 
-    fn escalate(&self, lease: &LeaseName, cool_down: std::time::Duration) {
-        sqlite::Contender::escalate(self, lease, cool_down);
+    fn escalate(&self, lease: &LeaseName, epoch: picolease::Epoch, cool_down: std::time::Duration) {
+        sqlite::Contender::escalate(self, lease, epoch, cool_down);
     }
 
     fn shutdown(self: Box<Self>) -> Result<(), CliError> {

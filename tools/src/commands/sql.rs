@@ -167,7 +167,7 @@ fn printed(statements: &Statements) -> Vec<Printed> {
         ),
         Printed::of(
             "renew",
-            "extend our lease at our epoch; one row (epoch, handover request, preferred candidate) if still ours, none if lost; the request is NULL, or the node an operator asked this term to be handed over to ('' for anyone); the candidate is NULL, or the live announcement in the picolease.preferred:<name> row (a contender that announces nothing may ignore it)",
+            "extend our lease at our epoch; one row (epoch, handover request, preferred candidate) if still ours, none if lost; the request is NULL, or the node an operator asked this term to be handed over to ('' for anyone); the candidate is NULL, or the live announcement in the picolease.preferred:<name> row (a contender that announces nothing may ignore it; picolease nodes with a health probe announce while healthy, and a picolease leader whose probe fails hands the lease to the candidate, DESIGN §5 \"Work that fails\")",
             statements.renew(),
         ),
         Printed::of(

@@ -240,10 +240,14 @@ impl Gated {
                 }
             }
             Verdict::Escalate => {
-                // The core hands the lease over and ends the term: the
-                // work returns then.
-                while !view.ended(FORWARD) {}
-                Some(Pass::Done)
+                // The core hands the lease over and ends the term; a
+                // degraded leader that keeps it (no healthy node to take
+                // it) still tries its CMD, after the longest backoff.
+                if view.ended(restarts.policy.max_backoff) {
+                    Some(Pass::Done)
+                } else {
+                    Some(Pass::Again)
+                }
             }
         }
     }

@@ -161,6 +161,14 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
 /// with `--restart no`; refused without a CMD to restart.
 fn restart_policy(args: &RunArgs, command: bool) -> Result<Option<RestartPolicy>, CliError> {
     if args.restart != "on-failure" {
+        if args.restart_limit.is_some()
+            || args.restart_backoff.is_some()
+            || args.cool_down.is_some()
+        {
+            return Err(CliError::usage(
+                "--restart-limit, --restart-backoff and --cool-down go with --restart on-failure",
+            ));
+        }
         return Ok(None);
     }
     if !command {
@@ -168,14 +176,18 @@ fn restart_policy(args: &RunArgs, command: bool) -> Result<Option<RestartPolicy>
             "--restart on-failure restarts CMD: give one after --",
         ));
     }
+    let defaults = RestartPolicy::default();
+    let backoff = args.restart_backoff.unwrap_or(defaults.backoff);
     let policy = RestartPolicy {
-        intensity: args.restart_limit.restarts,
-        period: args.restart_limit.period,
-        backoff: args.restart_backoff,
-        max_backoff: RestartPolicy::default()
-            .max_backoff
-            .max(args.restart_backoff),
-        cool_down: args.cool_down,
+        intensity: args
+            .restart_limit
+            .map_or(defaults.intensity, |limit| limit.restarts),
+        period: args
+            .restart_limit
+            .map_or(defaults.period, |limit| limit.period),
+        backoff,
+        max_backoff: defaults.max_backoff.max(backoff),
+        cool_down: args.cool_down.unwrap_or(defaults.cool_down),
     };
     policy.validate().map_err(CliError::usage)?;
     Ok(Some(policy))

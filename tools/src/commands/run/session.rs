@@ -188,7 +188,7 @@ impl Session {
                 self.work.failed(lease.as_str());
                 printer.work_failed(&lease, epoch, &status, restarts, escalated);
                 if let (Some(cool_down), Some(contender)) = (escalated, contender) {
-                    contender.escalate(&lease, cool_down);
+                    contender.escalate(&lease, picolease::Epoch::new(epoch), cool_down);
                 }
             }
             Event::Health { healthy, reason } => {
