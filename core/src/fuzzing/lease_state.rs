@@ -34,7 +34,10 @@
 //!    a planned handover (asked by the driver, or by a renewal's answer)
 //!    stops the work before its hand-over (or release) is sent, and
 //!    only a leader's term is handed over;
-//! 9. the same bytes give the same commands (determinism).
+//! 9. the same bytes give the same commands (determinism);
+//! 10. health (DESIGN §5): a demotion `unhealthy` comes only from a
+//!     probe's verdict or a renewal's answer, `escalated` only from an
+//!     escalation, and either stops the work before its hand-over.
 
 use std::time::Duration;
 
@@ -127,6 +130,10 @@ enum Input {
     Shutdown(When),
     /// The driver asks for a planned handover (to a node, or to anyone).
     HandOver(When, bool),
+    /// The health probe's verdict (DESIGN §5 "Work that fails").
+    Health(When, bool),
+    /// The work escalated: of the term led now (`true`), or of no term.
+    Escalate(When, bool),
 }
 
 /// What the input being checked was, for the commands it produced.
@@ -145,6 +152,8 @@ enum Cause {
     ReleaseNotice,
     Shutdown,
     HandOver,
+    Health,
+    Escalate,
 }
 
 /// What the commands have told the harness so far.
@@ -413,6 +422,17 @@ impl Mirror {
                 assert!(!handed || led, "a handover by a node that did not lead");
                 Cause::HandOver
             }
+            Input::Health(when, healthy) => {
+                self.now = self.time(lease, when);
+                lease.handle_health(self.now, healthy);
+                Cause::Health
+            }
+            Input::Escalate(when, of_the_term) => {
+                self.now = self.time(lease, when);
+                let term = of_the_term.then_some(self.working).flatten();
+                lease.handle_work_escalated(self.now, term, Duration::from_secs(60));
+                Cause::Escalate
+            }
             Input::Reply(when, which, pick) => {
                 self.now = self.time(lease, when);
                 let id = self.request_id(which);
@@ -584,6 +604,22 @@ impl Mirror {
                             assert!(
                                 matches!(cause, Cause::HandOver | Cause::Answer { .. }),
                                 "handed over without being asked"
+                            );
+                            self.handing_over = true;
+                        }
+                        // Health (DESIGN §5): a probe's verdict, or a
+                        // renewal's candidate read while unhealthy.
+                        Demotion::Unhealthy => {
+                            assert!(
+                                matches!(cause, Cause::Health | Cause::Answer { .. }),
+                                "unhealthy without a verdict or a candidate"
+                            );
+                            self.handing_over = true;
+                        }
+                        Demotion::Escalated => {
+                            assert!(
+                                matches!(cause, Cause::Escalate),
+                                "escalated without an escalation"
                             );
                             self.handing_over = true;
                         }
