@@ -238,10 +238,10 @@ impl SetConfig {
 
     /// Checks that the timings can work together, by the rules of
     /// [`Config::validate`], and that the membership row's name, which
-    /// carries the rank, fits a name.
+    /// carries the rank, fits a name, with the health mark too.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.timings().validate()?;
-        crate::set::member_row_name(&self.holder, &self.rank).map(drop)
+        crate::set::unhealthy_row_name(&self.holder, &self.rank).map(drop)
     }
 
     /// The ttl in whole milliseconds, as bound into the batches.

@@ -516,7 +516,12 @@ impl LeaseState {
     }
 
     /// [`LeaseState::handle_hand_over`], published with `reason`.
-    fn hand_over_because(&mut self, now: Instant, to: Option<HolderId>, reason: Demotion) -> bool {
+    pub(crate) fn hand_over_because(
+        &mut self,
+        now: Instant,
+        to: Option<HolderId>,
+        reason: Demotion,
+    ) -> bool {
         if self.phase != Phase::Electing {
             return false;
         }

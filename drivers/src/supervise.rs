@@ -193,11 +193,13 @@ pub(crate) struct Verdicts<P> {
 }
 
 impl<P: Fn(Input) -> bool> Verdicts<P> {
-    pub(crate) fn new(lease: &LeaseName, post: P) -> Self {
+    /// Verdicts about `lease` (a lone lease's name, or what a set's loop
+    /// runs), posted through `post`.
+    pub(crate) fn new(lease: &str, post: P) -> Self {
         Verdicts {
             post,
             last: None,
-            lease: lease.as_str().to_string(),
+            lease: lease.to_string(),
         }
     }
 

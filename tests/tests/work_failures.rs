@@ -11,7 +11,10 @@
 //! - a leader whose `health_probe` starts failing hands the lease to a
 //!   healthy contender within the probe's interval + three intervals
 //!   (its announcement may be one interval away), by a planned handover
-//!   (`follower` reason `unhealthy`).
+//!   (`follower` reason `unhealthy`);
+//! - a lease set's member whose `health_probe` starts failing hands every
+//!   lease it leads to the healthy member within the probe's interval +
+//!   two intervals (DESIGN §9 "Members' health").
 //!
 //! The times are printed: `cargo test -p picolease-tests --test
 //! work_failures -- --nocapture`.
@@ -23,9 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use picolease::server::{self, Connects, Database};
+use picolease::set::SetView;
+use picolease::sqlite::SqliteLeaseSet;
 use picolease::sqlite::{Database as SqliteFile, SqliteLease};
 use picolease::supervise::RestartPolicy;
-use picolease::{Config, Demotion, HolderId, LeaseName, LeaseView, Role, TableName};
+use picolease::{Config, Demotion, HolderId, LeaseName, LeaseView, Role, SetConfig, TableName};
 
 const TTL: Duration = Duration::from_secs(2);
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -39,6 +44,49 @@ fn config(holder: &str) -> Config {
         HolderId::new(holder).unwrap(),
         TTL,
     )
+}
+
+/// An async probe that passes while `ok` holds, else fails with `reason`.
+fn async_probe(
+    ok: &Arc<AtomicBool>,
+    reason: &'static str,
+) -> impl Fn() -> std::future::Ready<Result<(), String>> + Send + Sync + 'static {
+    let ok = Arc::clone(ok);
+    move || std::future::ready(blocking_probe(&ok, reason)())
+}
+
+/// A blocking probe that passes while `ok` holds, else fails with `reason`.
+fn blocking_probe(
+    ok: &Arc<AtomicBool>,
+    reason: &'static str,
+) -> impl Fn() -> Result<(), String> + Send + Sync + 'static {
+    let ok = Arc::clone(ok);
+    move || {
+        if ok.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(reason.to_string())
+        }
+    }
+}
+
+/// Four leases of a set, `h0` … `h3`.
+fn set_leases() -> Vec<LeaseName> {
+    (0..4)
+        .map(|i| LeaseName::new(&format!("h{i}")).unwrap())
+        .collect()
+}
+
+fn set_config(holder: &str) -> SetConfig {
+    SetConfig::with_ttl(HolderId::new(holder).unwrap(), TTL)
+}
+
+/// How many of the set's leases `view` leads.
+fn leads(view: &SetView) -> usize {
+    set_leases()
+        .iter()
+        .filter(|l| view.leadership(l).is_some_and(|l| l.is_leader()))
+        .count()
 }
 
 /// Restarts after 50 ms and 100 ms, then escalates; stands aside 30 s.
@@ -110,18 +158,11 @@ fn sqlite_an_unhealthy_leader_hands_over() {
     let dir = tempfile::tempdir().unwrap();
     let file = || SqliteFile::file(dir.path().join("leases.db"));
     let ok = Arc::new(AtomicBool::new(true));
-    let probe = Arc::clone(&ok);
     let sick = SqliteLease::builder(config("sick"), file())
         .health_probe(
             Duration::from_millis(50),
             Duration::from_secs(1),
-            move || {
-                if probe.load(Ordering::SeqCst) {
-                    Ok(())
-                } else {
-                    Err("the disk is full".into())
-                }
-            },
+            blocking_probe(&ok, "the disk is full"),
         )
         .start()
         .unwrap();
@@ -139,6 +180,43 @@ fn sqlite_an_unhealthy_leader_hands_over() {
     println!("SQLite: an unhealthy leader: the healthy node led {took:?} after the probe failed (bound {bound:?})");
     assert!(took <= bound, "{took:?} > {bound:?}");
     assert_eq!(sick.leadership().role, Role::Follower);
+    sick.shutdown().unwrap();
+    healthy.shutdown().unwrap();
+}
+
+#[test]
+fn sqlite_an_unhealthy_set_member_hands_its_leases_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = || SqliteFile::file(dir.path().join("leases.db"));
+    let ok = Arc::new(AtomicBool::new(true));
+    let sick = SqliteLeaseSet::builder(set_config("sick"), set_leases(), file())
+        .health_probe(
+            Duration::from_millis(50),
+            Duration::from_secs(1),
+            blocking_probe(&ok, "the object store is unreachable"),
+        )
+        .start()
+        .unwrap();
+    let healthy = SqliteLeaseSet::builder(set_config("healthy"), set_leases(), file())
+        .health_probe(Duration::from_millis(50), Duration::from_secs(1), || Ok(()))
+        .start()
+        .unwrap();
+    wait_until("two leases each", || {
+        leads(&sick) == 2 && leads(&healthy) == 2
+    });
+    let from = Instant::now();
+    ok.store(false, Ordering::SeqCst);
+    wait_until("the healthy member leads all four", || leads(&healthy) == 4);
+    let took = from.elapsed();
+    let bound = Duration::from_millis(50) + INTERVAL * 2 + SLACK;
+    println!("SQLite: an unhealthy set member: the healthy one led all four {took:?} after the probe failed (bound {bound:?})");
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    assert_eq!(leads(&sick), 0);
+    // Healthy again, it takes its share back.
+    ok.store(true, Ordering::SeqCst);
+    wait_until("two leases each again", || {
+        leads(&sick) == 2 && leads(&healthy) == 2
+    });
     sick.shutdown().unwrap();
     healthy.shutdown().unwrap();
 }
@@ -234,22 +312,12 @@ async fn unhealthy_leader_hands_over<D: Database>(
     table: TableName,
 ) {
     let ok = Arc::new(AtomicBool::new(true));
-    let probe = Arc::clone(&ok);
     let sick = server::Contender::<D, LeaseView>::builder(config("sick"), connector.clone())
         .table(table.clone())
         .health_probe(
             Duration::from_millis(50),
             Duration::from_secs(1),
-            move || {
-                let healthy = probe.load(Ordering::SeqCst);
-                async move {
-                    if healthy {
-                        Ok(())
-                    } else {
-                        Err("the disk is full".to_string())
-                    }
-                }
-            },
+            async_probe(&ok, "the disk is full"),
         )
         .start()
         .unwrap();
@@ -272,6 +340,56 @@ async fn unhealthy_leader_hands_over<D: Database>(
     println!("{name}: an unhealthy leader: the healthy node led {took:?} after the probe failed (bound {bound:?})");
     assert!(took <= bound, "{took:?} > {bound:?}");
     assert_eq!(sick.leadership().role, Role::Follower);
+    sick.shutdown().await.unwrap();
+    healthy.shutdown().await.unwrap();
+}
+
+async fn unhealthy_set_member_hands_over<D: Database>(
+    name: &str,
+    connector: impl Connects<D> + Clone,
+    table: TableName,
+) {
+    let ok = Arc::new(AtomicBool::new(true));
+    let sick = server::Contender::<D, SetView>::builder(
+        set_config("sick"),
+        set_leases(),
+        connector.clone(),
+    )
+    .table(table.clone())
+    .health_probe(
+        Duration::from_millis(50),
+        Duration::from_secs(1),
+        async_probe(&ok, "the object store is unreachable"),
+    )
+    .start()
+    .unwrap();
+    let healthy =
+        server::Contender::<D, SetView>::builder(set_config("healthy"), set_leases(), connector)
+            .table(table)
+            .health_probe(
+                Duration::from_millis(50),
+                Duration::from_secs(1),
+                || async { Ok(()) },
+            )
+            .start()
+            .unwrap();
+    wait_async("two leases each", || {
+        leads(&sick) == 2 && leads(&healthy) == 2
+    })
+    .await;
+    let from = Instant::now();
+    ok.store(false, Ordering::SeqCst);
+    wait_async("the healthy member leads all four", || leads(&healthy) == 4).await;
+    let took = from.elapsed();
+    let bound = Duration::from_millis(50) + INTERVAL * 2 + SLACK;
+    println!("{name}: an unhealthy set member: the healthy one led all four {took:?} after the probe failed (bound {bound:?})");
+    assert!(took <= bound, "{took:?} > {bound:?}");
+    assert_eq!(leads(&sick), 0);
+    ok.store(true, Ordering::SeqCst);
+    wait_async("two leases each again", || {
+        leads(&sick) == 2 && leads(&healthy) == 2
+    })
+    .await;
     sick.shutdown().await.unwrap();
     healthy.shutdown().await.unwrap();
 }
@@ -316,6 +434,22 @@ async fn postgres_an_unhealthy_leader_hands_over() {
     let table = pg_support::unique_table("work_probe");
     unhealthy_leader_hands_over("PostgreSQL", pg_connector(), table.clone()).await;
     pg_support::drop_table(&admin, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_unhealthy_set_member_hands_its_leases_over() {
+    let admin = pg_support::admin().await;
+    let table = pg_support::unique_table("work_set_probe");
+    unhealthy_set_member_hands_over("PostgreSQL", pg_connector(), table.clone()).await;
+    pg_support::drop_table(&admin, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_an_unhealthy_set_member_hands_its_leases_over() {
+    let table = mysql_table("set_probe");
+    let connector = picolease::mysql::MysqlConnector::new(MYSQL).unwrap();
+    unhealthy_set_member_hands_over("MariaDB", connector.clone(), table.clone()).await;
+    drop_mysql_table(&table).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

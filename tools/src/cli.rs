@@ -388,8 +388,9 @@ pub struct RunArgs {
     /// nothing and leaves a lapsed lease to healthy nodes for two
     /// intervals, and a leader hands the lease to a healthy live
     /// candidate (healthy nodes with a probe announce themselves); with no
-    /// healthy node one still leads. One --name only (lease sets do not
-    /// weigh health yet).
+    /// healthy node one still leads. With several names it is the set
+    /// member's health: unhealthy, the member hands its leases to the
+    /// healthy members and aims for none.
     #[arg(long, value_name = "CMD")]
     pub health_cmd: Option<String>,
     /// How often the probe runs (default: the interval).

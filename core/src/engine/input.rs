@@ -35,8 +35,8 @@ pub enum Input {
     /// call; one is ignored).
     GiveUp(LeaseName),
     /// What this node's health probe says (DESIGN §5 "Work that fails"):
-    /// a lone lease's machine acts on it
-    /// ([`LeaseState::handle_health`]); a set does not yet (ignored).
+    /// a lone lease's machine acts on it ([`LeaseState::handle_health`]),
+    /// a set through its membership row ([`LeaseSet::handle_health`]).
     Health {
         /// True when the probe passed.
         healthy: bool,
@@ -172,8 +172,9 @@ fn set_input(set: &mut LeaseSet, now: Instant, input: Input) {
             epoch,
             cool_down,
         } => set.handle_work_escalated(now, lease.as_str(), epoch, cool_down),
-        // Not yet: a set's members do not weigh health in the share.
-        Input::Health { .. } | Input::WorkEscalated { lease: None, .. } => {}
+        Input::Health { healthy } => set.handle_health(now, healthy),
+        // A set's escalation names its lease.
+        Input::WorkEscalated { lease: None, .. } => {}
         Input::WorkStopped(lease) => set.handle_work_stopped(now, lease.as_str()),
         Input::Answer {
             request,

@@ -6,7 +6,7 @@
 //! that grant, refuse or leave out any lease; renew and release results
 //! that match any subset of the names; surveys that list any rows (free,
 //! held, lapsed, other members, names outside the set); failed batches;
-//! release notices, change notices, confirmations of stopped work (also
+//! release notices, change notices, health verdicts, confirmations of stopped work (also
 //! for work it was never told to stop), give-ups, planned handovers (and
 //! renewals that read an operator's request), readings of the
 //! database clock and shutdowns, at instants that only move forward. It
@@ -15,7 +15,8 @@
 //! 1. no input panics;
 //! 2. request ids strictly increase and at most one batch is outstanding
 //!    (until its reply is delivered or a `Cancel` abandons it); a batch
-//!    names distinct leases of the set (or the membership row), renew and
+//!    names distinct leases of the set (or the membership row, or the
+//!    unhealthy row), renew and
 //!    release items carry an epoch, acquire items none;
 //! 3. per lease: `StartWork` only while not working, matched by a
 //!    `StopWork` of the same epoch before the next; a published `Leader`
@@ -88,7 +89,8 @@ enum Outcome {
 /// One row of a survey.
 #[derive(Arbitrary, Debug, Clone, Copy)]
 struct Row {
-    /// A lease (0..3), a member row (3..5), a name outside the set.
+    /// A lease (0..3), a member row (3..6), an unhealthy member row (6), a
+    /// name outside the set.
     who: u8,
     holder: Option<bool>,
     epoch: u8,
@@ -132,6 +134,8 @@ enum Input {
     WorkStopped(When, u8),
     GiveUp(When, u8),
     DbClock(When, i32),
+    /// The health probe's verdict (DESIGN §9 "Members' health").
+    Health(When, bool),
     /// A shutdown when the byte is 0 (rare, as `Answer::Fatal`), else a
     /// wake-up.
     Shutdown(When, u8),
@@ -347,6 +351,10 @@ impl Mirror {
                     .saturating_add(i64::from(step));
                 set.handle_db_clock(self.now, sent, self.db_millis);
             }
+            Input::Health(when, healthy) => {
+                self.now = self.time(set, when);
+                set.handle_health(self.now, healthy);
+            }
             Input::Shutdown(when, 1..) => return self.step(set, Input::Timeout(when)),
             Input::Shutdown(when, 0) => {
                 self.now = self.time(set, when);
@@ -448,7 +456,7 @@ impl Mirror {
                     .iter()
                     .take(usize::from(rows % 5))
                     .map(|row| LeaseRow {
-                        name: match row.who % 7 {
+                        name: match row.who % 8 {
                             w @ 0..=2 => LEASES[usize::from(w)].to_string(),
                             3 => format!("{MEMBER_PREFIX}other"),
                             4 => format!("{MEMBER_PREFIX}me"),
@@ -458,6 +466,14 @@ impl Mirror {
                             5 => crate::set::member_row_name(
                                 &HolderId::new("other").expect("a valid id"),
                                 &crate::Rank::new(5, Some("2.0")).expect("a valid rank"),
+                            )
+                            .expect("fits"),
+                            // A member whose probe fails (DESIGN §9
+                            // "Members' health"), or this node's own mark.
+                            6 => crate::set::unhealthy_row_name(
+                                &HolderId::new(if row.epoch % 2 == 0 { "other" } else { "me" })
+                                    .expect("a valid id"),
+                                &crate::Rank::default(),
                             )
                             .expect("fits"),
                             _ => "outside".to_string(),
@@ -477,6 +493,7 @@ impl Mirror {
     /// mirror, then the set's own view.
     fn check(&mut self, set: &mut LeaseSet, after_timeout: bool) {
         let member = format!("{MEMBER_PREFIX}{}", self.me);
+        let marked = format!("{MEMBER_PREFIX}~{}", self.me);
         while let Some(command) = set.poll_command() {
             assert!(!self.finished, "a command after Finished: {command:?}");
             match &command {
@@ -500,7 +517,7 @@ impl Mirror {
                     for (name, epoch) in &batch.items {
                         let name = name.as_str();
                         assert!(
-                            LEASES.contains(&name) || name == member,
+                            LEASES.contains(&name) || name == member || name == marked,
                             "{name} is not the set's"
                         );
                         match batch.kind {
@@ -516,6 +533,7 @@ impl Mirror {
                                 assert!(epoch.is_some());
                                 assert!(
                                     name == member
+                                        || name == marked
                                         || set.leadership(name).is_some_and(|l| l.is_leader()),
                                     "renewing {name}, which it does not hold"
                                 );
@@ -564,6 +582,7 @@ impl Mirror {
                 SetCommand::StartWork { lease, epoch } => {
                     let lease = lease.as_str();
                     assert_ne!(lease, member, "the membership row is never worked");
+                    assert_ne!(lease, marked, "the unhealthy row is never worked");
                     assert!(!self.shutdown, "{lease}: work started after shutdown");
                     assert!(
                         self.working.get(lease).is_none_or(|(_, stop)| *stop),
@@ -588,6 +607,7 @@ impl Mirror {
                 SetCommand::Publish { lease, leadership } => {
                     let lease = lease.as_str();
                     assert_ne!(lease, member, "the membership row is never published");
+                    assert_ne!(lease, marked, "the unhealthy row is never published");
                     if leadership.is_leader() {
                         assert_eq!(leadership.holder.as_ref(), Some(&self.me));
                         assert!(leadership.epoch.is_some());

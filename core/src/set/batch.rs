@@ -82,7 +82,7 @@ impl LeaseSet {
                     // lone lease's: the renewal counts, then the lease's
                     // machine hands over.
                     let reply = match (matched.contains(name), asked.remove(name)) {
-                        (true, Some(to)) if i != self.member => Reply::HandOverAsked { to },
+                        (true, Some(to)) if i < self.member => Reply::HandOverAsked { to },
                         (true, _) => Reply::Accepted,
                         (false, _) => Reply::Rejected,
                     };
@@ -146,7 +146,7 @@ impl LeaseSet {
                     _ => false,
                 };
                 let stale = Duration::from_millis(self.stale_millis().unsigned_abs());
-                if believed_free && *expires_in >= stale && i != self.member {
+                if believed_free && *expires_in >= stale && i < self.member {
                     self.resurvey = true;
                     self.next_survey = self.next_survey.min(now);
                 }
@@ -165,7 +165,7 @@ impl LeaseSet {
         }
         let held_elsewhere = matches!(reply, Reply::Held { .. });
         self.slots[i].machine.handle_reply(now, request, reply);
-        if held_elsewhere && i != self.member {
+        if held_elsewhere && i < self.member {
             // Held by another node: no stealing, and no retrying at its
             // expiry either unless the survey shows it going stale.
             self.slots[i].machine.set_contending(now, false);
@@ -269,8 +269,8 @@ impl LeaseSet {
             let member = self.member;
             let mut leases = 0;
             items.retain(|&i| {
-                leases += usize::from(i != member);
-                i == member || leases <= MAX_BATCH
+                leases += usize::from(i < member);
+                i >= member || leases <= MAX_BATCH
             });
         }
         self.next_request += 1;

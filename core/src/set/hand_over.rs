@@ -10,6 +10,7 @@ use super::{share, BatchKind, LeaseSet, Seen};
 /// How many leases an outranked node hands over at once.
 pub const YIELD_WINDOW: usize = 8;
 use crate::names::{HolderId, LeaseName};
+use crate::protocol::Demotion;
 use crate::time::Instant;
 
 impl LeaseSet {
@@ -28,7 +29,7 @@ impl LeaseSet {
         if self.shutting_down {
             return false;
         }
-        let Some(&i) = self.index.get(lease).filter(|&&i| i != self.member) else {
+        let Some(&i) = self.index.get(lease).filter(|&&i| i < self.member) else {
             return false;
         };
         // A lease already given up for the share is on its way out.
@@ -76,19 +77,19 @@ impl LeaseSet {
         handed
     }
 
-    /// The live members other than this node of the best rank among them,
-    /// by the last survey: where this node's leases go when it leaves or
+    /// The live members other than this node of the best standing among
+    /// them (healthy first, then by rank), by the last survey: where this node's leases go when it leaves or
     /// is outranked.
     fn successors(&self, now: Instant) -> Vec<HolderId> {
         let others: Vec<_> = self
-            .ranked_members(now)
+            .standings(now)
             .into_iter()
             .filter(|(h, _)| *h != self.template.holder)
             .collect();
-        let best = others.iter().map(|(_, r)| r).max().cloned();
+        let best = others.iter().map(|(_, s)| s).max().cloned();
         others
             .into_iter()
-            .filter(|(_, r)| Some(r) == best.as_ref())
+            .filter(|(_, s)| Some(s) == best.as_ref())
             .map(|(h, _)| h)
             .collect()
     }
@@ -100,31 +101,91 @@ impl LeaseSet {
             .max_by_key(|h| share::preference(h, lease))
     }
 
-    /// A live member outranks this node (DESIGN §9 "Preferred members"):
-    /// the leases in `held` go to the best members, each by its own
-    /// planned handover to the member that ranks first for it, at most
-    /// [`YIELD_WINDOW`] at a time so the others stay led (and renewed)
-    /// until their turn. A lease whose successor runs on this node's own
-    /// node is released instead: a reservation names a node, and this node
+    /// A live member outranks this node (DESIGN §9 "Preferred members",
+    /// "Members' health"): the leases in `held` go to the best members,
+    /// each by its own planned handover, at most [`YIELD_WINDOW`] at a
+    /// time so the others stay led (and renewed) until their turn. Each
+    /// best member is owed what its share grows by once this node is out
+    /// of it (assuming the shares were settled), and each lease goes to
+    /// the member owed one that ranks first for it ([`share::preference`]),
+    /// so that no member is handed more than its share and has to give a
+    /// lease up again at once; past what is owed, to the member that
+    /// ranks first. A lease whose successor runs on this node's own node
+    /// is released instead: a reservation names a node, and this node
     /// would read it as its own.
     pub(super) fn hand_to_better(&mut self, now: Instant, held: &[usize]) {
         let better = self.successors(now);
-        let handing = (0..self.member)
-            .filter(|&i| self.slots[i].machine.is_handing_over())
-            .count();
+        let mut owed = self.owed_to(&better);
+        let reservations: Vec<Option<HolderId>> = better
+            .iter()
+            .map(|h| HolderId::reserved_for(h.node()).ok())
+            .collect();
+        let mut handing = 0;
+        for i in 0..self.member {
+            let Some(to) = self.slots[i]
+                .machine
+                .successor()
+                .filter(|_| self.slots[i].machine.is_handing_over())
+            else {
+                continue;
+            };
+            handing += 1;
+            if let Some(k) = reservations.iter().position(|r| r.as_ref() == Some(to)) {
+                owed[k] = owed[k].saturating_sub(1);
+            }
+        }
         let mine = self.template.holder.node().to_string();
         for &i in held.iter().take(YIELD_WINDOW.saturating_sub(handing)) {
-            let to = Self::successor_for(&better, self.slots[i].name.as_str())
-                .filter(|h| h.node() != mine)
-                .and_then(|h| HolderId::reserved_for(h.node()).ok());
+            let lease = self.slots[i].name.as_str();
+            let pick = |owing: bool| {
+                (0..better.len())
+                    .filter(|&k| !owing || owed[k] > 0)
+                    .max_by_key(|&k| share::preference(&better[k], lease))
+            };
+            let k = pick(true).or_else(|| pick(false));
+            if let Some(k) = k {
+                owed[k] = owed[k].saturating_sub(1);
+            }
+            let to = k
+                .filter(|&k| better[k].node() != mine)
+                .and_then(|k| reservations[k].clone());
             if to.is_some() {
-                self.slots[i].machine.handle_hand_over(now, to);
+                // Said as what moved it: a better rank, or this node's
+                // failing probe (DESIGN §9 "Members' health").
+                let reason = if self.own_standing().healthy {
+                    Demotion::HandedOver
+                } else {
+                    Demotion::Unhealthy
+                };
+                self.slots[i].machine.hand_over_because(now, to, reason);
             } else {
                 self.slots[i].yielding = true;
                 self.slots[i].machine.handle_shutdown(now);
             }
             self.drain(now, i);
         }
+    }
+
+    /// Per member of `better` (by holder id): how much its share grows
+    /// when this node's leaves it, from the share among `better` and this
+    /// node to the share among `better` alone ([`share::target`]).
+    fn owed_to(&self, better: &[HolderId]) -> Vec<usize> {
+        let leases = self.member;
+        let mut with_me: Vec<&HolderId> = better.iter().collect();
+        with_me.push(&self.template.holder);
+        with_me.sort();
+        better
+            .iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                let before = with_me.iter().position(|x| *x == h).unwrap_or(0);
+                share::target(leases, better.len(), rank).saturating_sub(share::target(
+                    leases,
+                    better.len() + 1,
+                    before,
+                ))
+            })
+            .collect()
     }
 
     /// The lease and the reservation of the [`BatchKind::HandOver`] in

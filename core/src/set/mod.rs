@@ -11,16 +11,20 @@
 
 mod batch;
 mod hand_over;
+mod health;
 mod membership;
 mod plan;
 mod protocol;
 pub mod share;
+mod standing;
 mod survey;
 #[cfg(feature = "sim")]
 mod view;
 
 pub use batch::MAX_BATCH;
-pub use membership::{member_row_name, read_member_row};
+pub use membership::{
+    member_row_name, read_member_row, unhealthy_row_name, MemberRow, UNHEALTHY_MARK,
+};
 pub use protocol::{Batch, BatchKind, BatchReply, SetCommand};
 
 use std::collections::{HashMap, VecDeque};
@@ -60,6 +64,9 @@ enum Seen {
 pub(crate) struct Member {
     pub(crate) holder: HolderId,
     rank: Rank,
+    /// False when the row read was its unhealthy row (DESIGN §9 "Members'
+    /// health").
+    pub(crate) healthy: bool,
     /// The membership row's name (a release notice names it).
     row: String,
     /// The row's expiry.
@@ -91,6 +98,35 @@ struct Slot {
     preference: u64,
 }
 
+impl Slot {
+    /// Slot `i` of a set with `template`: a follower for `name`, out of
+    /// the share (nothing competes before the first survey has told the
+    /// node its share). Its jitter seed is mixed with its position.
+    fn new(
+        template: &SetConfig,
+        i: usize,
+        name: LeaseName,
+        now: Instant,
+    ) -> Result<Slot, ConfigError> {
+        let mut config = template.for_lease(name.clone());
+        config.seed = template.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut machine = LeaseState::own_row(config, now)?;
+        machine.set_contending(now, false);
+        Ok(Slot {
+            preference: share::preference(&template.holder, name.as_str()),
+            name,
+            machine,
+            queued: None,
+            sent: None,
+            seen: Seen::Unknown,
+            stopping: false,
+            yielding: false,
+            rest_until: None,
+            offered_until: None,
+        })
+    }
+}
+
 /// A node's contention for a set of leases, as a pure state machine.
 ///
 /// Same contract as [`LeaseState`]: after every input drain
@@ -114,8 +150,15 @@ pub struct LeaseSet {
     template: SetConfig,
     slots: Vec<Slot>,
     index: HashMap<String, usize>,
-    /// The membership row's slot (the last one).
+    /// The membership row's slot: the first after the leases. The
+    /// unhealthy row's, once this node's probe first failed, is the next
+    /// (and last) one.
     member: usize,
+    /// The name of the row this node holds instead of its membership row
+    /// while its probe fails ([`unhealthy_row_name`]).
+    unhealthy_row: LeaseName,
+    /// The health probe's last verdict; `None` without a probe (healthy).
+    probe: Option<bool>,
     next_request: u64,
     in_flight: Option<InFlight>,
     next_survey: Instant,
@@ -167,6 +210,7 @@ impl LeaseSet {
             });
         }
         let member_name = LeaseName::new(&member_row_name(&template.holder, &template.rank)?)?;
+        let unhealthy_row = LeaseName::new(&unhealthy_row_name(&template.holder, &template.rank)?)?;
         let mut index = HashMap::with_capacity(leases.len() + 1);
         let mut slots = Vec::with_capacity(leases.len() + 1);
         for (i, name) in leases
@@ -179,28 +223,7 @@ impl LeaseSet {
                     name: name.as_str().chars().take(80).collect(),
                 });
             }
-            let mut config = template.for_lease(name.clone());
-            config.seed = template.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            // The membership row (last) is the set's own; the leases
-            // asked for are checked below, all at once.
-            let mut machine = LeaseState::own_row(config, now)?;
-            slots.push(Slot {
-                preference: share::preference(&template.holder, name.as_str()),
-                name,
-                machine: {
-                    // Nothing competes before the first survey has told
-                    // the node its share.
-                    machine.set_contending(now, false);
-                    machine
-                },
-                queued: None,
-                sent: None,
-                seen: Seen::Unknown,
-                stopping: false,
-                yielding: false,
-                rest_until: None,
-                offered_until: None,
-            });
+            slots.push(Slot::new(&template, i, name, now)?);
         }
         let member = slots.len() - 1;
         if let Some(slot) = slots[..member]
@@ -218,6 +241,8 @@ impl LeaseSet {
             slots,
             index,
             member,
+            unhealthy_row,
+            probe: None,
             next_request: 0,
             in_flight: None,
             next_survey: now,
@@ -273,7 +298,7 @@ impl LeaseSet {
     /// `lease`'s leadership as last published, if it is in the set.
     pub fn leadership(&self, lease: &str) -> Option<&Leadership> {
         let &i = self.index.get(lease)?;
-        (i != self.member).then(|| self.slots[i].machine.leadership())
+        (i < self.member).then(|| self.slots[i].machine.leadership())
     }
 
     /// The leases this node leads, with their epochs, in set order.
@@ -281,58 +306,6 @@ impl LeaseSet {
         self.slots[..self.member]
             .iter()
             .filter_map(|s| s.machine.leadership().leader_epoch().map(|e| (&s.name, e)))
-    }
-
-    /// The live members this node knows of (itself included), by holder
-    /// id, as of `now`.
-    pub fn members(&self, now: Instant) -> Vec<HolderId> {
-        self.ranked_members(now)
-            .into_iter()
-            .map(|(h, _)| h)
-            .collect()
-    }
-
-    /// The live members this node knows of (itself included) with the
-    /// rank their membership rows carry, by holder id, as of `now`.
-    pub fn ranked_members(&self, now: Instant) -> Vec<(HolderId, Rank)> {
-        let mut live: Vec<(HolderId, Rank)> = self
-            .members
-            .iter()
-            .filter(|m| m.until > now)
-            .map(|m| (m.holder.clone(), m.rank.clone()))
-            .chain(std::iter::once((
-                self.template.holder.clone(),
-                self.template.rank.clone(),
-            )))
-            .collect();
-        live.sort_by(|a, b| a.0.cmp(&b.0));
-        live.dedup_by(|a, b| a.0 == b.0);
-        live
-    }
-
-    /// The live members the share is split among as of `now`: those of
-    /// the best rank (DESIGN §9 "Preferred members"), by holder id. This
-    /// node is among them unless a live member outranks it.
-    pub fn contenders(&self, now: Instant) -> Vec<HolderId> {
-        let live = self.ranked_members(now);
-        let best = live
-            .iter()
-            .map(|(_, r)| r)
-            .max()
-            .cloned()
-            .unwrap_or_default();
-        live.into_iter()
-            .filter(|(_, r)| *r == best)
-            .map(|(h, _)| h)
-            .collect()
-    }
-
-    /// Whether a live member outranks this node as of `now`: then its
-    /// share is nothing, and it hands what it holds to the best members.
-    pub fn is_outranked(&self, now: Instant) -> bool {
-        self.members
-            .iter()
-            .any(|m| m.until > now && crate::rank::yields_to(&self.template.rank, &m.rank))
     }
 
     /// While leading, the local instant at which `lease`'s term ends unless
@@ -435,13 +408,13 @@ impl LeaseSet {
                 // membership row's expiry.
                 self.members.retain(|m| m.row != lease);
             } else if let Some(&i) = self.index.get(lease) {
-                if i != self.member && self.slots[i].machine.leadership().is_leader() {
+                if i < self.member && self.slots[i].machine.leadership().is_leader() {
                     // A held lease's row changed under it (an operator's
                     // forced release, an adoption): its machine renews at
                     // once and a refused renewal demotes it now.
                     self.slots[i].machine.handle_release_notice(now);
                     self.drain(now, i);
-                } else if i != self.member {
+                } else if i < self.member {
                     // A lease this node does not try for may have been
                     // handed to it (a hand-over notifies as a release
                     // does): the survey tells, now rather than within an
@@ -537,7 +510,7 @@ impl LeaseSet {
         }
         if let Some(&i) = self.index.get(lease) {
             let slot = &mut self.slots[i];
-            if i != self.member && slot.machine.leadership().is_leader() && !slot.yielding {
+            if i < self.member && slot.machine.leadership().is_leader() && !slot.yielding {
                 slot.yielding = true;
                 let until = now + rest;
                 slot.rest_until = Some(until);
@@ -600,7 +573,8 @@ impl LeaseSet {
     fn drain(&mut self, now: Instant, i: usize) {
         while let Some(command) = self.slots[i].machine.poll_command() {
             let name = self.slots[i].name.clone();
-            let member = i == self.member;
+            // The membership rows' commands stay inside.
+            let member = i >= self.member;
             match command {
                 Command::Execute { request, operation } => {
                     self.slots[i].queued = Some((request, operation));
@@ -631,7 +605,12 @@ impl LeaseSet {
                     self.after_hand_over(now, i);
                 }
                 Command::StopWork { epoch, reason } if !member => {
-                    if reason == crate::protocol::Demotion::HandedOver {
+                    // A hand-over (for a better member, or for this
+                    // node's failing probe): the share leaves it alone.
+                    if reason == crate::protocol::Demotion::HandedOver
+                        || (reason == crate::protocol::Demotion::Unhealthy
+                            && self.slots[i].machine.is_handing_over())
+                    {
                         self.after_hand_over(now, i);
                     }
                     self.slots[i].stopping = true;

@@ -59,7 +59,7 @@ impl LeaseSet {
                     .slots
                     .iter()
                     .enumerate()
-                    .any(|(i, s)| i != self.member && s.machine.leadership().is_leader()))
+                    .any(|(i, s)| i < self.member && s.machine.leadership().is_leader()))
     }
 
     /// After every input: plan the share, send the next batch, finish.
@@ -93,6 +93,7 @@ impl LeaseSet {
         if self.shutting_down {
             return;
         }
+        self.steer_membership(now);
         self.take_offered(now);
         let Some(target) = self.target(now) else {
             return;

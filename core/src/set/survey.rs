@@ -55,15 +55,16 @@ impl LeaseSet {
             let left = row.expires_in_ms.unwrap_or(0);
             let until = sent_at + Duration::from_millis(left.max(0).unsigned_abs());
             if row.name.starts_with(MEMBER_PREFIX) {
-                let Some((holder, rank)) = read_member_row(&row.name, row.holder.as_deref()) else {
+                let Some(read) = read_member_row(&row.name, row.holder.as_deref()) else {
                     continue;
                 };
-                if holder == self.template.holder || left <= 0 {
+                if read.holder == self.template.holder || left <= 0 {
                     continue;
                 }
                 self.members.push(Member {
-                    holder,
-                    rank,
+                    holder: read.holder,
+                    rank: read.rank,
+                    healthy: read.healthy,
                     row: row.name.clone(),
                     until,
                 });
@@ -75,7 +76,7 @@ impl LeaseSet {
             let Some(&i) = self.index.get(&row.name) else {
                 continue;
             };
-            if i == self.member {
+            if i >= self.member {
                 continue;
             }
             listed[i] = true;

@@ -18,6 +18,7 @@ pub(crate) struct SetView<'a> {
     pub(crate) surveys: u32,
     pub(crate) resurvey: bool,
     pub(crate) members: &'a [Member],
+    pub(crate) probe: Option<bool>,
     pub(crate) wakeups: &'a [Instant],
     pub(crate) shutting_down: bool,
     pub(crate) finished: bool,
@@ -31,7 +32,8 @@ pub(crate) enum SeenView {
     Held(Option<Instant>),
 }
 
-/// One slot: a lease (or, last, the membership row) and its machine.
+/// One slot: a lease (or, after them, the membership row and the
+/// unhealthy row) and its machine.
 pub(crate) struct SlotView<'a> {
     pub(crate) machine: &'a LeaseState,
     pub(crate) queued: Option<(RequestId, Operation)>,
@@ -56,13 +58,15 @@ impl LeaseSet {
             surveys: self.surveys,
             resurvey: self.resurvey,
             members: &self.members,
+            probe: self.probe,
             wakeups: &self.wakeups,
             shutting_down: self.shutting_down,
             finished: self.finished,
         }
     }
 
-    /// Slots: the leases in set order, then the membership row.
+    /// Slots: the leases in set order, then the membership row (and the
+    /// unhealthy row, once the probe failed).
     pub(crate) fn slot_count(&self) -> usize {
         self.slots.len()
     }

@@ -54,6 +54,11 @@ pub struct SetSimConfig {
     /// has priority 0. The share is split among the running nodes of the
     /// highest priority (DESIGN §9 "Preferred members").
     pub priorities: Vec<u32>,
+    /// Failing health probes: (from, node, for how long). The node's probe
+    /// says unhealthy at `from` and healthy again after the duration
+    /// ([`LeaseSet::handle_health`], DESIGN §9 "Members' health"); a node
+    /// never listed here has no probe.
+    pub unhealthy: Vec<(Duration, usize, Duration)>,
     /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
     pub notify: bool,
     /// How long gated work takes to stop after `StopWork`.
@@ -84,6 +89,7 @@ impl SetSimConfig {
             hand_overs: Vec::new(),
             leaves: Vec::new(),
             priorities: Vec::new(),
+            unhealthy: Vec::new(),
             notify: true,
             work_stop: Duration::from_millis(1),
             duration: Duration::from_secs(20),
@@ -105,6 +111,8 @@ pub struct ShareSample {
     pub holders: Vec<String>,
     /// Per node: its priority.
     pub priorities: Vec<u32>,
+    /// Per node: whether its probe passes (true without a probe).
+    pub healthy: Vec<bool>,
 }
 
 /// What a run produced.
@@ -136,9 +144,14 @@ impl SetReport {
             // within one of the others), by its rank among the running
             // nodes' holder ids; a lease still due to move because of a
             // rank shift is not settled yet.
-            // Only the running nodes of the highest priority share; the
-            // others hold nothing.
-            let priority = |node: usize| sample.priorities.get(node).copied().unwrap_or(0);
+            // Only the running nodes of the best standing share (healthy
+            // first, then the highest priority); the others hold nothing.
+            let priority = |node: usize| {
+                (
+                    sample.healthy.get(node).copied().unwrap_or(true),
+                    sample.priorities.get(node).copied().unwrap_or(0),
+                )
+            };
             let best = (0..sample.held.len())
                 .filter(|&n| sample.held[n].is_some())
                 .map(priority)
@@ -184,6 +197,8 @@ enum Event {
     /// An index into `hand_overs`.
     HandOver(usize),
     Leave(usize),
+    /// A node's probe says healthy (true) or not.
+    Health(usize, bool),
     /// The batch reaches the database.
     Execute {
         node: usize,
@@ -216,6 +231,8 @@ struct Node {
     life: u32,
     /// Per lease: the epoch of the work running here.
     working: Vec<Option<Epoch>>,
+    /// What its probe last said (`None`: it has no probe).
+    probe: Option<bool>,
 }
 
 /// A lease-set simulation.
@@ -254,6 +271,7 @@ impl SetSimulation {
                         holder: HolderId::new(&format!("n{i}#0"))?,
                         life: 0,
                         working: vec![None; config.leases],
+                        probe: None,
                     })
                 })
                 .collect::<Result<_, ConfigError>>()?,
@@ -284,6 +302,10 @@ impl SetSimulation {
         }
         for &(at, node) in &sim.config.leaves.clone() {
             sim.schedule(at.as_nanos() as u64, Event::Leave(node));
+        }
+        for &(at, node, span) in &sim.config.unhealthy.clone() {
+            sim.schedule(at.as_nanos() as u64, Event::Health(node, false));
+            sim.schedule((at + span).as_nanos() as u64, Event::Health(node, true));
         }
         sim.schedule(sim.config.interval.as_nanos() as u64, Event::Sample);
         // Check the template once, so a bad configuration fails here.
@@ -374,7 +396,11 @@ impl SetSimulation {
                         .expect("a short id");
                 let mut template = template;
                 template.holder = self.nodes[node].holder.clone();
-                let set = LeaseSet::new(template, self.names.clone(), now).expect("valid set");
+                let mut set = LeaseSet::new(template, self.names.clone(), now).expect("valid set");
+                // A restarted node's probe says what it said before.
+                if let Some(healthy) = self.nodes[node].probe {
+                    set.handle_health(now, healthy);
+                }
                 self.nodes[node].set = Some(set);
                 if let Some(set) = self.nodes[node].set.as_mut() {
                     set.handle_timeout(now);
@@ -390,6 +416,13 @@ impl SetSimulation {
             Event::Shutdown(node) => {
                 if let Some(set) = self.nodes[node].set.as_mut() {
                     set.handle_shutdown(now);
+                }
+                self.carry_out(node);
+            }
+            Event::Health(node, healthy) => {
+                self.nodes[node].probe = Some(healthy);
+                if let Some(set) = self.nodes[node].set.as_mut() {
+                    set.handle_health(now, healthy);
                 }
                 self.carry_out(node);
             }
@@ -520,6 +553,7 @@ impl SetSimulation {
                     unheld,
                     holders,
                     priorities: (0..self.nodes.len()).map(|n| self.priority(n)).collect(),
+                    healthy: self.nodes.iter().map(|n| n.probe != Some(false)).collect(),
                 });
                 let next = self.now + self.config.interval.as_nanos() as u64;
                 self.schedule(next, Event::Sample);

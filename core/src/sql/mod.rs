@@ -37,7 +37,7 @@ use crate::protocol::{Operation, Reply};
 /// [`Statements::survey`] while live.
 pub const MEMBER_PREFIX: &str = "picolease.member:";
 
-pub use crate::set::{member_row_name, read_member_row};
+pub use crate::set::{member_row_name, read_member_row, unhealthy_row_name, MemberRow};
 
 /// PostgreSQL: what a driver runs on each new direct connection so that
 /// the **server** gives up on a silently dropped client within 8 s (TCP

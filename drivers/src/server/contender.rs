@@ -77,7 +77,8 @@ impl<D: Database, S: Scope> Builder<D, S> {
         options.restart.validate()?;
         let tasks = std::mem::take(&mut options.tasks);
         let mailbox = Mailbox::default();
-        let probed = S::notice_lease(&plan);
+        // What the probe's logs and gauge name: the lease, or the set.
+        let probed = S::notice_lease(&plan).map_or_else(|| S::describe(&plan), |l| l.to_string());
         let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
             Gate::new(
                 tasks.clone(),
@@ -93,8 +94,11 @@ impl<D: Database, S: Scope> Builder<D, S> {
         mailbox.connect(move |input| {
             poster(input);
         });
-        if let (Some(probe), Some(lease)) = (options.probe.take(), probed) {
-            tokio::spawn(run_async_probe(probe, Verdicts::new(&lease, task.poster())));
+        if let Some(probe) = options.probe.take() {
+            tokio::spawn(run_async_probe(
+                probe,
+                Verdicts::new(&probed, task.poster()),
+            ));
         }
         Ok(Contender {
             view,
@@ -161,7 +165,10 @@ impl<D: Database, S: Scope> Builder<D, S> {
     /// healthy nodes for two intervals, and as leader hands the lease to
     /// a healthy live candidate (healthy nodes with a probe announce
     /// themselves, whatever their rank). With no healthy node, one still
-    /// leads. A lone lease's; a set ignores it (not yet).
+    /// leads. In a set it is
+    /// the member's health: while it fails the member holds its unhealthy
+    /// row and hands its leases to the healthy members (DESIGN §9
+    /// "Members' health").
     pub fn health_probe<C, Fut>(mut self, every: Duration, timeout: Duration, check: C) -> Self
     where
         C: Fn() -> Fut + Send + Sync + 'static,
@@ -329,7 +336,10 @@ impl<D: Database, S: Scope> Contender<D, S> {
 
     /// This node's health, from a probe of your own (DESIGN §5 "Work that
     /// fails"; [`Builder::health_probe`] runs one for you): as a change of
-    /// the probe's verdict. A lone lease's; a set ignores it (not yet).
+    /// the probe's verdict. In a set it is
+    /// the member's health: while it fails the member holds its unhealthy
+    /// row and hands its leases to the healthy members (DESIGN §9
+    /// "Members' health").
     pub fn report_health(&self, healthy: bool) {
         self.task
             .send(Control::Engine(picolease_core::engine::Input::Health {

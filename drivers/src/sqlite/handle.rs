@@ -93,7 +93,8 @@ impl<S: Scope> Builder<S> {
         let what = S::describe(&plan);
         options.restart.validate()?;
         let mailbox = Mailbox::default();
-        let probed = S::notice_lease(&plan);
+        // What the probe's logs and gauge name: the lease, or the set.
+        let probed = S::notice_lease(&plan).map_or_else(|| what.clone(), |l| l.to_string());
         let (runner, view) = S::assemble(plan, Arc::clone(&options.clock), |lease, publisher| {
             let mut gate = Gate::new(
                 Arc::clone(publisher),
@@ -116,8 +117,8 @@ impl<S: Scope> Builder<S> {
         mailbox.connect(move |input| {
             poster(input);
         });
-        if let (Some(probe), Some(lease)) = (options.probe.clone(), probed) {
-            run_blocking_probe(probe, Verdicts::new(&lease, thread.poster()));
+        if let Some(probe) = options.probe.clone() {
+            run_blocking_probe(probe, Verdicts::new(&probed, thread.poster()));
         }
         Ok(Contender {
             view,
@@ -168,8 +169,10 @@ impl<S: Scope> Builder<S> {
     /// leaves a lapsed lease to healthy nodes for two intervals, and as
     /// leader hands the lease to a healthy live candidate (healthy nodes
     /// with a probe announce themselves, whatever their rank). With no
-    /// healthy node, one still leads. A lone lease's; a set ignores it
-    /// (not yet).
+    /// healthy node, one still leads. In a set it is
+    /// the member's health: while it fails the member holds its unhealthy
+    /// row and hands its leases to the healthy members (DESIGN §9
+    /// "Members' health").
     pub fn health_probe(
         mut self,
         every: std::time::Duration,
@@ -369,7 +372,10 @@ impl<S: Scope> Contender<S> {
 
     /// This node's health, from a probe of your own (DESIGN §5 "Work that
     /// fails"; [`Builder::health_probe`] runs one for you): as a change of
-    /// the probe's verdict. A lone lease's; a set ignores it (not yet).
+    /// the probe's verdict. In a set it is
+    /// the member's health: while it fails the member holds its unhealthy
+    /// row and hands its leases to the healthy members (DESIGN §9
+    /// "Members' health").
     pub fn report_health(&self, healthy: bool) {
         self.thread
             .send(Control::Engine(picolease_core::engine::Input::Health {

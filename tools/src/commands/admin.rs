@@ -78,22 +78,37 @@ pub(crate) fn candidates(rows: &[LeaseRow]) -> Vec<(String, Candidate, i64)> {
 
 /// `picolease status --members [--json]`: the live members of lease sets
 /// (membership rows held and unexpired), by holder id, with the rank a
-/// ranked member's row carries (DESIGN §9 "Preferred members").
+/// ranked member's row carries (DESIGN §9 "Preferred members") and
+/// whether it is healthy (§9 "Members' health").
 pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitCode, CliError> {
     let rows = backend.status(table)?;
     let candidates = candidates(&rows);
-    let members: Vec<(String, Rank, i64)> = rows
+    let mut members: Vec<(String, Rank, i64, bool)> = rows
         .into_iter()
         .filter_map(|row| {
-            let (holder, rank) = read_member_row(&row.name, row.holder.as_deref())?;
+            let read = read_member_row(&row.name, row.holder.as_deref())?;
             let left = row.expires_in_ms.filter(|&left| left > 0)?;
-            Some((holder.as_str().to_string(), rank, left))
+            Some((
+                read.holder.as_str().to_string(),
+                read.rank,
+                left,
+                read.healthy,
+            ))
         })
         .collect();
+    // A member switching between its membership row and its unhealthy
+    // row (DESIGN §9 "Members' health") holds both for a moment: listed
+    // once, unhealthy.
+    members.sort_by(|a, b| a.0.cmp(&b.0).then(a.3.cmp(&b.3)));
+    members.dedup_by(|a, b| a.0 == b.0);
     if json {
         // A ranked member also carries "priority" and "version_tag".
-        let members = members.iter().map(|(holder, rank, left)| {
-            let mut member = serde_json::json!({ "holder": holder, "expires_in_ms": left });
+        let members = members.iter().map(|(holder, rank, left, healthy)| {
+            let mut member = serde_json::json!({
+                "holder": holder,
+                "expires_in_ms": left,
+                "healthy": healthy,
+            });
             if !rank.is_lowest() {
                 member["priority"] = rank.priority().into();
                 member["version_tag"] = rank.tag().into();
@@ -122,17 +137,18 @@ pub fn members(backend: &Backend, table: &TableName, json: bool) -> Result<ExitC
     if !members.is_empty() {
         let width = members
             .iter()
-            .map(|(h, _, _)| h.len())
+            .map(|(h, _, _, _)| h.len())
             .max()
             .unwrap_or(6)
             .max(6);
         line(&format!("{:width$}  LEFT", "MEMBER"));
-        for (holder, rank, left) in &members {
+        for (holder, rank, left, healthy) in &members {
             let rank = match rank.is_lowest() {
                 true => String::new(),
                 false => format!("  ({rank})"),
             };
-            line(&format!("{holder:width$}  {left}ms{rank}"));
+            let health = if *healthy { "" } else { "  unhealthy" };
+            line(&format!("{holder:width$}  {left}ms{rank}{health}"));
         }
     }
     if !candidates.is_empty() {

@@ -16,16 +16,15 @@
 //! term had not ended: whichever acts first, a CMD stopped at the term's
 //! planned end is never taken for one that exited by itself.
 
-use std::collections::HashMap;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use picolease::supervise::RestartPolicy;
 use picolease::{LeaseName, Term};
-use picolease_core::supervision::{Supervisor, Verdict};
 
 use super::events::Printed;
 use super::guard_link::{Guard, Report};
+use super::restart::Restarts;
 use super::status::ChildStatus;
 use crate::guard::message;
 
@@ -85,7 +84,7 @@ pub enum ChildEvent {
 const FORWARD: Duration = Duration::from_millis(100);
 
 /// Where a supervisor sends its events, with the term's lease.
-type EventSink = dyn Fn(&LeaseName, ChildEvent) + Send + Sync;
+pub(super) type EventSink = dyn Fn(&LeaseName, ChildEvent) + Send + Sync;
 
 /// Test seam (hidden; for `tools/tests/cli_term_race.rs`, never for
 /// production): `PICOLEASE_TEST_GUARD_EARLY_MS=N` makes every guard that
@@ -129,14 +128,6 @@ pub struct Gated {
     /// `--restart on-failure`: each lease's supervisor (the core's
     /// restart intensity, DESIGN §5 "Work that fails"), by lease name.
     restart: Option<Restarts>,
-}
-
-/// `--restart on-failure`'s policy and one supervisor per lease.
-struct Restarts {
-    policy: RestartPolicy,
-    supervisors: Mutex<HashMap<String, Supervisor>>,
-    /// The supervisors' time zero.
-    base: std::time::Instant,
 }
 
 impl std::fmt::Debug for Gated {
@@ -186,70 +177,16 @@ impl Gated {
     /// starts again after its backoff, and past the policy's intensity
     /// the failure escalates.
     pub fn restart_on_failure(mut self, policy: RestartPolicy) -> Self {
-        self.restart = Some(Restarts {
-            policy,
-            supervisors: Mutex::new(HashMap::new()),
-            base: std::time::Instant::now(),
-        });
+        self.restart = Some(Restarts::new(policy));
         self
     }
 
-    /// What follows CMD failing by itself at the end of a pass: restart
-    /// (after the backoff) or escalate (then wait for the term's end).
-    /// `None` when there is no restart policy, or CMD did not fail.
+    /// What follows CMD failing by itself at the end of a pass
+    /// ([`Restarts::after_failure`]); `None` without `--restart`.
     fn after_failure(&self, view: &impl TermView, status: &ChildStatus) -> Option<Pass> {
-        let restarts = self.restart.as_ref()?;
-        if *status == ChildStatus::Code(0) {
-            return None;
-        }
-        let lease = view.term().lease();
-        let now = picolease_core::Instant::from_nanos(
-            u64::try_from(restarts.base.elapsed().as_nanos()).unwrap_or(u64::MAX),
-        );
-        let verdict = restarts
-            .supervisors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(lease.as_str().to_string())
-            .or_insert_with(|| Supervisor::new(restarts.policy))
-            .work_failed(now);
-        let epoch = view.term().epoch().get();
-        let (count, escalated) = match verdict {
-            Verdict::Restart { restarts, .. } => (restarts, None),
-            Verdict::Escalate => (
-                restarts.policy.intensity + 1,
-                Some(restarts.policy.cool_down),
-            ),
-        };
-        (self.events)(
-            lease,
-            ChildEvent::Failed {
-                epoch,
-                status: status.clone(),
-                restarts: count,
-                escalated,
-            },
-        );
-        match verdict {
-            Verdict::Restart { at, .. } => {
-                // The backoff, cut short by the term's end.
-                if view.ended(at.saturating_duration_since(now)) {
-                    Some(Pass::Done)
-                } else {
-                    Some(Pass::Again)
-                }
-            }
-            Verdict::Escalate => {
-                // The core hands the lease over and ends the term; a
-                // degraded leader that keeps it (no healthy node to take
-                // it) still tries its CMD, after the longest backoff.
-                if view.ended(restarts.policy.max_backoff) {
-                    Some(Pass::Done)
-                } else {
-                    Some(Pass::Again)
-                }
-            }
-        }
+        self.restart
+            .as_ref()?
+            .after_failure(view, status, &*self.events)
     }
 
     /// Runs CMD for one term until it exits by itself or the term ends,
@@ -420,7 +357,7 @@ impl Gated {
 }
 
 /// What one pass of the supervisor leads to.
-enum Pass {
+pub(super) enum Pass {
     /// The term's CMD is done with: the term ended, or CMD exited by
     /// itself, or could not start.
     Done,

@@ -17,4 +17,5 @@ pub mod child;
 pub mod events;
 mod guard_link;
 pub mod probe;
+mod restart;
 pub mod status;

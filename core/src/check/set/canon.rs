@@ -251,9 +251,14 @@ impl Ctx<'_> {
             i64::from(v.shutting_down),
             i64::from(v.finished),
             v.members.len() as i64,
+            v.probe.map_or(-1, i64::from),
         ]);
         for m in v.members {
-            out.extend([self.holder(Some(m.holder.as_str())), self.local(n, m.until)]);
+            out.extend([
+                self.holder(Some(m.holder.as_str())),
+                self.local(n, m.until),
+                i64::from(m.healthy),
+            ]);
         }
         out.push(v.wakeups.len() as i64);
         out.extend(v.wakeups.iter().map(|&t| self.local(n, t)));

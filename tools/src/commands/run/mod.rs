@@ -98,7 +98,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     };
 
     let restart = restart_policy(&args, !args.command.is_empty())?;
-    let probe = health_probe(&args, &config, names.len())?;
+    let probe = health_probe(&args, &config)?;
     let leases = Leases::new(config, names)?;
     let names = leases.names();
 
@@ -194,11 +194,11 @@ fn restart_policy(args: &RunArgs, command: bool) -> Result<Option<RestartPolicy>
 }
 
 /// `--health-cmd` with its interval (default: the lease's) and timeout
-/// (default: the interval); one lease only.
+/// (default: the interval). With several names it says the health of the
+/// set's member (DESIGN §9 "Members' health").
 fn health_probe(
     args: &RunArgs,
     config: &Config,
-    leases: usize,
 ) -> Result<Option<crate::term::probe::ProbeSpec>, CliError> {
     let Some(command) = &args.health_cmd else {
         if args.health_interval.is_some() || args.health_timeout.is_some() {
@@ -208,11 +208,6 @@ fn health_probe(
         }
         return Ok(None);
     };
-    if leases > 1 {
-        return Err(CliError::usage(format!(
-            "--health-cmd works with one --name, not {leases} (lease sets do not weigh health yet)"
-        )));
-    }
     if command.trim().is_empty() {
         return Err(CliError::usage("--health-cmd is empty"));
     }
