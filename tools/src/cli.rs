@@ -281,6 +281,28 @@ pub enum Command {
         /// "recommended_ttl_ms", "recommended_interval_ms"}.
         #[arg(long)]
         json: bool,
+        /// Instead of the above: what keeping N leases among --nodes `run`
+        /// processes costs the database in steady state (PostgreSQL: WAL,
+        /// the table's row updates and commits per second, beside the same
+        /// with no process running). JSON keys: "leases", "nodes",
+        /// "ttl_ms", "window_s", "held", "exited", "wal_bytes_per_s",
+        /// "row_updates_per_s", "row_updates_per_interval",
+        /// "commits_per_s", "floor_wal_bytes_per_s", "floor_commits_per_s".
+        #[arg(long, value_name = "N", requires = "nodes", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        leases: Option<u32>,
+        /// With --leases: how many `run` processes share them.
+        #[arg(long, value_name = "P", requires = "leases", value_parser = clap::value_parser!(u16).range(1..=64))]
+        nodes: Option<u16>,
+        /// With --leases: the processes' ttl (default 10s).
+        #[arg(long, value_name = "DURATION", requires = "leases", value_parser = parse_duration)]
+        ttl: Option<Duration>,
+        /// With --leases: how long to let them settle before measuring
+        /// (default 25s).
+        #[arg(long, value_name = "DURATION", requires = "leases", value_parser = parse_duration)]
+        settle: Option<Duration>,
+        /// With --leases: how long to measure (default 20s).
+        #[arg(long, value_name = "DURATION", requires = "leases", value_parser = parse_duration)]
+        window: Option<Duration>,
     },
     /// The guard between `run` and CMD (internal: started by `run`).
     #[command(name = "__guard", hide = true)]

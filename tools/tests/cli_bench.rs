@@ -189,3 +189,70 @@ fn bad_values_exit_2_and_unreachable_databases_exit_1() {
         &["sqlite://PATH"],
     );
 }
+
+/// `bench --leases N --nodes P --json` (a set's steady-state cost on
+/// PostgreSQL): exactly its keys, every lease held, and the row updates
+/// per interval about one per lease and one per process (today's shape:
+/// every held row is renewed every interval). Loose bounds: the server's
+/// statistics are flushed lazily.
+#[test]
+fn postgres_write_cost_bench_counts_a_sets_row_updates() {
+    let out = picolease(&[
+        "--db", PG, "bench", "--leases", "20", "--nodes", "2", "--ttl", "1s", "--settle", "3s",
+        "--window", "4s", "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let object: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let object = object.as_object().unwrap();
+    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "commits_per_s",
+            "exited",
+            "floor_commits_per_s",
+            "floor_wal_bytes_per_s",
+            "held",
+            "leases",
+            "nodes",
+            "row_updates_per_interval",
+            "row_updates_per_s",
+            "ttl_ms",
+            "wal_bytes_per_s",
+            "window_s"
+        ]
+    );
+    assert_eq!(object["held"], 20);
+    assert_eq!(object["exited"], 0);
+    let per_interval = object["row_updates_per_interval"].as_f64().unwrap();
+    assert!((11.0..=44.0).contains(&per_interval), "{per_interval}");
+    assert!(object["wal_bytes_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn the_write_cost_bench_refuses_other_databases_and_bad_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("bench.db").display());
+    assert_one_line_error(
+        &picolease(&["--db", &db, "bench", "--leases", "10", "--nodes", "2"]),
+        2,
+        &["PostgreSQL"],
+    );
+    for (flag, value) in [("--leases", "0"), ("--nodes", "0"), ("--nodes", "65")] {
+        let mut args = vec!["--db", PG, "bench", "--leases", "5", "--nodes", "2"];
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = value;
+        assert_one_line_error(&picolease(&args), 2, &[flag, value]);
+    }
+    assert_one_line_error(
+        &picolease(&["--db", PG, "bench", "--nodes", "2"]),
+        2,
+        &["--leases"],
+    );
+}

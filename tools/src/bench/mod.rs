@@ -22,6 +22,7 @@ mod planned;
 mod postgres;
 mod report;
 mod sqlite;
+pub mod write_cost;
 
 use std::time::{Duration, Instant};
 

@@ -110,7 +110,27 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
         } => after_failover::run(&backend, &table, ttl),
         Command::Handover { name, to } => handover::run(&backend, &table, &name, to.as_deref()),
         Command::Run(args) => run::run(&backend, &table, *args),
-        Command::Bench { rounds, json } => crate::bench::run(
+        Command::Bench {
+            leases: Some(leases),
+            nodes,
+            ttl,
+            settle,
+            window,
+            json,
+            ..
+        } => crate::bench::write_cost::dispatch(
+            &cli.db,
+            &backend,
+            &crate::bench::write_cost::CostOptions {
+                leases: leases as usize,
+                nodes: usize::from(nodes.unwrap_or(1)),
+                ttl: ttl.unwrap_or(std::time::Duration::from_secs(10)),
+                settle: settle.unwrap_or(std::time::Duration::from_secs(25)),
+                window: window.unwrap_or(std::time::Duration::from_secs(20)),
+                json,
+            },
+        ),
+        Command::Bench { rounds, json, .. } => crate::bench::run(
             &backend,
             crate::bench::Options {
                 rounds: usize::from(rounds),
