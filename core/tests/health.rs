@@ -294,3 +294,35 @@ fn a_late_escalation_of_an_earlier_term_leaves_the_current_term_alone() {
     // It still stands aside: unhealthy for the cool-down.
     assert!(!s.is_healthy(ms(3_000)));
 }
+
+#[test]
+fn a_node_awaiting_its_first_verdict_does_not_take_a_free_lease_before_it() {
+    // Awaiting: nothing at its first timeout; its first acquire would go
+    // two intervals (5 s) later.
+    let mut s = LeaseState::new(config("me"), ms(0)).unwrap();
+    s.await_health(ms(0));
+    assert!(!s.is_healthy(ms(0)));
+    s.handle_timeout(ms(0));
+    assert!(!drain(&mut s)
+        .iter()
+        .any(|c| matches!(c, Command::Execute { .. })));
+    assert_eq!(s.poll_timeout(), Some(ms(5_000)));
+    // A first verdict of healthy: it tries at once, and announces.
+    s.handle_health(ms(40), true);
+    assert!(drain(&mut s).contains(&execute(1, Operation::Acquire)));
+    // No verdict ever: it tries as an unhealthy node, two intervals on.
+    let mut s = LeaseState::new(config("me"), ms(0)).unwrap();
+    s.await_health(ms(0));
+    s.handle_timeout(ms(4_999));
+    assert!(!drain(&mut s)
+        .iter()
+        .any(|c| matches!(c, Command::Execute { .. })));
+    s.handle_timeout(ms(5_000));
+    assert!(drain(&mut s).contains(&execute(1, Operation::Acquire)));
+    // A first verdict of unhealthy changes nothing; and once a verdict
+    // was heard, awaiting is ignored.
+    let mut s = LeaseState::new(config("me"), ms(0)).unwrap();
+    s.handle_health(ms(0), true);
+    s.await_health(ms(0));
+    assert!(s.is_healthy(ms(0)));
+}

@@ -60,6 +60,11 @@ pub(crate) mod sealed {
             gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
         ) -> Result<(Runner<G>, Self), ConfigError>;
 
+        /// A health probe will report: a lone lease counts as unhealthy
+        /// until its first verdict (`LeaseState::await_health`); a set's
+        /// member starts with its membership row, as without a probe.
+        fn await_health(_plan: &mut Self::Plan) {}
+
         /// The name a lone lease's loop listens for release notices of;
         /// `None` for a set, which hears every row's.
         fn notice_lease(plan: &Self::Plan) -> Option<LeaseName>;
@@ -98,12 +103,18 @@ pub(crate) mod sealed {
 pub struct LonePlan {
     config: Config,
     publisher: Arc<Publisher>,
+    /// A health probe will report: unhealthy until its first verdict.
+    awaits_health: bool,
 }
 
 impl LonePlan {
     pub(crate) fn new(config: Config) -> Self {
         let publisher = Arc::new(Publisher::new(crate::clock::system(), config.lease.clone()));
-        LonePlan { config, publisher }
+        LonePlan {
+            config,
+            publisher,
+            awaits_health: false,
+        }
     }
 }
 
@@ -124,12 +135,23 @@ impl sealed::Scoped for LeaseView {
         clock: SharedClock,
         mut gate: impl FnMut(&LeaseName, &Arc<Publisher>) -> G,
     ) -> Result<(Runner<G>, Self), ConfigError> {
-        let LonePlan { config, publisher } = plan;
+        let LonePlan {
+            config,
+            publisher,
+            awaits_health,
+        } = plan;
         publisher.set_clock(clock);
-        let state = LeaseState::new(config.clone(), picolease_core::Instant::ZERO)?;
+        let mut state = LeaseState::new(config.clone(), picolease_core::Instant::ZERO)?;
+        if awaits_health {
+            state.await_health(picolease_core::Instant::ZERO);
+        }
         let gate = gate(&config.lease, &publisher);
         let runner = Runner::lone(state, Arc::clone(&publisher), gate);
         Ok((runner, LeaseView::new(config, publisher)))
+    }
+
+    fn await_health(plan: &mut LonePlan) {
+        plan.awaits_health = true;
     }
 
     fn notice_lease(plan: &LonePlan) -> Option<LeaseName> {

@@ -13,7 +13,8 @@
 //!   beyond a planned handover's;
 //! - with every node unhealthy, one leads and the lease does not move;
 //! - a node whose probe fails never becomes the leader while a healthy one
-//!   is live, even when the leader crashes.
+//!   is live, even when the leader crashes, nor when it starts first while
+//!   the lease is free (it counts as unhealthy until its first verdict).
 //!
 //! The figures (the escalation's and the yield's times, the gaps) are
 //! printed: `cargo test -p picolease-cli --test cli_work_failures --
@@ -422,6 +423,44 @@ fn bad_release_never_leads(place: &Place, database: &str) {
     drop(leader);
 }
 
+/// A node with a bad release started first, while the lease is free,
+/// counts as unhealthy until its probe's first verdict and then leaves the
+/// free lease to healthy nodes for two intervals: the healthy node started
+/// right after it leads, and the bad one never does.
+fn bad_release_started_first_never_leads(place: &Place, database: &str) {
+    let log = Log::default();
+    let bad = place.start(
+        2,
+        &log,
+        &[
+            "--health-cmd",
+            "exit 1",
+            "--",
+            "sh",
+            "-c",
+            "exec sleep 1000",
+        ],
+    );
+    std::thread::sleep(INTERVAL / 2);
+    let healthy = place.start(
+        0,
+        &log,
+        &["--health-cmd", "true", "--", "sh", "-c", "exec sleep 1000"],
+    );
+    let led = wait_event(&log, 0, |e| e.kind() == "leader");
+    println!("{database}: the free lease went to node {}", led.node);
+    assert_eq!(
+        led.node,
+        0,
+        "the bad release took the free lease: {:#?}",
+        events(&log)
+    );
+    std::thread::sleep(INTERVAL * 3);
+    assert!(of(&log, 2, "leader").is_empty(), "{:#?}", events(&log));
+    let mut nodes = [healthy, bad];
+    stop_cleanly(&mut nodes);
+}
+
 fn len(log: &Log) -> usize {
     log.lock().unwrap().len()
 }
@@ -449,6 +488,11 @@ fn sqlite_all_unhealthy_one_leads() {
 #[test]
 fn sqlite_bad_release_never_leads() {
     bad_release_never_leads(&Place::sqlite("bad"), "SQLite");
+}
+
+#[test]
+fn sqlite_bad_release_started_first_never_leads() {
+    bad_release_started_first_never_leads(&Place::sqlite("first"), "SQLite");
 }
 
 #[cfg(feature = "postgres")]
@@ -481,6 +525,12 @@ fn postgres_bad_release_never_leads() {
     bad_release_never_leads(&Place::postgres("bad"), "PostgreSQL");
 }
 
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_bad_release_started_first_never_leads() {
+    bad_release_started_first_never_leads(&Place::postgres("first"), "PostgreSQL");
+}
+
 #[cfg(feature = "mysql")]
 #[test]
 fn mysql_crash_loop_escalates() {
@@ -509,4 +559,10 @@ fn mysql_all_unhealthy_one_leads() {
 #[test]
 fn mysql_bad_release_never_leads() {
     bad_release_never_leads(&Place::mysql("bad"), "MariaDB");
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_bad_release_started_first_never_leads() {
+    bad_release_started_first_never_leads(&Place::mysql("first"), "MariaDB");
 }

@@ -53,6 +53,24 @@ impl LeaseState {
         self.advance(now);
     }
 
+    /// A health probe will report (DESIGN §5 "Work that fails"): until
+    /// its first verdict the node counts as unhealthy, so a node started
+    /// with a bad release does not win a free lease before its probe has
+    /// run. It announces nothing and tries only
+    /// [`Config::reservation`](crate::Config::reservation) (two intervals)
+    /// from `now`, or after the expiry it saw; a first verdict of healthy
+    /// lets it try at once. Given before any other input; ignored once a
+    /// verdict was heard or a term began.
+    pub fn await_health(&mut self, now: Instant) {
+        if self.probe.is_some() || self.standing != Standing::Follower {
+            return;
+        }
+        self.probe = Some(false);
+        if let Some(wait) = self.degraded_wait(now) {
+            self.next_attempt = self.next_attempt.max(now + wait);
+        }
+    }
+
     /// The work of term `term` failed more often than its restart policy
     /// allows ([`crate::supervision::Verdict::Escalate`]): the node counts
     /// as unhealthy for `cool_down`. A healthy leader of that term (`None`:

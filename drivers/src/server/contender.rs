@@ -179,6 +179,18 @@ impl<D: Database, S: Scope> Builder<D, S> {
             dyn Fn() -> futures::future::BoxFuture<'static, Result<(), String>> + Send + Sync,
         > = Arc::new(move || check().boxed());
         self.options.probe = Some(probe(check, every, timeout));
+        S::await_health(&mut self.plan);
+        self
+    }
+
+    /// This node's health comes through
+    /// [`report_health`](Contender::report_health), from a probe of the
+    /// caller's own (as `picolease run --health-cmd` does): a lone lease
+    /// counts as unhealthy until the first report, as with
+    /// [`health_probe`](Self::health_probe), so a node started with a bad
+    /// release does not win a free lease before its probe has run.
+    pub fn awaits_health_reports(mut self) -> Self {
+        S::await_health(&mut self.plan);
         self
     }
 

@@ -181,6 +181,18 @@ impl<S: Scope> Builder<S> {
     ) -> Self {
         let check: Arc<dyn Fn() -> Result<(), String> + Send + Sync> = Arc::new(check);
         self.options.probe = Some(probe(check, every, timeout));
+        S::await_health(&mut self.plan);
+        self
+    }
+
+    /// This node's health comes through
+    /// [`report_health`](Contender::report_health), from a probe of the
+    /// caller's own (as `picolease run --health-cmd` does): a lone lease
+    /// counts as unhealthy until the first report, as with
+    /// [`health_probe`](Self::health_probe), so a node started with a bad
+    /// release does not win a free lease before its probe has run.
+    pub fn awaits_health_reports(mut self) -> Self {
+        S::await_health(&mut self.plan);
         self
     }
 

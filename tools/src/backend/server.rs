@@ -58,6 +58,9 @@ where
 {
     let mut builder = builder.table(table.clone());
     let transitions = builder.subscribe();
+    if gated.as_ref().is_some_and(|g| g.awaits_health()) {
+        builder = builder.awaits_health_reports();
+    }
     if let Some(gated) = gated {
         builder = builder.while_leader(supervise(gated));
     }

@@ -110,6 +110,9 @@ pub fn start(
         Leases::One(config) => {
             let mut builder = SqliteLease::builder(config, database);
             let transitions = builder.subscribe();
+            if gated.as_ref().is_some_and(|g| g.awaits_health()) {
+                builder = builder.awaits_health_reports();
+            }
             if let Some(gated) = gated {
                 builder = builder.while_leader(move |ctx: LeaderContext| gated.run_term(&ctx));
             }

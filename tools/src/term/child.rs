@@ -128,6 +128,9 @@ pub struct Gated {
     /// `--restart on-failure`: each lease's supervisor (the core's
     /// restart intensity, DESIGN §5 "Work that fails"), by lease name.
     restart: Option<Restarts>,
+    /// `--health-cmd` will report: the node counts as unhealthy until its
+    /// first verdict.
+    awaits_health: bool,
 }
 
 impl std::fmt::Debug for Gated {
@@ -170,6 +173,7 @@ impl Gated {
             node,
             events: Box::new(events),
             restart: None,
+            awaits_health: false,
         }
     }
 
@@ -179,6 +183,19 @@ impl Gated {
     pub fn restart_on_failure(mut self, policy: RestartPolicy) -> Self {
         self.restart = Some(Restarts::new(policy));
         self
+    }
+
+    /// `--health-cmd` will report through the handle's `report_health`:
+    /// the backends start the handle unhealthy until the first verdict
+    /// (`awaits_health_reports`, DESIGN §5 "Work that fails").
+    pub fn awaiting_health(mut self) -> Self {
+        self.awaits_health = true;
+        self
+    }
+
+    /// Whether the node waits for its probe's first verdict.
+    pub fn awaits_health(&self) -> bool {
+        self.awaits_health
     }
 
     /// What follows CMD failing by itself at the end of a pass

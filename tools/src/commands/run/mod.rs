@@ -125,6 +125,9 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     if let Some(policy) = restart {
         gated = gated.restart_on_failure(policy);
     }
+    if probe.is_some() {
+        gated = gated.awaiting_health();
+    }
     let started = backend.start(table, leases, Some(Arc::new(gated)))?;
     if let Some(probe) = probe {
         let health_tx = tx.clone();
