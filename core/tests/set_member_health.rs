@@ -192,8 +192,11 @@ fn an_unhealthy_member_writes_its_mark_first_then_hands_its_leases_to_a_healthy_
     s.handle_reply(ms(2_602), *request, BatchReply::Acquired(won));
     assert!(s.is_outranked(ms(2_602)));
     assert_eq!(s.target(ms(2_602)), Some(0));
-    assert_eq!(s.contenders(ms(2_602)), vec![holder("x")]);
-    assert_eq!(s.unhealthy_members(ms(2_602)), vec![me()]);
+    // In its share's reckoning it turns unhealthy only once the others
+    // have all read the row: an interval and a request timeout on.
+    assert!(s.unhealthy_members(ms(2_602)).is_empty());
+    assert_eq!(s.unhealthy_members(ms(7_602)), vec![me()]);
+    assert_eq!(s.contenders(ms(7_602)), vec![holder("x")]);
     let (asked, stops) = answer_at(&mut s, ms(2_603), std::slice::from_ref(&peer));
     assert_eq!(stops, vec![(mine[0].clone(), Demotion::Unhealthy)]);
     assert!(
@@ -229,12 +232,22 @@ fn when_every_member_is_unhealthy_they_share_as_before_and_nothing_moves() {
     assert_eq!(held(&s).len(), 2);
     // Now this node is unhealthy too: both stand equal, and the share is
     // one each, by the share's release (x takes the free one), never by
-    // a hand-over to an unhealthy member.
+    // a hand-over to an unhealthy member. But only once x has read its
+    // unhealthy row (an interval and a request timeout after it was
+    // written, 7.601 s): until then x counts it healthy and aims for
+    // nothing, so a lease released sooner would be left to nobody.
     s.handle_health(ms(2_600), false);
     let (asked, stops) = answer_at(&mut s, ms(2_601), std::slice::from_ref(&sick_peer));
     assert_eq!(asked[0], (BatchKind::Acquire, vec![unhealthy_row()]));
-    assert_eq!(s.contenders(ms(2_601)), vec![me(), holder("x")]);
-    assert_eq!(s.target(ms(2_601)), Some(1));
+    assert!(stops.is_empty(), "{stops:?}");
+    assert_eq!(s.contenders(ms(2_601)), vec![me()]);
+    assert_eq!(held(&s).len(), 2);
+    let (_, stops) = advance(&mut s, ms(7_600), std::slice::from_ref(&sick_peer));
+    assert!(stops.is_empty(), "{stops:?}");
+    assert_eq!(held(&s).len(), 2);
+    let (_, stops) = advance(&mut s, ms(7_700), std::slice::from_ref(&sick_peer));
+    assert_eq!(s.contenders(ms(7_700)), vec![me(), holder("x")]);
+    assert_eq!(s.target(ms(7_700)), Some(1));
     assert_eq!(stops.len(), 1, "{stops:?}");
     assert_eq!(stops[0].1, Demotion::Released);
     assert_eq!(held(&s).len(), 1);
@@ -250,14 +263,14 @@ fn when_every_member_is_unhealthy_they_share_as_before_and_nothing_moves() {
         epoch: Epoch::new(1),
         expires_in_ms: Some(0),
     };
-    let (asked, stops) = advance(&mut s, ms(8_000), &[free]);
+    let (asked, stops) = advance(&mut s, ms(12_000), &[free]);
     assert!(stops.is_empty(), "{stops:?}");
     assert!(
         asked.iter().any(|(k, _)| *k == BatchKind::Acquire),
         "{asked:?}"
     );
     assert_eq!(held(&s).len(), 2);
-    assert_eq!(s.unhealthy_members(ms(8_000)), vec![me()]);
+    assert_eq!(s.unhealthy_members(ms(12_000)), vec![me()]);
 }
 
 #[test]

@@ -137,7 +137,14 @@ impl LeaseSet {
             return;
         };
         match &reply {
-            Reply::Acquired { .. } => self.slots[i].seen = Seen::Free,
+            Reply::Acquired { .. } => {
+                let slot = &mut self.slots[i];
+                slot.seen = Seen::Free;
+                // A lease handed to this node: its offer is used up.
+                if slot.offered_until.take().is_some_and(|t| t > now) {
+                    slot.handed_at = Some(now);
+                }
+            }
             Reply::Held { expires_in, .. } => {
                 let until = batch.sent_at + *expires_in;
                 let believed_free = match self.slots[i].seen {

@@ -67,6 +67,14 @@ impl LeaseSet {
             self.drain(now, want);
         }
         let held = self.slots[want].machine.leadership().is_leader();
+        if !self.is_healthy() && held && self.marked_at.is_none() {
+            self.marked_at = Some(now);
+            let known = self.mark_known_at().expect("just set");
+            let at = self.wakeups.partition_point(|&t| t < known);
+            self.wakeups.insert(at, known);
+        } else if self.is_healthy() {
+            self.marked_at = None;
+        }
         let rest = &mut self.slots[other];
         if rest.machine.leadership().is_leader() {
             if held && !rest.yielding {
@@ -78,6 +86,14 @@ impl LeaseSet {
             rest.machine.set_contending(now, false);
             self.drain(now, other);
         }
+    }
+
+    /// When the others have all read this node's unhealthy row: an
+    /// interval (each surveys once an interval) and a request timeout (the
+    /// survey's own time) after it was first held.
+    pub(super) fn mark_known_at(&self) -> Option<Instant> {
+        self.marked_at
+            .map(|t| t + self.template.interval + self.template.request_timeout)
     }
 
     /// The unhealthy row's slot, added the first time it is needed (a set

@@ -95,6 +95,9 @@ struct Slot {
     /// handover, DESIGN §3) until this instant: the node takes it whatever
     /// its share, and keeps it over the leases it prefers for a ttl after.
     offered_until: Option<Instant>,
+    /// When this node took a lease handed to it (its offer is used up
+    /// then): the share gives such a lease up last for a ttl after.
+    handed_at: Option<Instant>,
     preference: u64,
 }
 
@@ -123,6 +126,7 @@ impl Slot {
             yielding: false,
             rest_until: None,
             offered_until: None,
+            handed_at: None,
         })
     }
 }
@@ -159,6 +163,10 @@ pub struct LeaseSet {
     unhealthy_row: LeaseName,
     /// The health probe's last verdict; `None` without a probe (healthy).
     probe: Option<bool>,
+    /// When this node's unhealthy row was first held, while its probe
+    /// fails: the others have read it an interval and a request timeout
+    /// later (`standing.rs`).
+    marked_at: Option<Instant>,
     next_request: u64,
     in_flight: Option<InFlight>,
     next_survey: Instant,
@@ -243,6 +251,7 @@ impl LeaseSet {
             member,
             unhealthy_row,
             probe: None,
+            marked_at: None,
             next_request: 0,
             in_flight: None,
             next_survey: now,
@@ -657,6 +666,9 @@ impl LeaseSet {
             // until the plan wants it again.
             slot.yielding = false;
             slot.seen = Seen::Free;
+            // An offer taken and given up again is used up: taking it
+            // back at once would start and stop its work in a loop.
+            slot.offered_until = None;
             let mut config = slot.machine.config().clone();
             config.seed = config.seed.wrapping_add(1);
             if let Ok(mut machine) = LeaseState::own_row(config, now) {

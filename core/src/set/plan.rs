@@ -17,6 +17,9 @@ impl LeaseSet {
         }
         // The share is split among the live members of the best rank; a
         // node a live member outranks aims for nothing.
+        if self.is_outranked(now) {
+            return Some(0);
+        }
         let live = self.contenders(now);
         let Some(rank) = live.iter().position(|h| *h == self.template.holder) else {
             return Some(0);
@@ -194,11 +197,13 @@ impl LeaseSet {
         self.slots[i].offered_until.is_some_and(|t| t > now)
     }
 
-    /// A lease that was reserved for this node within the last ttl.
+    /// A lease handed to this node that it took within the last ttl, or
+    /// one offered to it now.
     fn was_offered(&self, now: Instant, i: usize) -> bool {
-        self.slots[i]
-            .offered_until
-            .is_some_and(|t| now < t + self.template.ttl)
+        self.is_offered(now, i)
+            || self.slots[i]
+                .handed_at
+                .is_some_and(|t| now < t + self.template.ttl)
     }
 
     /// Competes for every lease reserved for this node that it does not
@@ -208,6 +213,7 @@ impl LeaseSet {
             let s = &self.slots[i];
             if self.is_offered(now, i)
                 && !s.yielding
+                && s.rest_until.is_none_or(|t| t <= now)
                 && !s.machine.is_finished()
                 && !s.machine.leadership().is_leader()
                 && !s.machine.is_contending()

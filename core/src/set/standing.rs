@@ -64,7 +64,7 @@ impl LeaseSet {
             })
             .chain(std::iter::once((
                 self.template.holder.clone(),
-                self.own_standing(),
+                self.shared_standing(now),
             )))
             .collect();
         live.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.healthy.cmp(&b.1.healthy)));
@@ -88,6 +88,22 @@ impl LeaseSet {
             healthy: self.probe != Some(false) || !marked,
             rank: self.template.rank.clone(),
         }
+    }
+
+    /// This node's standing in the share as of `now`: its own standing,
+    /// but unhealthy only once every other member has read its unhealthy
+    /// row ([`LeaseSet::mark_known_at`]). Until then the others still
+    /// count it in the share, so it keeps its part of it: giving leases
+    /// up sooner (its surplus when every member is unhealthy) would leave
+    /// them to nobody. An outranked node hands over at once all the same
+    /// ([`LeaseSet::is_outranked`] reads its own standing): a hand-over
+    /// names who takes the lease.
+    fn shared_standing(&self, now: Instant) -> Standing {
+        let mut standing = self.own_standing();
+        if !standing.healthy && self.mark_known_at().is_none_or(|t| now < t) {
+            standing.healthy = true;
+        }
+        standing
     }
 
     /// The live members the share is split among as of `now`: those of

@@ -49,6 +49,8 @@ impl LeaseSet {
             .filter_map(|s| s.rest_until)
             .filter(|&t| t > now);
         self.wakeups.extend(resting);
+        self.wakeups
+            .extend(self.mark_known_at().filter(|&t| t > now));
         let stale = Duration::from_millis(self.stale_millis().unsigned_abs());
         let mut listed = vec![false; self.member];
         for row in rows {

@@ -19,6 +19,7 @@ pub(crate) struct SetView<'a> {
     pub(crate) resurvey: bool,
     pub(crate) members: &'a [Member],
     pub(crate) probe: Option<bool>,
+    pub(crate) marked_at: Option<Instant>,
     pub(crate) wakeups: &'a [Instant],
     pub(crate) shutting_down: bool,
     pub(crate) finished: bool,
@@ -43,6 +44,7 @@ pub(crate) struct SlotView<'a> {
     pub(crate) yielding: bool,
     pub(crate) rest_until: Option<Instant>,
     pub(crate) offered_until: Option<Instant>,
+    pub(crate) handed_at: Option<Instant>,
 }
 
 impl LeaseSet {
@@ -59,6 +61,7 @@ impl LeaseSet {
             resurvey: self.resurvey,
             members: &self.members,
             probe: self.probe,
+            marked_at: self.marked_at,
             wakeups: &self.wakeups,
             shutting_down: self.shutting_down,
             finished: self.finished,
@@ -87,6 +90,7 @@ impl LeaseSet {
             yielding: s.yielding,
             rest_until: s.rest_until,
             offered_until: s.offered_until,
+            handed_at: s.handed_at,
         }
     }
 }

@@ -252,6 +252,7 @@ impl Ctx<'_> {
             i64::from(v.finished),
             v.members.len() as i64,
             v.probe.map_or(-1, i64::from),
+            v.marked_at.map_or(-99, |t| self.local(n, t)),
         ]);
         for m in v.members {
             out.extend([
@@ -284,6 +285,7 @@ impl Ctx<'_> {
                 i64::from(slot.yielding),
                 slot.rest_until.map_or(-99, |t| self.local(n, t)),
                 slot.offered_until.map_or(-99, |t| self.local(n, t)),
+                slot.handed_at.map_or(-99, |t| self.local(n, t)),
             ]);
         }
     }
