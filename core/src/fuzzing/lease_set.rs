@@ -543,6 +543,7 @@ impl Mirror {
                                 assert!(epoch.is_some());
                                 assert_eq!(batch.items.len(), 1, "one lease per hand-over");
                                 assert_ne!(name, member, "the membership row is never handed");
+                                assert_ne!(name, marked, "the unhealthy row is never handed");
                                 assert!(
                                     set.leadership(name).is_some_and(|l| !l.is_leader()),
                                     "handing over {name}, whose term has not ended"

@@ -104,22 +104,22 @@ impl LeaseSet {
     /// A live member outranks this node (DESIGN §9 "Preferred members",
     /// "Members' health"): the leases in `held` go to the best members,
     /// each by its own planned handover, at most [`YIELD_WINDOW`] at a
-    /// time so the others stay led (and renewed) until their turn. Each
-    /// best member is owed what its share grows by once this node is out
-    /// of it (assuming the shares were settled), and each lease goes to
-    /// the member owed one that ranks first for it ([`share::preference`]),
-    /// so that no member is handed more than its share and has to give a
-    /// lease up again at once; past what is owed, to the member that
-    /// ranks first. A lease whose successor runs on this node's own node
+    /// time so the others stay led (and renewed) until their turn. What
+    /// this node holds (and is handing over) is split among the best
+    /// members as the share splits leases ([`share::target`], by holder
+    /// id), and each lease goes to the member still owed one that ranks
+    /// first for it ([`share::preference`]), so that no member is handed
+    /// more than its part and has to give a lease up again at once. A lease whose successor runs on this node's own node
     /// is released instead: a reservation names a node, and this node
     /// would read it as its own.
     pub(super) fn hand_to_better(&mut self, now: Instant, held: &[usize]) {
         let better = self.successors(now);
-        let mut owed = self.owed_to(&better);
         let reservations: Vec<Option<HolderId>> = better
             .iter()
             .map(|h| HolderId::reserved_for(h.node()).ok())
             .collect();
+        // What is on its way already, to whom.
+        let mut in_flight = vec![0usize; better.len()];
         let mut handing = 0;
         for i in 0..self.member {
             let Some(to) = self.slots[i]
@@ -131,10 +131,20 @@ impl LeaseSet {
             };
             handing += 1;
             if let Some(k) = reservations.iter().position(|r| r.as_ref() == Some(to)) {
-                owed[k] = owed[k].saturating_sub(1);
+                in_flight[k] += 1;
             }
         }
+        // What this node holds, split among them as the share splits.
+        let total = held.len() + handing;
+        let mut owed: Vec<usize> = (0..better.len())
+            .map(|k| share::target(total, better.len(), k).saturating_sub(in_flight[k]))
+            .collect();
         let mine = self.template.holder.node().to_string();
+        // Outranked for health (a healthy member is live), or for rank.
+        let for_health = self
+            .standings(now)
+            .iter()
+            .any(|(h, s)| *h != self.template.holder && s.healthy);
         for &i in held.iter().take(YIELD_WINDOW.saturating_sub(handing)) {
             let lease = self.slots[i].name.as_str();
             let pick = |owing: bool| {
@@ -152,7 +162,7 @@ impl LeaseSet {
             if to.is_some() {
                 // Said as what moved it: a better rank, or this node's
                 // failing probe (DESIGN §9 "Members' health").
-                let reason = if self.own_standing().healthy {
+                let reason = if self.own_standing().healthy || !for_health {
                     Demotion::HandedOver
                 } else {
                     Demotion::Unhealthy
@@ -164,28 +174,6 @@ impl LeaseSet {
             }
             self.drain(now, i);
         }
-    }
-
-    /// Per member of `better` (by holder id): how much its share grows
-    /// when this node's leaves it, from the share among `better` and this
-    /// node to the share among `better` alone ([`share::target`]).
-    fn owed_to(&self, better: &[HolderId]) -> Vec<usize> {
-        let leases = self.member;
-        let mut with_me: Vec<&HolderId> = better.iter().collect();
-        with_me.push(&self.template.holder);
-        with_me.sort();
-        better
-            .iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                let before = with_me.iter().position(|x| *x == h).unwrap_or(0);
-                share::target(leases, better.len(), rank).saturating_sub(share::target(
-                    leases,
-                    better.len() + 1,
-                    before,
-                ))
-            })
-            .collect()
     }
 
     /// The lease and the reservation of the [`BatchKind::HandOver`] in

@@ -96,8 +96,8 @@ impl LeaseSet {
             .map(|t| t + self.template.interval + self.template.request_timeout)
     }
 
-    /// The unhealthy row's slot, added the first time it is needed (a set
-    /// without a probe never carries it).
+    /// The unhealthy row's slot, added at the probe's first verdict (a
+    /// set without a probe never carries it).
     fn unhealthy_slot(&mut self, now: Instant) -> Option<usize> {
         let i = self.member + 1;
         if self.slots.len() == i {
