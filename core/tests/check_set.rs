@@ -42,9 +42,19 @@ fn bounded(depth: usize, faults: usize) {
 /// row was written right after its first survey). Liveness (bound 16
 /// database ticks) is checked but not reached at this depth: paths reach
 /// 6 or 7 database ticks (see `check_mutants.rs` for a set's liveness).
+/// Out of CI since 2026-12-06 (CI time); depth 26 runs there.
 #[test]
+#[ignore = "about a minute: run with -- --ignored"]
 fn two_nodes_two_leases_hold_every_property_to_depth_30() {
     bounded(30, 0);
+}
+
+/// Both nodes survey twice, plan and acquire, in every interleaving to
+/// depth 26 (486,244 states, 1,087,428 transitions, 11 s on 2 cores,
+/// 2026-12-06): CI's bounded check over sets.
+#[test]
+fn two_nodes_two_leases_hold_every_property_to_depth_26() {
+    bounded(26, 0);
 }
 
 /// Deeper by one (3,764,433 states, 8,447,730 transitions, 84 s, about
