@@ -254,12 +254,14 @@ fn stalled_term(place: &Place, node: &mut Node, log: &Log, after: u64) -> (u64, 
     );
     // The core leaves the term at its deadline, `GRACE_MS` after the guard
     // and the core stop CMD. The `child_exit` line may come up to
-    // `run`'s report poll (100 ms) after CMD's end, so a quarter of the
-    // grace is the bound; a `run` that took CMD's end for its own exit
-    // released at once, a few milliseconds after the `child_exit`.
+    // `run`'s report poll (100 ms) after CMD's end, later on a loaded
+    // machine (44 ms left of the 200 ms grace in one CI run), so an eighth
+    // of the grace is the bound; a `run` that took CMD's end for its own
+    // exit released at once, a few milliseconds after the `child_exit`
+    // (and said `released`, which the reason above refuses).
     let gap = follower.unix_ms() as i64 - exit.unix_ms() as i64;
     assert!(
-        gap >= (GRACE_MS / 4) as i64,
+        gap >= (GRACE_MS / 8) as i64,
         "the term ended {gap} ms after CMD's end, not at the core's deadline: {exit:?} {follower:?}"
     );
     (epoch, Ended { exit, follower })
