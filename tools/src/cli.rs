@@ -76,7 +76,8 @@ pub enum Command {
     /// and PICOLEASE_EPOCH.
     ///
     /// --json events, one object per line, each with "event", "name",
-    /// "node" and "unix_ms": "leader" (+ "holder", "epoch"); "follower" (+
+    /// "node" and "unix_ms": "leader" (+ "holder", "epoch", "ttl_ms",
+    /// "interval_ms"); "follower" (+
     /// "holder", "epoch", "reason":
     /// lost|expired|released|error|clock|handover|unhealthy|escalated);
     /// "handover" (+ "from": this process's holder id, "to": the node the
@@ -167,6 +168,35 @@ pub enum Command {
         /// the fair share moving as a node crashes, joins and leaves.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::demo::MAX_DEMO_LEASES)))]
         leases: Option<u32>,
+        /// Also draw the run as an HTML page (`picolease timeline`) at FILE.
+        #[arg(long, value_name = "FILE", conflicts_with = "leases")]
+        timeline: Option<std::path::PathBuf>,
+    },
+    /// Draw a run as one self-contained HTML page (inline SVG, readable
+    /// offline): who led which lease when, leaderless gaps beside their
+    /// bounds, crashes, handovers and CMD's starts and ends, and any two
+    /// leaders of one lease in red. Reads `run --json` lines from FILEs
+    /// (several processes' streams are merged by "unix_ms"; `-` or none
+    /// is stdin), or those `demo`, `simulate` and `check` write with
+    /// --timeline. Exit 0; 1 when two processes led one lease at once
+    /// (each named on stderr); 2 for an unreadable input or a line that
+    /// is not an event.
+    Timeline {
+        /// `run --json` streams.
+        #[arg(value_name = "FILE")]
+        inputs: Vec<String>,
+        /// The page to write.
+        #[arg(long, short, value_name = "FILE", default_value = "timeline.html")]
+        output: std::path::PathBuf,
+        /// The ttl of a term whose `leader` line does not say its own (lines
+        /// of `run` do): a lease taken over sooner than this after its
+        /// holder's last line, with no end of the holder's term between,
+        /// had two leaders.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// The page's title.
+        #[arg(long)]
+        title: Option<String>,
     },
     /// Run the core's deterministic simulator (no database) and print the
     /// timeline and the bounds observed.
@@ -199,6 +229,9 @@ pub enum Command {
         /// With --replay: the trace is of `check --ranked`.
         #[arg(long, requires = "replay")]
         ranked: bool,
+        /// Also draw the run as an HTML page (`picolease timeline`) at FILE.
+        #[arg(long, value_name = "FILE")]
+        timeline: Option<std::path::PathBuf>,
     },
     /// Exhaustive model check of the core: every schedule of a bounded
     /// world (clock ticks with drift, deliveries, losses, pauses, crashes,

@@ -18,6 +18,7 @@ mod name_spec;
 mod output;
 mod pdeathsig;
 mod term;
+mod timeline;
 
 use std::process::ExitCode;
 
@@ -72,7 +73,7 @@ fn clap_error(e: clap::Error) -> ExitCode {
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
             eprintln!(
-                "error: a subcommand is required: demo, init, status, run, release, bench, simulate, check or sql (see --help)"
+                "error: a subcommand is required: demo, init, status, run, release, bench, simulate, check, timeline or sql (see --help)"
             );
             ExitCode::from(2)
         }

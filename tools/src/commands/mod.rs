@@ -25,11 +25,13 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             nodes,
             ttl,
             leases: None,
-        } => return crate::demo::run(usize::from(nodes), ttl),
+            ref timeline,
+        } => return crate::demo::run(usize::from(nodes), ttl, timeline.as_deref()),
         Command::Demo {
             nodes,
             ttl,
             leases: Some(leases),
+            ..
         } => return crate::demo::set::run(usize::from(nodes), leases as usize, ttl),
         Command::Simulate {
             replay: Some(ref trace),
@@ -44,8 +46,17 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             ttl,
             ref faults,
             replay: None,
+            ref timeline,
             ..
-        } => return simulate::run(usize::from(nodes.unwrap_or(3)), seed, ttl, faults),
+        } => {
+            return simulate::run(
+                usize::from(nodes.unwrap_or(3)),
+                seed,
+                ttl,
+                faults,
+                timeline.as_deref(),
+            )
+        }
         Command::Check {
             nodes,
             leases,
@@ -66,6 +77,19 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 health,
             };
             return check::run(nodes, world, depth, faults, json);
+        }
+        Command::Timeline {
+            ref inputs,
+            ref output,
+            ttl,
+            ref title,
+        } => {
+            return crate::timeline::run(&crate::timeline::TimelineArgs {
+                inputs,
+                output,
+                ttl,
+                title: title.as_deref(),
+            })
         }
         Command::Guard {
             grace_ms,
@@ -141,6 +165,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
         | Command::Simulate { .. }
         | Command::Sql { .. }
         | Command::Check { .. }
+        | Command::Timeline { .. }
         | Command::Guard { .. } => unreachable!("handled above"),
     }
 }

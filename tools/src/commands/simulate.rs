@@ -80,7 +80,13 @@ fn nodes_in(trace: &str) -> usize {
 }
 
 /// Runs one simulation; exit 1 if an invariant was violated.
-pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitCode, CliError> {
+pub fn run(
+    nodes: usize,
+    seed: u64,
+    ttl: Duration,
+    faults: &str,
+    timeline: Option<&std::path::Path>,
+) -> Result<ExitCode, CliError> {
     let mut config = SimConfig::new(nodes, seed);
     config.ttl = ttl;
     // Both drivers tell followers of a release (PostgreSQL NOTIFY, the
@@ -204,6 +210,20 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
         ));
     }
     line("");
+    if let Some(path) = timeline {
+        let lines = run_json_lines(&trace, "sim", ttl, interval);
+        let title = format!(
+            "picolease simulate: {nodes} nodes, seed {seed}, ttl {}, faults {}",
+            show(ttl),
+            if faults_text.is_empty() {
+                "none".to_string()
+            } else {
+                faults_text.join(", ")
+            }
+        );
+        // Two leaders in the picture are a violation below as well.
+        crate::timeline::write_lines(&lines, &title, path)?;
+    }
     match trace.check_safety() {
         Ok(()) => {
             line("invariants (DESIGN §6): mutual exclusion, fencing, validity, gating: all hold");
@@ -211,4 +231,56 @@ pub fn run(nodes: usize, seed: u64, ttl: Duration, faults: &str) -> Result<ExitC
         }
         Err(violation) => Err(CliError::runtime(violation)),
     }
+}
+
+/// A simulated run as the lines `run --json` prints (`unix_ms` counts
+/// from the run's start), plus its faults as marks (`crash`, `pause`,
+/// `resume`, `stop`, `failover`, …), for `picolease timeline`.
+fn run_json_lines(
+    trace: &picolease_core::sim::Trace,
+    lease: &str,
+    ttl: Duration,
+    interval: Duration,
+) -> Vec<String> {
+    use picolease_core::sim::Happening;
+    use serde_json::json;
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    trace
+        .entries
+        .iter()
+        .filter_map(|entry| {
+            let (event, keys) = match &entry.what {
+                Happening::Leader { epoch } => (
+                    "leader",
+                    json!({ "epoch": epoch.get(), "ttl_ms": ms(ttl), "interval_ms": ms(interval) }),
+                ),
+                Happening::Follower { epoch, reason } => (
+                    "follower",
+                    json!({ "epoch": epoch.get(), "reason": reason.as_str() }),
+                ),
+                Happening::Crashed => ("crash", json!({})),
+                Happening::Paused => ("pause", json!({})),
+                Happening::Resumed => ("resume", json!({})),
+                Happening::ShutdownBegun => ("stop", json!({})),
+                Happening::ServerReplaced { lost } => {
+                    ("failover", json!({ "lost_ms": lost / 1_000_000 }))
+                }
+                Happening::Health { healthy: true } => ("healthy", json!({})),
+                Happening::Health { healthy: false } => ("unhealthy", json!({})),
+                Happening::HandOverBegun { to } => ("handover_asked", json!({ "to": to })),
+                _ => return None,
+            };
+            let mut object = json!({
+                "event": event,
+                "name": lease,
+                "node": format!("node {}", entry.node),
+                "unix_ms": entry.at / 1_000_000,
+            });
+            if let (Some(object), serde_json::Value::Object(keys)) = (object.as_object_mut(), keys)
+            {
+                object.extend(keys);
+            }
+            Some(object.to_string())
+        })
+        .collect()
 }

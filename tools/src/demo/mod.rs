@@ -35,7 +35,11 @@ const ROUND: Duration = Duration::from_millis(60);
 
 /// Runs the demo; exit 0 when the account balances and no two leaders
 /// overlapped.
-pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
+pub fn run(
+    nodes: usize,
+    ttl: Duration,
+    timeline: Option<&std::path::Path>,
+) -> Result<ExitCode, CliError> {
     // Before any node starts, so their series register.
     let metrics = report::install_metrics();
     let mut demo = Demo::set_up(nodes, ttl)?;
@@ -51,7 +55,7 @@ pub fn run(nodes: usize, ttl: Duration) -> Result<ExitCode, CliError> {
         after_release,
         rtt,
     };
-    demo.report(&gaps, drained, metrics.as_ref())
+    demo.report(&gaps, drained, metrics.as_ref(), timeline)
 }
 
 /// The demo's running state.
@@ -98,7 +102,11 @@ impl Demo {
         let (events, received) = mpsc::channel();
         let producing = Arc::new(AtomicBool::new(true));
         let mut demo = Demo {
-            timeline: Timeline::new(received, database.clone(), Instant::now()),
+            timeline: {
+                let mut timeline = Timeline::new(received, database.clone(), Instant::now());
+                timeline.record_as(lease.as_str(), ttl, interval);
+                timeline
+            },
             lease,
             ttl,
             interval,
@@ -287,6 +295,7 @@ impl Demo {
         gaps: &Gaps,
         drained: bool,
         metrics: Option<&report::Metrics>,
+        timeline: Option<&std::path::Path>,
     ) -> Result<ExitCode, CliError> {
         report::handovers(gaps, self.ttl, self.interval);
         let account = maintenance::account(self.setup.connection())
@@ -313,6 +322,23 @@ impl Demo {
             "demo finished in {}",
             show(self.timeline.since_start())
         ));
+        let drawn = match timeline {
+            Some(path) => crate::timeline::write_lines(
+                self.timeline.recorded(),
+                &format!(
+                    "picolease demo: lease \"maintenance\", ttl {}, interval {}",
+                    show(self.ttl),
+                    show(self.interval)
+                ),
+                path,
+            )?,
+            None => ExitCode::SUCCESS,
+        };
+        if drawn != ExitCode::SUCCESS {
+            return Err(CliError::runtime(
+                "the timeline shows two leaders of the lease (see above)",
+            ));
+        }
         if balanced && overlaps == 0 {
             Ok(ExitCode::SUCCESS)
         } else {

@@ -24,6 +24,10 @@ pub struct Timeline {
     open: BTreeMap<usize, (u64, SystemTime)>,
     closed: Vec<Term>,
     next_progress: Instant,
+    /// The run as `run --json` lines, for `demo --timeline`: (lease,
+    /// ttl ms, interval ms) and the lines so far.
+    recording: (String, u64, u64),
+    recorded: Vec<String>,
 }
 
 impl Timeline {
@@ -42,7 +46,34 @@ impl Timeline {
             open: BTreeMap::new(),
             closed: Vec::new(),
             next_progress: start + Duration::from_secs(1),
+            recording: (String::new(), 0, 0),
+            recorded: Vec::new(),
         }
+    }
+
+    /// Names the lease and its timings on the recorded lines.
+    pub fn record_as(&mut self, lease: &str, ttl: Duration, interval: Duration) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.recording = (lease.to_string(), ms(ttl), ms(interval));
+    }
+
+    /// The run so far as the lines `run --json` prints (and `crash` lines
+    /// for the demo's crashes): `picolease timeline` draws them.
+    pub fn recorded(&self) -> &[String] {
+        &self.recorded
+    }
+
+    fn record(&mut self, event: &str, node: usize, at: SystemTime, keys: serde_json::Value) {
+        let mut object = serde_json::json!({
+            "event": event,
+            "name": self.recording.0,
+            "node": self.name(node),
+            "unix_ms": crate::output::unix_ms(at),
+        });
+        if let (Some(object), serde_json::Value::Object(keys)) = (object.as_object_mut(), keys) {
+            object.extend(keys);
+        }
+        self.recorded.push(object.to_string());
     }
 
     /// The nodes' names, by index.
@@ -86,7 +117,9 @@ impl Timeline {
 
     /// A crashed node's term ends now (it will never say so itself).
     pub fn crashed(&mut self, node: usize) {
-        self.close(node, SystemTime::now());
+        let now = SystemTime::now();
+        self.record("crash", node, now, serde_json::json!({}));
+        self.close(node, now);
     }
 
     fn handle(&mut self, node: usize, transition: &Transition) -> Option<(usize, Epoch, Instant)> {
@@ -100,6 +133,13 @@ impl Timeline {
                     self.stamp(at),
                     self.name(node)
                 ));
+                let (_, ttl_ms, interval_ms) = self.recording;
+                self.record(
+                    "leader",
+                    node,
+                    transition.at,
+                    serde_json::json!({ "epoch": epoch, "ttl_ms": ttl_ms, "interval_ms": interval_ms }),
+                );
                 self.open.insert(node, (epoch, transition.at));
                 l.epoch.map(|e| (node, e, at))
             }
@@ -110,6 +150,12 @@ impl Timeline {
                     self.name(node),
                     reason.as_str()
                 ));
+                self.record(
+                    "follower",
+                    node,
+                    transition.at,
+                    serde_json::json!({ "epoch": epoch, "reason": reason.as_str() }),
+                );
                 self.close(node, transition.at);
                 None
             }

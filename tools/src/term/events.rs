@@ -2,7 +2,7 @@
 //!
 //! | event | keys besides `event`, `name`, `node`, `unix_ms` |
 //! | --- | --- |
-//! | `leader` | `holder` (this process's stored holder id), `epoch` |
+//! | `leader` | `holder` (this process's stored holder id), `epoch`, `ttl_ms`, `interval_ms` (the lease's timings) |
 //! | `follower` | `holder`, `epoch` (the term left), `reason` (`lost`, `expired`, `released`, `error`, `clock`, `handover`, `unhealthy`, `escalated`) |
 //! | `handover` | `from` (this process's holder id), `to` (the node the row is now reserved for), `epoch` (the term handed over) |
 //! | `observed` | `holder` (another holder, or null when free), `epoch` |
@@ -93,6 +93,10 @@ pub struct Printer {
     /// The last epoch each lease's lines named (led, left or observed):
     /// the `epoch` of a health line, which has no term of its own.
     pub epochs: Mutex<HashMap<String, u64>>,
+    /// The lease's ttl and interval in milliseconds, on each `leader`
+    /// line (`picolease timeline` bounds gaps and tells a crash takeover
+    /// from two leaders by them).
+    pub timing_ms: (u64, u64),
 }
 
 impl Printer {
@@ -170,7 +174,12 @@ impl Printer {
                     "leader",
                     lease,
                     transition.at,
-                    json!({ "holder": self.holder.as_str(), "epoch": epoch }),
+                    json!({
+                        "holder": self.holder.as_str(),
+                        "epoch": epoch,
+                        "ttl_ms": self.timing_ms.0,
+                        "interval_ms": self.timing_ms.1,
+                    }),
                     format!("{node} leader of \"{lease}\" at epoch {shown}"),
                 );
                 self.printed.printed(lease, shown, true);

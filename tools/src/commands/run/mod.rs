@@ -99,6 +99,8 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
 
     let restart = restart_policy(&args, !args.command.is_empty())?;
     let probe = health_probe(&args, &config)?;
+    // The `leader` line says the term's timings, for `picolease timeline`.
+    let timing_ms = (millis(config.ttl), millis(config.interval));
     let leases = Leases::new(config, names)?;
     let names = leases.names();
 
@@ -153,11 +155,16 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
             json: args.json,
             printed,
             epochs: Default::default(),
+            timing_ms,
         },
         leases: names,
         work,
     };
     session.run(started.contender, events)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// `--restart on-failure`'s policy (DESIGN §5 "Work that fails"), `None`

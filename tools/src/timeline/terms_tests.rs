@@ -1,0 +1,103 @@
+//! `terms::analyse` on small runs: each rule of the module doc, one test.
+
+use super::super::events::{merge, parse_stream};
+use super::*;
+
+fn run(lines: &[&str]) -> Analysis {
+    let events = parse_stream("t", &lines.join("\n"), 0).expect("valid lines");
+    analyse(&merge(events), DEFAULT_TTL_MS)
+}
+
+fn leader(node: &str, at: i64, epoch: u64) -> String {
+    format!(
+        r#"{{"event":"leader","name":"l","node":"{node}","unix_ms":{at},"epoch":{epoch},"ttl_ms":2000,"interval_ms":500}}"#
+    )
+}
+
+fn follower(node: &str, at: i64, epoch: u64, reason: &str) -> String {
+    format!(
+        r#"{{"event":"follower","name":"l","node":"{node}","unix_ms":{at},"epoch":{epoch},"reason":"{reason}"}}"#
+    )
+}
+
+#[test]
+fn a_release_and_a_takeover_make_two_terms_and_one_gap_within_an_interval() {
+    let a = run(&[
+        &leader("a", 1_000, 1),
+        &follower("a", 5_000, 1, "released"),
+        &leader("b", 5_004, 2),
+        &follower("b", 9_000, 2, "released"),
+    ]);
+    assert_eq!(a.terms.len(), 2);
+    assert_eq!(a.terms[0].end, TermEnd::Left("released".to_string()));
+    assert_eq!(a.gaps.len(), 1);
+    assert_eq!((a.gaps[0].len_ms(), a.gaps[0].bound_ms), (4, 500));
+    assert!(a.overlaps.is_empty());
+}
+
+#[test]
+fn two_leader_lines_with_no_follower_between_are_an_overlap() {
+    let a = run(&[&leader("a", 1_000, 1), &leader("b", 1_500, 2)]);
+    assert_eq!(a.overlaps.len(), 1, "{a:?}");
+    let overlap = &a.overlaps[0];
+    assert_eq!(
+        (overlap.first.node.as_str(), overlap.second.node.as_str()),
+        ("a", "b")
+    );
+    assert_eq!(overlap.from_ms, 1_500);
+}
+
+#[test]
+fn a_leader_that_goes_on_printing_overlaps_however_late_the_other_came() {
+    let a = run(&[
+        &leader("a", 1_000, 1),
+        &leader("b", 60_000, 2),
+        &follower("a", 61_000, 1, "released"),
+    ]);
+    assert_eq!(a.overlaps.len(), 1);
+    assert_eq!(
+        (a.overlaps[0].from_ms, a.overlaps[0].to_ms),
+        (60_000, 61_000)
+    );
+}
+
+#[test]
+fn a_silent_leader_taken_over_after_its_ttl_is_a_crash_takeover_not_an_overlap() {
+    let a = run(&[&leader("a", 1_000, 1), &leader("b", 3_400, 2)]);
+    assert!(a.overlaps.is_empty(), "{a:?}");
+    assert_eq!(a.terms[0].end, TermEnd::StreamEnded);
+    assert_eq!(a.gaps.len(), 1);
+    assert_eq!((a.gaps[0].len_ms(), a.gaps[0].bound_ms), (2_400, 2_500));
+}
+
+#[test]
+fn a_term_reported_expired_after_another_led_is_a_late_report_not_an_overlap() {
+    let a = run(&[
+        &leader("a", 1_000, 1),
+        &leader("b", 4_000, 2),
+        &follower("a", 9_000, 1, "expired"),
+    ]);
+    assert!(a.overlaps.is_empty(), "{a:?}");
+    assert_eq!(a.late_reports.len(), 1);
+    assert_eq!(a.late_reports[0].to_ms, 9_000);
+}
+
+#[test]
+fn a_crash_line_ends_the_term_where_it_says() {
+    let crash = r#"{"event":"crash","name":"l","node":"a","unix_ms":2000}"#;
+    let a = run(&[&leader("a", 1_000, 1), crash, &leader("b", 4_300, 2)]);
+    assert!(a.overlaps.is_empty());
+    assert_eq!(a.terms[0].end, TermEnd::Crashed);
+    assert_eq!(a.gaps[0].len_ms(), 2_300);
+    assert_eq!(a.marks.len(), 1);
+}
+
+#[test]
+fn a_term_still_open_at_the_end_runs_to_the_capture_end() {
+    let observed =
+        r#"{"event":"observed","name":"l","node":"b","unix_ms":7000,"holder":"a#1","epoch":1}"#;
+    let a = run(&[&leader("a", 1_000, 1), observed]);
+    assert_eq!(a.terms[0].end, TermEnd::Open);
+    assert_eq!(a.terms[0].end_ms, 7_000);
+    assert_eq!(a.nodes, ["a", "b"]);
+}

@@ -1,0 +1,440 @@
+//! `picolease timeline`, tested as a person would use it: the page is
+//! loaded in headless Chromium (Debian's `chromium`, which
+//! `scripts/prepare-tests` installs; the tests FAIL, not skip, without
+//! it), which must run its script with no console message, and the
+//! elements it holds after that are checked against the input: a bar per
+//! `leader` line at its epoch, the gaps with their bounds, a planted
+//! overlap in red. Inputs: a planted file, `demo --timeline`, `simulate
+//! --nodes 5` with faults, 3 real `run --json` processes (one killed) on
+//! a SQLite file, on the PostgreSQL server at 127.0.0.1:5432 and on the
+//! MariaDB server at 127.0.0.1:3306, and 10 processes × 10,000 leases.
+//!
+//! The time to draw the last: `cargo test -p picolease-cli --test
+//! cli_timeline -- --nocapture ten_thousand`.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+use support::{picolease, signal, spawn, wait_event, Log};
+
+/// The page's DOM once its script ran, from headless Chromium; fails on
+/// any console message (an uncaught error included) and on a page whose
+/// script did not finish.
+fn browse(page: &Path) -> String {
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium must be installed (scripts/prepare-tests installs it)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let console: Vec<&str> = stderr.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(
+        console.is_empty(),
+        "the page wrote to the console: {console:#?}"
+    );
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        dom.contains("data-rendered=\"yes\""),
+        "the page's script did not finish: {}",
+        &dom[..dom.len().min(2000)]
+    );
+    dom
+}
+
+/// How many elements open with `start` (e.g. `<rect class="term`).
+fn count(dom: &str, start: &str) -> usize {
+    dom.matches(start).count()
+}
+
+/// Every value of `attribute` on elements opening with `start`.
+fn values(dom: &str, start: &str, attribute: &str) -> Vec<String> {
+    dom.split(start)
+        .skip(1)
+        .filter_map(|rest| {
+            let tag = &rest[..rest.find('>').unwrap_or(rest.len())];
+            let at = tag.find(&format!("{attribute}=\""))? + attribute.len() + 2;
+            Some(tag[at..at + tag[at..].find('"')?].to_string())
+        })
+        .collect()
+}
+
+/// Each gap's length is within its bound.
+fn gaps_within_bounds(dom: &str) -> usize {
+    let lengths = values(dom, "<rect class=\"gap", "data-ms");
+    let bounds = values(dom, "<rect class=\"gap", "data-bound-ms");
+    assert_eq!(lengths.len(), bounds.len());
+    for (ms, bound) in lengths.iter().zip(&bounds) {
+        let (ms, bound): (i64, i64) = (ms.parse().unwrap(), bound.parse().unwrap());
+        assert!(
+            ms <= bound,
+            "a gap of {ms} ms beyond its bound of {bound} ms"
+        );
+    }
+    lengths.len()
+}
+
+#[test]
+fn a_planted_overlap_is_drawn_in_red_named_on_stderr_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("planted.jsonl");
+    std::fs::write(
+        &input,
+        [
+            r#"{"event":"leader","name":"planted","node":"a","unix_ms":1000,"holder":"a#1","epoch":1}"#,
+            r#"{"event":"leader","name":"planted","node":"b","unix_ms":1500,"holder":"b#1","epoch":2}"#,
+            r#"{"event":"follower","name":"planted","node":"a","unix_ms":3000,"holder":"a#1","epoch":1,"reason":"released"}"#,
+            r#"{"event":"follower","name":"planted","node":"b","unix_ms":4000,"holder":"b#1","epoch":2,"reason":"released"}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let page = dir.path().join("planted.html");
+    let out = picolease(&[
+        "timeline",
+        input.to_str().unwrap(),
+        "--output",
+        page.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("two leaders of planted for 1500 ms"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("a (epoch 1) and b (epoch 2)"), "{stderr}");
+    let dom = browse(&page);
+    assert_eq!(count(&dom, "<rect class=\"term"), 2);
+    assert_eq!(
+        values(&dom, "<rect class=\"overlap\"", "data-lease"),
+        ["planted"]
+    );
+    assert!(dom.contains(".overlap{fill:#e00"), "overlaps are drawn red");
+    assert!(dom.contains("<b class=\"bad\">1 overlaps</b>"));
+
+    // The same two lines without the overlap (b leads after a released):
+    // exit 0, nothing red.
+    std::fs::write(
+        &input,
+        [
+            r#"{"event":"leader","name":"planted","node":"a","unix_ms":1000,"epoch":1}"#,
+            r#"{"event":"follower","name":"planted","node":"a","unix_ms":1400,"epoch":1,"reason":"released"}"#,
+            r#"{"event":"leader","name":"planted","node":"b","unix_ms":1500,"epoch":2}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let out = picolease(&[
+        "timeline",
+        input.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = browse(&page);
+    assert_eq!(count(&dom, "<rect class=\"overlap\""), 0);
+    assert_eq!(values(&dom, "<rect class=\"gap", "data-ms"), ["100"]);
+}
+
+#[test]
+fn a_line_that_is_not_an_event_exits_2_naming_its_place_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &input,
+        "{\"event\":\"leader\",\"name\":\"l\",\"node\":\"a\",\"unix_ms\":1,\"epoch\":1}\nnot json\n",
+    )
+    .unwrap();
+    let page = dir.path().join("bad.html");
+    let out = picolease(&[
+        "timeline",
+        input.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
+    assert!(!page.exists());
+    let missing = picolease(&[
+        "timeline",
+        "/nonexistent/run.jsonl",
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/run.jsonl"));
+}
+
+#[test]
+fn the_demo_draws_its_run_with_the_crash_and_its_gap_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("demo.html");
+    let out = picolease(&["demo", "--timeline", page.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let dom = browse(&page);
+    // A bar per LEADER line of the demo's own log.
+    let leaders = stdout.lines().filter(|l| l.contains(" LEADER ")).count();
+    assert!(leaders >= 3, "{stdout}");
+    assert_eq!(count(&dom, "<rect class=\"term"), leaders);
+    assert_eq!(count(&dom, "<rect class=\"overlap\""), 0);
+    assert_eq!(count(&dom, "data-event=\"crash\""), 1);
+    // The crash takeover's gap, within ttl + interval.
+    assert!(gaps_within_bounds(&dom) >= 1);
+    assert!(dom.contains("crash"));
+}
+
+#[test]
+fn simulate_draws_five_nodes_through_crash_pause_partition_handover_and_failover() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("sim.html");
+    let out = picolease(&[
+        "simulate",
+        "--nodes",
+        "5",
+        "--ttl",
+        "2s",
+        "--faults",
+        "crash@4s,pause@8s+5s,partition@14s+3s,handover@20s,failover@24s+1s",
+        "--timeline",
+        page.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let dom = browse(&page);
+    let epochs: BTreeSet<String> = stdout
+        .lines()
+        .filter_map(|l| l.split("LEADER at epoch ").nth(1))
+        .map(|e| e.trim().to_string())
+        .collect();
+    assert_eq!(epochs.len(), 6, "{stdout}");
+    let drawn: BTreeSet<String> = values(&dom, "<rect class=\"term", "data-epoch")
+        .into_iter()
+        .collect();
+    assert_eq!(drawn, epochs);
+    assert_eq!(count(&dom, "<rect class=\"overlap\""), 0);
+    // The paused leader's term, greyed where it could not act, and its
+    // late report once it ran again.
+    assert!(count(&dom, "<rect class=\"paused\"") >= 1);
+    assert_eq!(count(&dom, "<rect class=\"late-report\""), 1);
+    for event in ["crash", "pause", "resume", "failover", "handover_asked"] {
+        assert!(
+            dom.contains(&format!("data-event=\"{event}\"")),
+            "no {event} mark"
+        );
+    }
+    assert!(gaps_within_bounds(&dom) >= 3);
+}
+
+/// 3 `run --json` processes over one lease (ttl 1 s); the first leader is
+/// killed, another takes over, the rest stop cleanly; their three streams
+/// are drawn: a bar per `leader` line at its epoch, no overlap, the
+/// takeover's gap.
+fn three_processes(db: &str, table: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let log: Log = Arc::default();
+    let global = ["--table", table];
+    let mut nodes: Vec<_> = (0..3)
+        .map(|n| spawn(db, &global, "drawn", "1s", n, &log, &[]))
+        .collect();
+    let first = wait_event(&log, 0, |e| e.kind() == "leader");
+    signal(&nodes[first.node], Signal::SIGKILL);
+    let _ = nodes[first.node].child.wait();
+    wait_event(&log, 0, |e| e.kind() == "leader" && e.node != first.node);
+    for (n, node) in nodes.iter().enumerate() {
+        if n != first.node {
+            signal(node, Signal::SIGTERM);
+        }
+    }
+    for node in &mut nodes {
+        let _ = node.child.wait();
+        if let Some(reader) = node.reader.take() {
+            reader.join().unwrap();
+        }
+    }
+    let events = log.lock().unwrap().clone();
+    let mut files = Vec::new();
+    for n in 0..3 {
+        let path = dir.path().join(format!("n{n}.jsonl"));
+        let lines: Vec<String> = events
+            .iter()
+            .filter(|e| e.node == n)
+            .map(|e| e.json.to_string())
+            .collect();
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        files.push(path.to_str().unwrap().to_string());
+    }
+    let page = dir.path().join("run.html");
+    let mut args = vec!["timeline".to_string()];
+    args.extend(files);
+    args.extend(["-o".to_string(), page.to_str().unwrap().to_string()]);
+    let out = picolease(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dom = browse(&page);
+    let led: BTreeSet<String> = events
+        .iter()
+        .filter(|e| e.kind() == "leader")
+        .map(|e| e.epoch().to_string())
+        .collect();
+    assert!(led.len() >= 2);
+    let drawn: BTreeSet<String> = values(&dom, "<rect class=\"term", "data-epoch")
+        .into_iter()
+        .collect();
+    assert_eq!(drawn, led);
+    assert_eq!(count(&dom, "<rect class=\"overlap\""), 0);
+    // The killed leader's bar ends where its stream did, with the takeover
+    // gap after it.
+    assert_eq!(count(&dom, "<rect class=\"term presumed\""), 1);
+    assert!(count(&dom, "<rect class=\"gap") >= 1);
+}
+
+#[test]
+fn three_run_processes_one_killed_are_drawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("leases.db").display());
+    three_processes(&db, "pl_timeline");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn on_postgres_three_run_processes_one_killed_are_drawn() {
+    const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+    let table = format!("pl_timeline_{}", std::process::id());
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+    three_processes(POSTGRES, &table);
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn on_mysql_three_run_processes_one_killed_are_drawn() {
+    const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
+    let table = format!("pl_timeline_{}", std::process::id());
+    support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+    three_processes(MYSQL, &table);
+    support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+}
+
+/// 10 processes × 10,000 leases (1,000 each), one process killed at 10 s
+/// (its last line) and its leases taken by the others 2.5 s later, then
+/// every process stops: the page is drawn as held-lease counts per
+/// process with a drill-down, which the page's script draws for the first
+/// lease.
+#[test]
+fn ten_thousand_leases_among_ten_processes_render_in_seconds() {
+    const LEASES: usize = 10_000;
+    const NODES: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = 1_700_000_000_000i64;
+    let mut lines = Vec::new();
+    let line = |event: &str, lease: usize, node: usize, at: i64, epoch: u64, extra: &str| {
+        format!(
+            r#"{{"event":"{event}","name":"s{lease}","node":"n{node}","unix_ms":{at},"epoch":{epoch},"ttl_ms":2000,"interval_ms":500{extra}}}"#
+        )
+    };
+    for lease in 0..LEASES {
+        let node = lease % NODES;
+        let at = t0 + (lease as i64 % 500);
+        lines.push(line("leader", lease, node, at, 1, ""));
+        if node == NODES - 1 {
+            // Killed at 10 s: no more lines; taken over at 12.5 s.
+            let heir = lease % (NODES - 1);
+            lines.push(line("leader", lease, heir, t0 + 12_500, 2, ""));
+            lines.push(line(
+                "follower",
+                lease,
+                heir,
+                t0 + 20_000,
+                2,
+                r#","reason":"released""#,
+            ));
+        } else {
+            lines.push(line(
+                "follower",
+                lease,
+                node,
+                t0 + 20_000,
+                1,
+                r#","reason":"released""#,
+            ));
+        }
+    }
+    // Its last line, just before it was killed.
+    lines.push(format!(
+        r#"{{"event":"observed","name":"s0","node":"n{}","unix_ms":{},"holder":"n0#1","epoch":1}}"#,
+        NODES - 1,
+        t0 + 10_000
+    ));
+    let input = dir.path().join("big.jsonl");
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let page = dir.path().join("big.html");
+    let started = Instant::now();
+    let out = picolease(&[
+        "timeline",
+        input.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    let drawn_in = started.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = Instant::now();
+    let dom = browse(&page);
+    let loaded_in = started.elapsed();
+    println!(
+        "10 processes x 10,000 leases ({} lines): drawn in {:.2} s ({} KiB), loaded by Chromium in {:.2} s",
+        lines.len(),
+        drawn_in.as_secs_f64(),
+        std::fs::metadata(&page).unwrap().len() / 1024,
+        loaded_in.as_secs_f64()
+    );
+    // A count lane per process and one of leases without a leader.
+    assert_eq!(count(&dom, "<path class=\"count\""), NODES + 1);
+    let most: Vec<usize> = values(&dom, "<path class=\"count\"", "data-most")
+        .iter()
+        .map(|m| m.parse().unwrap())
+        .collect();
+    // 1,000 each, plus each heir's part of the dead one's 1,000; the
+    // killed one 1,000; then the 1,000 leaderless ones.
+    let heirs: Vec<usize> = (0..NODES - 1)
+        .map(|heir| {
+            1_000
+                + (0..LEASES)
+                    .filter(|l| l % NODES == NODES - 1 && l % (NODES - 1) == heir)
+                    .count()
+        })
+        .collect();
+    assert_eq!(most[..NODES - 1], heirs[..]);
+    assert_eq!(most[NODES - 1..], [1_000, 1_000]);
+    assert_eq!(count(&dom, "<option>"), LEASES);
+    // The drill-down drew the first lease (s0): one term, by n0.
+    assert_eq!(values(&dom, "<rect class=\"term", "data-node"), ["n0"]);
+    assert_eq!(count(&dom, "<rect class=\"overlap\""), 0);
+}
