@@ -166,7 +166,9 @@ mod world;
 #[doc(hidden)]
 pub use bounds::SetupMutation;
 pub use bounds::{Bounds, BoundsError, MAX_DEPTH, TICK};
-pub use replay::{replay, Replay, ReplayStep, TraceParseError, TraceProblem, RANKED_SET_YIELD};
+pub use replay::{
+    replay, Replay, ReplayStep, Standing, TraceParseError, TraceProblem, RANKED_SET_YIELD,
+};
 pub use step::{Step, UnknownStep};
 
 use std::fmt;

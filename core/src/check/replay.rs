@@ -19,6 +19,22 @@ pub struct ReplayStep {
     pub effects: Vec<String>,
     /// The nodes and the row after it.
     pub state: String,
+    /// Who leads what after it, for a picture of the replay
+    /// (`picolease check --timeline`).
+    pub standing: Standing,
+}
+
+/// The leaders and the nodes out of the game after a step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// The database clock, in ticks.
+    pub db_tick: u64,
+    /// Every node that believes it leads a lease: (node, lease, epoch).
+    pub leaders: Vec<(usize, String, u64)>,
+    /// Crashed or finished nodes.
+    pub down: Vec<usize>,
+    /// Paused nodes.
+    pub paused: Vec<usize>,
 }
 
 /// A trace replayed.
@@ -171,6 +187,7 @@ fn play<M: Model>(
             step: step.to_string(),
             effects: log.lines,
             state: world.describe(setup),
+            standing: world.standing(setup),
         });
         if let Some(mut v) = found {
             let text: Vec<String> = steps[..=i].iter().map(Step::to_string).collect();

@@ -24,6 +24,8 @@ pub(super) trait Model: Clone {
     fn fingerprint(&self, fp: &mut Self::Fingerprinter, setup: &Setup) -> u128;
     /// One line on the state, for replays.
     fn describe(&self, setup: &Setup) -> String;
+    /// Who leads what, for pictures of replays.
+    fn standing(&self, setup: &Setup) -> super::replay::Standing;
     /// Whether the step is enabled here.
     fn enabled(&self, setup: &Setup, step: Step) -> bool {
         let mut steps = Vec::new();
@@ -46,6 +48,9 @@ impl Model for World {
     fn describe(&self, _: &Setup) -> String {
         <World>::describe(self)
     }
+    fn standing(&self, setup: &Setup) -> super::replay::Standing {
+        World::standing(self, setup)
+    }
 }
 
 impl Model for SetWorld {
@@ -61,6 +66,9 @@ impl Model for SetWorld {
     }
     fn describe(&self, setup: &Setup) -> String {
         SetWorld::describe(self, setup)
+    }
+    fn standing(&self, setup: &Setup) -> super::replay::Standing {
+        SetWorld::standing(self, setup)
     }
 }
 

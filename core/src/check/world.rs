@@ -142,6 +142,30 @@ pub(crate) struct World<N: Contender = Node> {
 }
 
 impl<N: Contender> World<N> {
+    /// Who leads which lease, and which nodes are down or paused, for a
+    /// picture of a replay.
+    pub(crate) fn standing(&self, setup: &Setup) -> super::replay::Standing {
+        let mut standing = super::replay::Standing {
+            db_tick: self.db_clock,
+            ..Default::default()
+        };
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.live() {
+                standing.down.push(i);
+            } else if node.paused() {
+                standing.paused.push(i);
+            }
+            for (k, name) in setup.names.iter().enumerate() {
+                if let Some(epoch) = node.leader_epoch(k) {
+                    standing
+                        .leaders
+                        .push((i, name.as_str().to_string(), epoch.get()));
+                }
+            }
+        }
+        standing
+    }
+
     /// The model at time zero over `nodes`, every lease free.
     pub(super) fn start(setup: &Setup, nodes: Vec<N>, stale_ms: i64) -> Self {
         #[allow(unused_mut)]

@@ -99,6 +99,7 @@ pub fn run(
     depth: Option<usize>,
     faults: Option<usize>,
     json: bool,
+    timeline: Option<&std::path::Path>,
 ) -> Result<ExitCode, CliError> {
     let bounds = bounds(nodes, world, depth, faults)?;
     let mut what = match bounds.leases {
@@ -129,6 +130,16 @@ pub fn run(
         line(&to_json(&report).to_string());
     } else {
         print_report(&report, &bounds);
+    }
+    if let Some(path) = timeline {
+        match report.violations.first() {
+            Some(violation) => {
+                let replayed = picolease_core::check::replay(&violation.trace, &bounds)
+                    .map_err(CliError::runtime)?;
+                draw_replay(&replayed, &bounds, path)?;
+            }
+            None => eprintln!("no counterexample to draw: {} not written", path.display()),
+        }
     }
     Ok(if report.complete && report.violations.is_empty() {
         ExitCode::SUCCESS
@@ -268,3 +279,33 @@ fn print_report(report: &Report, bounds: &Bounds) {
 /// Longest a check may run before it is reported as not complete; the
 /// defaults finish far sooner (2 nodes in seconds, 3 in minutes).
 pub const TIME_BUDGET: Duration = Duration::from_secs(30 * 60);
+
+/// Draws a replayed trace (`check --timeline`, `simulate --replay …
+/// --timeline`): the page's exit status is the command's own, which the
+/// replay decides, so two leaders drawn in red do not change it here.
+pub fn draw_replay(
+    replayed: &picolease_core::check::Replay,
+    bounds: &Bounds,
+    path: &std::path::Path,
+) -> Result<(), CliError> {
+    let lines = crate::timeline::from_core::replay_lines(
+        replayed,
+        u64::from(bounds.ttl_ticks),
+        u64::from(bounds.interval_ticks),
+    );
+    let title = format!(
+        "picolease check: {} steps on {} nodes{} (1 s on the axis = 1 database tick){}",
+        replayed.steps.len(),
+        bounds.nodes,
+        match bounds.leases {
+            0 => String::new(),
+            n => format!(", each a lease set of {n}"),
+        },
+        match &replayed.violation {
+            Some(v) => format!(": {} violated", v.property),
+            None => String::new(),
+        }
+    );
+    crate::timeline::write_lines(&lines, &title, path)?;
+    Ok(())
+}

@@ -38,8 +38,17 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             nodes,
             leases,
             ranked,
+            ref timeline,
             ..
-        } => return simulate::replay(trace, nodes.map(usize::from), leases, ranked),
+        } => {
+            return simulate::replay(
+                trace,
+                nodes.map(usize::from),
+                leases,
+                ranked,
+                timeline.as_deref(),
+            )
+        }
         Command::Simulate {
             nodes,
             seed,
@@ -68,6 +77,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             ranked,
             health,
             json,
+            ref timeline,
         } => {
             let world = check::World {
                 leases,
@@ -76,7 +86,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 ranked,
                 health,
             };
-            return check::run(nodes, world, depth, faults, json);
+            return check::run(nodes, world, depth, faults, json, timeline.as_deref());
         }
         Command::Timeline {
             ref inputs,

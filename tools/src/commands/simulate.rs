@@ -29,6 +29,7 @@ pub fn replay(
     nodes: Option<usize>,
     leases: usize,
     ranked: bool,
+    timeline: Option<&std::path::Path>,
 ) -> Result<ExitCode, CliError> {
     // Without --nodes, the trace says how many nodes it needs.
     let nodes = nodes.unwrap_or_else(|| nodes_in(trace).max(2));
@@ -61,6 +62,9 @@ pub fn replay(
     ));
     for text in replayed.to_string().lines() {
         line(text);
+    }
+    if let Some(path) = timeline {
+        super::check::draw_replay(&replayed, &bounds, path)?;
     }
     Ok(if replayed.violation.is_some() {
         ExitCode::from(1)
@@ -211,7 +215,7 @@ pub fn run(
     }
     line("");
     if let Some(path) = timeline {
-        let lines = run_json_lines(&trace, "sim", ttl, interval);
+        let lines = crate::timeline::from_core::trace_lines(&trace, "sim", ttl, interval);
         let title = format!(
             "picolease simulate: {nodes} nodes, seed {seed}, ttl {}, faults {}",
             show(ttl),
@@ -231,56 +235,4 @@ pub fn run(
         }
         Err(violation) => Err(CliError::runtime(violation)),
     }
-}
-
-/// A simulated run as the lines `run --json` prints (`unix_ms` counts
-/// from the run's start), plus its faults as marks (`crash`, `pause`,
-/// `resume`, `stop`, `failover`, …), for `picolease timeline`.
-fn run_json_lines(
-    trace: &picolease_core::sim::Trace,
-    lease: &str,
-    ttl: Duration,
-    interval: Duration,
-) -> Vec<String> {
-    use picolease_core::sim::Happening;
-    use serde_json::json;
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    trace
-        .entries
-        .iter()
-        .filter_map(|entry| {
-            let (event, keys) = match &entry.what {
-                Happening::Leader { epoch } => (
-                    "leader",
-                    json!({ "epoch": epoch.get(), "ttl_ms": ms(ttl), "interval_ms": ms(interval) }),
-                ),
-                Happening::Follower { epoch, reason } => (
-                    "follower",
-                    json!({ "epoch": epoch.get(), "reason": reason.as_str() }),
-                ),
-                Happening::Crashed => ("crash", json!({})),
-                Happening::Paused => ("pause", json!({})),
-                Happening::Resumed => ("resume", json!({})),
-                Happening::ShutdownBegun => ("stop", json!({})),
-                Happening::ServerReplaced { lost } => {
-                    ("failover", json!({ "lost_ms": lost / 1_000_000 }))
-                }
-                Happening::Health { healthy: true } => ("healthy", json!({})),
-                Happening::Health { healthy: false } => ("unhealthy", json!({})),
-                Happening::HandOverBegun { to } => ("handover_asked", json!({ "to": to })),
-                _ => return None,
-            };
-            let mut object = json!({
-                "event": event,
-                "name": lease,
-                "node": format!("node {}", entry.node),
-                "unix_ms": entry.at / 1_000_000,
-            });
-            if let (Some(object), serde_json::Value::Object(keys)) = (object.as_object_mut(), keys)
-            {
-                object.extend(keys);
-            }
-            Some(object.to_string())
-        })
-        .collect()
 }

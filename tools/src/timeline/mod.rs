@@ -9,6 +9,7 @@
 
 mod aggregate;
 mod events;
+pub mod from_core;
 mod html;
 mod lanes;
 mod terms;

@@ -187,11 +187,17 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
         if seen_nodes.insert(event.node.clone()) {
             analysis.nodes.push(event.node.clone());
         }
-        leases.insert(event.name.clone());
+        if !event.name.is_empty() {
+            leases.insert(event.name.clone());
+        }
     }
     // Open terms by lease, then process.
     let mut open: BTreeMap<String, BTreeMap<String, Term>> = BTreeMap::new();
     let mut closed: Vec<Term> = Vec::new();
+    // Processes paused now (`pause` lines of `simulate` and `check`): a
+    // paused leader cannot act, so another's term beginning meanwhile is
+    // two leaders only if the paused one still leads once it runs again.
+    let mut frozen: BTreeSet<String> = BTreeSet::new();
     for event in events {
         if MARKED.contains(&event.event.as_str()) {
             analysis.marks.push(Mark {
@@ -226,7 +232,7 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
                     end_json: None,
                 };
                 let others: Vec<String> = terms.keys().cloned().collect();
-                for other in others {
+                for other in others.into_iter().filter(|o| !frozen.contains(o)) {
                     let first = &terms[&other];
                     let other_last = last_ms.get(other.as_str()).copied().unwrap_or(0);
                     // A tenth of the ttl of slack: the holder's line is
@@ -249,7 +255,33 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
                 }
                 terms.insert(event.node.clone(), term);
             }
+            "pause" => {
+                frozen.insert(event.node.clone());
+            }
+            "resume" => {
+                frozen.remove(&event.node);
+                // Still leading, running again, beside another leader.
+                for terms in open.values() {
+                    let Some(resumed) = terms.get(&event.node) else {
+                        continue;
+                    };
+                    for (node, other) in terms {
+                        if *node != event.node && !frozen.contains(node) {
+                            analysis.overlaps.push(Overlap {
+                                lease: resumed.lease.clone(),
+                                first: resumed.clone(),
+                                second: other.clone(),
+                                from_ms: event.unix_ms,
+                                to_ms: event.unix_ms,
+                            });
+                        }
+                    }
+                }
+            }
             "follower" | "handover" | "crash" => {
+                if event.event == "crash" {
+                    frozen.remove(&event.node);
+                }
                 // A crash ends every term of the process; a line of `run`
                 // ends its lease's.
                 let crash = event.event == "crash";

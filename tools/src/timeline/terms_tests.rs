@@ -101,3 +101,31 @@ fn a_term_still_open_at_the_end_runs_to_the_capture_end() {
     assert_eq!(a.terms[0].end_ms, 7_000);
     assert_eq!(a.nodes, ["a", "b"]);
 }
+
+#[test]
+fn a_paused_leader_overlaps_only_if_it_still_leads_once_it_runs_again() {
+    let line = |event: &str, node: &str, at: i64| {
+        format!(r#"{{"event":"{event}","name":"","node":"{node}","unix_ms":{at}}}"#)
+    };
+    // Paused, taken over, demoted as it resumes: no overlap.
+    let a = run(&[
+        &leader("a", 1_000, 1),
+        &line("pause", "a", 1_500),
+        &leader("b", 4_000, 2),
+        &follower("a", 6_000, 1, "expired"),
+        &line("resume", "a", 6_000),
+    ]);
+    assert!(a.overlaps.is_empty(), "{a:?}");
+    assert_eq!(a.pauses, [("a".to_string(), 1_500, 6_000)]);
+    // Resumed still leading beside b: two leaders from the resume on.
+    let a = run(&[
+        &leader("a", 1_000, 1),
+        &line("pause", "a", 1_500),
+        &leader("b", 4_000, 2),
+        &line("resume", "a", 6_000),
+        &follower("a", 6_500, 1, "lost"),
+    ]);
+    assert_eq!(a.overlaps.len(), 1, "{a:?}");
+    assert_eq!((a.overlaps[0].from_ms, a.overlaps[0].to_ms), (6_000, 6_500));
+    assert_eq!(a.leases, ["l"]);
+}
