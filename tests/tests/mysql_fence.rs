@@ -573,6 +573,61 @@ async fn a_fenced_transaction_is_refused_once_the_term_is_over() {
     t.drop(&mut admin).await;
 }
 
+/// `Fence::check` in the user's own transaction: 1 while the term holds,
+/// 0 for a stale epoch or another holder, and from then on the lease row
+/// is locked until that transaction ends: a forced release (an epoch bump,
+/// as a successor's acquire) waits for its commit, and the check reads 0
+/// after it. Its values bind as its params do.
+#[tokio::test]
+async fn the_check_holds_the_term_until_the_users_transaction_ends() {
+    let mut admin = connect().await;
+    let t = Tables::new("check", &mut admin).await;
+    let mut a = connect().await;
+    t.acquire(&mut a, "a", 10_000).await;
+    let f = fence(&t.s, "a", 1);
+    let values: Vec<Value> = f
+        .values()
+        .into_iter()
+        .map(|v| match v {
+            picolease::sql::Value::Text(text) => Value::Bytes(text.as_bytes().to_vec()),
+            picolease::sql::Value::Int(n) => Value::Int(n),
+        })
+        .collect();
+    assert_eq!(values, f.params());
+
+    let mut w = connect().await;
+    let w_id = w.id();
+    w.query_drop("START TRANSACTION").await.unwrap();
+    let holds: Option<i64> = w.exec_first(f.check(), f.params()).await.unwrap();
+    assert_eq!(holds, Some(1));
+    for stale in [fence(&t.s, "a", 7), fence(&t.s, "b", 1)] {
+        let holds: Option<i64> = w.exec_first(stale.check(), stale.params()).await.unwrap();
+        assert_eq!(holds, Some(0), "{stale:?}");
+    }
+    let (table, connector) = (t.table.clone(), connector());
+    let released = tokio::spawn(async move {
+        force_release(&connector, &table, &lease(), Duration::from_secs(10)).await
+    });
+    wait_statement_lock_waiting(&mut admin, &t.table).await;
+    assert!(
+        !released.is_finished(),
+        "the release waits for the check's lock"
+    );
+    assert!(
+        !lock_waiting(&mut admin, w_id).await,
+        "the checking transaction is not waiting"
+    );
+    w.query_drop("COMMIT").await.unwrap();
+    tokio::time::timeout(PATIENCE, released)
+        .await
+        .expect("the release ends once the transaction does")
+        .unwrap()
+        .unwrap();
+    let holds: Option<i64> = w.exec_first(f.check(), f.params()).await.unwrap();
+    assert_eq!(holds, Some(0), "the term is over");
+    t.drop(&mut admin).await;
+}
+
 /// (3) A statement still running at the deadline (waiting for another
 /// transaction's row lock) is cut there: the call returns `Fenced` at
 /// about the deadline, the session is killed, which frees the lease row

@@ -83,6 +83,37 @@ impl Fence {
         &self.sql
     }
 
+    /// The term's check at the start of your own transaction, on any
+    /// client (mysql_async, sqlx's MySQL, …): `SELECT <condition>`, bound
+    /// with [`Fence::params`] (or [`Fence::values`]) alone. One row, `1`
+    /// while the term holds, `0` once it is over. From then on the lease
+    /// row is share-locked until your transaction ends, so no successor's
+    /// term begins before your commit, whatever you write: a bulk `DELETE`
+    /// that matches nothing is then nothing to do, not a lost term. (This
+    /// node's renewals wait for that lock too: keep the transaction short,
+    /// see above.) [`Fence::transaction`] runs it, with the server's bounds
+    /// armed from the deadline, for a mysql_async connection.
+    pub fn check(&self) -> String {
+        format!("SELECT {}", self.sql)
+    }
+
+    /// [`Fence::params`] as plain values, in the same order: for a client
+    /// that binds its own way (sqlx: `query.bind(text)` for
+    /// [`Value::Text`], `query.bind(int)` for [`Value::Int`]).
+    pub fn values(&self) -> Vec<Value<'_>> {
+        self.params
+            .iter()
+            .map(|value| match value {
+                mysql_async::Value::Int(n) => Value::Int(*n),
+                mysql_async::Value::Bytes(bytes) => {
+                    Value::Text(std::str::from_utf8(bytes).unwrap_or_default())
+                }
+                // `Fence::new` binds only text and integers.
+                _ => Value::Int(-1),
+            })
+            .collect()
+    }
+
     /// The values of the condition's placeholders, in order: append them
     /// after your own.
     pub fn params(&self) -> Vec<mysql_async::Value> {

@@ -306,6 +306,6 @@ pub fn draw_replay(
             None => String::new(),
         }
     );
-    crate::timeline::write_lines(&lines, &title, path)?;
+    crate::timeline::write_lines(&lines, &title, path, true)?;
     Ok(())
 }

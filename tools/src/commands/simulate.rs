@@ -226,7 +226,7 @@ pub fn run(
             }
         );
         // Two leaders in the picture are a violation below as well.
-        crate::timeline::write_lines(&lines, &title, path)?;
+        crate::timeline::write_lines(&lines, &title, path, false)?;
     }
     match trace.check_safety() {
         Ok(()) => {

@@ -331,6 +331,7 @@ impl Demo {
                     show(self.interval)
                 ),
                 path,
+                false,
             )?,
             None => ExitCode::SUCCESS,
         };

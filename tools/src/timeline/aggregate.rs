@@ -162,12 +162,17 @@ pub fn drill_down(analysis: &Analysis) -> String {
     });
     let mut out = String::from("<p><label>One lease: <select id=\"lease-pick\">");
     for lease in &analysis.leases {
-        let _ = write!(out, "<option>{}</option>", esc(lease));
+        let _ = write!(out, "<option value=\"{0}\">{0}</option>", esc(lease));
     }
     let _ = write!(
         out,
         "</select></label></p><svg id=\"drill\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{LANE}\"></svg>\n<script type=\"application/json\" id=\"lease-terms\">{}</script>\n<script>{DRILL}</script>\n",
-        data.to_string().replace("</", "<\\/")
+        // No `<`, `>` or `&` in the script element's text, whatever the
+        // lease names hold (`</script>`, `<!--`): JSON's own escapes.
+        data.to_string()
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026")
     );
     out
 }
@@ -178,7 +183,7 @@ var svg=document.getElementById('drill'),ns='http://www.w3.org/2000/svg';\
 while(svg.firstChild){svg.removeChild(svg.firstChild);}\
 var x=function(ms){return d.left+(ms-d.start)/d.span*d.plot;};\
 var label=document.createElementNS(ns,'text');label.setAttribute('x',4);label.setAttribute('y',19);label.textContent=lease;svg.appendChild(label);\
-(d.terms[lease]||[]).forEach(function(t){\
+(Object.prototype.hasOwnProperty.call(d.terms,lease)?d.terms[lease]:[]).forEach(function(t){\
 var r=document.createElementNS(ns,'rect');\
 r.setAttribute('class',t[4]?'term presumed':'term');r.setAttribute('x',x(t[2]));r.setAttribute('y',6);\
 r.setAttribute('width',Math.max(2,x(t[3])-x(t[2])));r.setAttribute('height',18);r.setAttribute('fill',d.colours[t[0]]);\

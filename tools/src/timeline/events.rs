@@ -13,8 +13,13 @@ pub struct Event {
     pub event: String,
     /// The lease.
     pub name: String,
-    /// The process (`--node`, or its holder id).
+    /// The process's node name (`--node`, or its holder id).
     pub node: String,
+    /// The process itself: its holder id where the line names it
+    /// (`leader`, `follower`, `handover`), else the last one its stream
+    /// named for that node, else the node name. Two processes may share a
+    /// `--node`; their holder ids tell them apart.
+    pub process: String,
     /// When, in milliseconds since the Unix epoch (or since a simulated
     /// run's start).
     pub unix_ms: i64,
@@ -46,6 +51,7 @@ impl Event {
 /// as a shorter run).
 pub fn parse_stream(source: &str, text: &str, first_seq: usize) -> Result<Vec<Event>, CliError> {
     let mut events = Vec::new();
+    let mut holders: std::collections::HashMap<String, String> = Default::default();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
@@ -72,15 +78,51 @@ pub fn parse_stream(source: &str, text: &str, first_seq: usize) -> Result<Vec<Ev
                 shorten(line)
             )));
         };
+        // Times a person's run can have: from the epoch (or a simulated
+        // run's start) to 2^53 ms, ttl and interval up to a year; beyond,
+        // sums of them could overflow.
+        const MAX_MS: i64 = 1 << 53;
+        const MAX_SPAN_MS: i64 = 365 * 24 * 3600 * 1000;
+        let span = |key: &str| -> Result<Option<i64>, CliError> {
+            match value.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => match v.as_i64().filter(|ms| (0..=MAX_SPAN_MS).contains(ms)) {
+                    Some(ms) => Ok(Some(ms)),
+                    None => Err(CliError::usage(format!(
+                        "{}: \"{key}\" must be milliseconds from 0 to a year, not {v}",
+                        at()
+                    ))),
+                },
+            }
+        };
+        if !(0..=MAX_MS).contains(&unix_ms) {
+            return Err(CliError::usage(format!(
+                "{}: \"unix_ms\" must be from 0 to 2^53, not {unix_ms}",
+                at()
+            )));
+        }
+        let (ttl_ms, interval_ms) = (span("ttl_ms")?, span("interval_ms")?);
+        let own = match event.as_str() {
+            "leader" | "follower" => text_key("holder"),
+            "handover" => text_key("from"),
+            _ => None,
+        };
+        if let Some(holder) = &own {
+            holders.insert(node.clone(), holder.clone());
+        }
+        let process = own
+            .or_else(|| holders.get(&node).cloned())
+            .unwrap_or_else(|| node.clone());
         events.push(Event {
             event,
             name,
             node,
+            process,
             unix_ms,
             epoch: value.get("epoch").and_then(Value::as_u64),
             reason: text_key("reason"),
-            ttl_ms: value.get("ttl_ms").and_then(Value::as_i64),
-            interval_ms: value.get("interval_ms").and_then(Value::as_i64),
+            ttl_ms,
+            interval_ms,
             json: line.to_string(),
             seq: first_seq + events.len(),
         });
@@ -88,11 +130,12 @@ pub fn parse_stream(source: &str, text: &str, first_seq: usize) -> Result<Vec<Ev
     Ok(events)
 }
 
-/// Merges streams into one order: by time; at the same millisecond a term's
-/// end before a term's start (a lease left and taken within a millisecond
-/// was not led twice), then in input order.
+/// Merges streams into one order: by time, then in input order (a
+/// stream's own lines stay in its order; a term that ends in the same
+/// millisecond as another process's begins is not two leaders:
+/// `terms::analyse` looks ahead for it).
 pub fn merge(mut events: Vec<Event>) -> Vec<Event> {
-    events.sort_by_key(|e| (e.unix_ms, !e.ends_term(), e.seq));
+    events.sort_by_key(|e| (e.unix_ms, e.seq));
     events
 }
 
@@ -117,6 +160,40 @@ mod tests {
     }
 
     #[test]
+    fn times_out_of_range_are_refused_naming_the_key() {
+        for (line, key) in [
+            (
+                r#"{"event":"leader","name":"a","node":"n","unix_ms":-5}"#,
+                "unix_ms",
+            ),
+            (
+                r#"{"event":"leader","name":"a","node":"n","unix_ms":5,"ttl_ms":9223372036854775807}"#,
+                "ttl_ms",
+            ),
+            (
+                r#"{"event":"leader","name":"a","node":"n","unix_ms":5,"interval_ms":-1}"#,
+                "interval_ms",
+            ),
+        ] {
+            let error = parse_stream("x", line, 0).unwrap_err().to_string();
+            assert!(error.contains(key), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_process_is_its_holder_id_on_every_line_after_it_names_one() {
+        let text = [
+            r#"{"event":"observed","name":"l","node":"web","unix_ms":1,"holder":"other#1","epoch":1}"#,
+            r#"{"event":"leader","name":"l","node":"web","unix_ms":2,"holder":"web#a","epoch":2}"#,
+            r#"{"event":"child","name":"l","node":"web","unix_ms":3,"pid":5,"epoch":2}"#,
+        ]
+        .join("\n");
+        let events = parse_stream("x", &text, 0).unwrap();
+        let processes: Vec<_> = events.iter().map(|e| e.process.as_str()).collect();
+        assert_eq!(processes, ["web", "web#a", "web#a"]);
+    }
+
+    #[test]
     fn a_missing_key_is_named() {
         let error = parse_stream(
             "x",
@@ -129,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn streams_merge_by_time_with_an_end_before_a_start_at_the_same_millisecond() {
+    fn streams_merge_by_time_then_input_order() {
         let a = parse_stream(
             "a",
             "{\"event\":\"leader\",\"name\":\"l\",\"node\":\"b\",\"unix_ms\":10,\"epoch\":2}",
@@ -148,7 +225,9 @@ mod tests {
             .iter()
             .map(|e| (e.node.as_str(), e.event.as_str()))
             .collect();
-        assert_eq!(order, [("a", "leader"), ("a", "follower"), ("b", "leader")]);
-        assert_eq!(merged[1].reason.as_deref(), Some("released"));
+        // The same millisecond keeps input order (`terms::analyse` looks
+        // ahead for a term ending in it).
+        assert_eq!(order, [("a", "leader"), ("b", "leader"), ("a", "follower")]);
+        assert_eq!(merged[2].reason.as_deref(), Some("released"));
     }
 }

@@ -52,12 +52,22 @@ pub(super) fn lanes(analysis: &Analysis, per_node: bool) -> String {
         } else {
             (TOP + LANE * lane_of("", &gap.lease), LANE)
         };
-        let over = if gap.len_ms() > gap.bound_ms {
+        let over = if gap.unknown_start {
+            " unknown-start"
+        } else if gap.len_ms() > gap.bound_ms {
             " over-bound"
         } else {
             ""
         };
-        let label = format!("gap {} (bound {})", secs(gap.len_ms()), secs(gap.bound_ms));
+        let label = if gap.unknown_start {
+            format!(
+                "gap ≤ {} since its last line (bound {})",
+                secs(gap.len_ms()),
+                secs(gap.bound_ms)
+            )
+        } else {
+            format!("gap {} (bound {})", secs(gap.len_ms()), secs(gap.bound_ms))
+        };
         let width = 6.5 * label.chars().count() as f64;
         let label_x = (x1 + 2.0).min(WIDTH - width).max(LEFT);
         let label_y = if per_node {

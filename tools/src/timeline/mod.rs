@@ -78,22 +78,32 @@ pub fn run(args: &TimelineArgs) -> Result<ExitCode, CliError> {
         str::to_string,
     );
     write_page(&analysis, &title, args.output)?;
-    report(&analysis, args.output, started.elapsed())
+    report(&analysis, args.output, started.elapsed(), false)
 }
 
 /// Writes the page of already merged events (`demo`, `simulate` and
 /// `check` call this with the lines of their own runs) and reports as
 /// `timeline` does.
-pub fn write_lines(lines: &[String], title: &str, output: &Path) -> Result<ExitCode, CliError> {
+pub fn write_lines(
+    lines: &[String],
+    title: &str,
+    output: &Path,
+    say_on_stderr: bool,
+) -> Result<ExitCode, CliError> {
     let started = Instant::now();
     let events = events::parse_stream("the run", &lines.join("\n"), 0)?;
     let analysis = terms::analyse(&events::merge(events), DEFAULT_TTL_MS);
     write_page(&analysis, title, output)?;
-    report(&analysis, output, started.elapsed())
+    report(&analysis, output, started.elapsed(), say_on_stderr)
 }
 
 fn write_page(analysis: &terms::Analysis, title: &str, output: &Path) -> Result<(), CliError> {
     let page = html::page(analysis, title);
+    // Not a file (`/dev/stdout`, a pipe): written as it is.
+    if output.exists() && !output.is_file() {
+        return std::fs::write(output, page)
+            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", output.display())));
+    }
     // Written beside its place and renamed over it: a reader never sees
     // half a page.
     let partial = output.with_extension("html.partial");
@@ -105,9 +115,18 @@ fn write_page(analysis: &terms::Analysis, title: &str, output: &Path) -> Result<
         })
 }
 
-fn report(analysis: &terms::Analysis, output: &Path, took: Duration) -> Result<ExitCode, CliError> {
+fn report(
+    analysis: &terms::Analysis,
+    output: &Path,
+    took: Duration,
+    say_on_stderr: bool,
+) -> Result<ExitCode, CliError> {
     let longest = analysis.gaps.iter().max_by_key(|g| g.len_ms());
-    line(&format!(
+    let say = |text: &str| match say_on_stderr {
+        true => eprintln!("{text}"),
+        false => line(text),
+    };
+    say(&format!(
         "wrote {} in {} ms: {}, {}, {}, {}{}, {} late reports of a term's end, {} overlaps",
         output.display(),
         took.as_millis(),
@@ -125,7 +144,11 @@ fn report(analysis: &terms::Analysis, output: &Path, took: Duration) -> Result<E
         analysis.late_reports.len(),
         analysis.overlaps.len(),
     ));
-    for gap in analysis.gaps.iter().filter(|g| g.len_ms() > g.bound_ms) {
+    for gap in analysis
+        .gaps
+        .iter()
+        .filter(|g| !g.unknown_start && g.len_ms() > g.bound_ms)
+    {
         eprintln!(
             "warning: {} had no leader for {} ms after {}, beyond its bound of {} ms",
             gap.lease,

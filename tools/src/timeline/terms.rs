@@ -14,7 +14,7 @@
 //! write and the line). Then it is an **overlap**: two leaders of one
 //! lease.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::events::Event;
 
@@ -45,8 +45,11 @@ pub enum TermEnd {
 pub struct Term {
     /// The lease.
     pub lease: String,
-    /// The process.
+    /// The process, as drawn: its node name, with its holder id when
+    /// another process shares the name.
     pub node: String,
+    /// The process's key (`Event::process`).
+    pub process: String,
     /// The epoch its `leader` line named.
     pub epoch: Option<u64>,
     /// Its `leader` line's time.
@@ -63,6 +66,9 @@ pub struct Term {
     pub start_json: String,
     /// The line that ended it, if any.
     pub end_json: Option<String>,
+    /// The latest start of another term found overlapping it: a term
+    /// closed where its stream ended is not closed before it.
+    pub overlapped_until: i64,
 }
 
 /// A stretch with no leader of a lease between two terms.
@@ -80,6 +86,10 @@ pub struct Gap {
     pub bound_ms: i64,
     /// Why the term before ended, in words (`released`, `crash`, …).
     pub after: String,
+    /// The term before ended where its process's stream did (a crash or a
+    /// kill): its real end lies between its last line and the next term,
+    /// so the gap is at most its length, and not held to the bound.
+    pub unknown_start: bool,
 }
 
 impl Gap {
@@ -177,32 +187,67 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
         end_ms: events.last().map_or(0, |e| e.unix_ms),
         ..Analysis::default()
     };
-    // Each process's last line, and its crashes, for the ends of terms it
-    // did not announce.
-    let mut last_ms: HashMap<&str, i64> = HashMap::new();
-    let mut seen_nodes = BTreeSet::new();
+    let labels = labels(events);
+    let label = |process: &str| labels.get(process).cloned().unwrap_or_default();
+    // Each process's lines' times (for its last line, and for whether it
+    // printed within a stretch), and every term's end line, for a term
+    // ending in the very millisecond another's begins.
+    let mut times: HashMap<&str, Vec<i64>> = HashMap::new();
+    let mut ends_at: HashSet<(&str, &str, i64)> = HashSet::new();
     let mut leases = BTreeSet::new();
+    let mut seen = HashSet::new();
     for event in events {
-        last_ms.insert(&event.node, event.unix_ms);
-        if seen_nodes.insert(event.node.clone()) {
-            analysis.nodes.push(event.node.clone());
+        times.entry(&event.process).or_default().push(event.unix_ms);
+        if seen.insert(&event.process) {
+            analysis.nodes.push(label(&event.process));
+        }
+        if event.ends_term() {
+            ends_at.insert((&event.name, &event.process, event.unix_ms));
         }
         if !event.name.is_empty() {
             leases.insert(event.name.clone());
         }
     }
+    let last_ms = |process: &str| {
+        times
+            .get(process)
+            .and_then(|t| t.last())
+            .copied()
+            .unwrap_or(0)
+    };
     // Open terms by lease, then process.
     let mut open: BTreeMap<String, BTreeMap<String, Term>> = BTreeMap::new();
     let mut closed: Vec<Term> = Vec::new();
+    let mut flagged: HashSet<(String, String, i64, String, i64)> = HashSet::new();
+    let mut overlaps: Vec<Overlap> = Vec::new();
+    let mut flag = |first: &Term, second: &Term, at: i64, overlaps: &mut Vec<Overlap>| {
+        let key = (
+            first.lease.clone(),
+            first.process.clone(),
+            first.start_ms,
+            second.process.clone(),
+            second.start_ms,
+        );
+        if flagged.insert(key) {
+            overlaps.push(Overlap {
+                lease: first.lease.clone(),
+                first: first.clone(),
+                second: second.clone(),
+                from_ms: at,
+                to_ms: at,
+            });
+        }
+    };
     // Processes paused now (`pause` lines of `simulate` and `check`): a
     // paused leader cannot act, so another's term beginning meanwhile is
     // two leaders only if the paused one still leads once it runs again.
     let mut frozen: BTreeSet<String> = BTreeSet::new();
+    let mut paused_since: HashMap<&str, i64> = HashMap::new();
     for event in events {
         if MARKED.contains(&event.event.as_str()) {
             analysis.marks.push(Mark {
                 event: event.event.clone(),
-                node: event.node.clone(),
+                node: label(&event.process),
                 lease: event.name.clone(),
                 at_ms: event.unix_ms,
                 json: event.json.clone(),
@@ -211,7 +256,7 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
         match event.event.as_str() {
             "leader" => {
                 let terms = open.entry(event.name.clone()).or_default();
-                if let Some(mut again) = terms.remove(&event.node) {
+                if let Some(mut again) = terms.remove(&event.process) {
                     // Led again without a line between: the old term ended
                     // where the new one began.
                     again.end_ms = event.unix_ms;
@@ -221,7 +266,8 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
                 let ttl_ms = event.ttl_ms.unwrap_or(default_ttl_ms);
                 let term = Term {
                     lease: event.name.clone(),
-                    node: event.node.clone(),
+                    node: label(&event.process),
+                    process: event.process.clone(),
                     epoch: event.epoch,
                     start_ms: event.unix_ms,
                     end_ms: event.unix_ms,
@@ -230,66 +276,80 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
                     interval_ms: event.interval_ms.unwrap_or(ttl_ms / 4),
                     start_json: event.json.clone(),
                     end_json: None,
+                    overlapped_until: event.unix_ms,
                 };
-                let others: Vec<String> = terms.keys().cloned().collect();
-                for other in others.into_iter().filter(|o| !frozen.contains(o)) {
-                    let first = &terms[&other];
-                    let other_last = last_ms.get(other.as_str()).copied().unwrap_or(0);
+                let others: Vec<String> = terms
+                    .keys()
+                    .filter(|other| !frozen.contains(*other))
+                    .filter(|other| {
+                        !ends_at.contains(&(event.name.as_str(), other.as_str(), event.unix_ms))
+                    })
+                    .cloned()
+                    .collect();
+                for other in others {
+                    let Some(first) = terms.get_mut(&other) else {
+                        continue;
+                    };
+                    let other_last = last_ms(&other);
                     // A tenth of the ttl of slack: the holder's line is
                     // printed a round trip after its row's expiry was set.
-                    if event.unix_ms < other_last + first.ttl_ms - first.ttl_ms / 10 {
+                    let lapse = first.ttl_ms - first.ttl_ms / 10;
+                    if event.unix_ms < other_last.saturating_add(lapse) {
                         // Still printing, or too soon for its row to have
                         // lapsed: both claim the lease.
-                        analysis.overlaps.push(Overlap {
-                            lease: event.name.clone(),
-                            first: first.clone(),
-                            second: term.clone(),
-                            from_ms: event.unix_ms,
-                            to_ms: event.unix_ms,
-                        });
+                        first.overlapped_until = first.overlapped_until.max(event.unix_ms);
+                        let first = first.clone();
+                        flag(&first, &term, event.unix_ms, &mut overlaps);
                     } else if let Some(mut ended) = terms.remove(&other) {
-                        ended.end_ms = other_last.max(ended.start_ms);
+                        ended.end_ms = other_last.max(ended.overlapped_until);
                         ended.end = TermEnd::StreamEnded;
                         closed.push(ended);
                     }
                 }
-                terms.insert(event.node.clone(), term);
+                terms.insert(event.process.clone(), term);
             }
             "pause" => {
-                frozen.insert(event.node.clone());
+                frozen.insert(event.process.clone());
+                paused_since.entry(&event.process).or_insert(event.unix_ms);
             }
             "resume" => {
-                frozen.remove(&event.node);
-                // Still leading, running again, beside another leader.
-                for terms in open.values() {
-                    let Some(resumed) = terms.get(&event.node) else {
+                frozen.remove(&event.process);
+                if let Some(from) = paused_since.remove(event.process.as_str()) {
+                    analysis
+                        .pauses
+                        .push((label(&event.process), from, event.unix_ms));
+                }
+                // Still leading, running again, beside another leader
+                // (unless it leaves in this very millisecond, as a resumed
+                // leader past its deadline does).
+                for (lease, terms) in &open {
+                    let Some(resumed) = terms.get(&event.process) else {
                         continue;
                     };
-                    for (node, other) in terms {
-                        if *node != event.node && !frozen.contains(node) {
-                            analysis.overlaps.push(Overlap {
-                                lease: resumed.lease.clone(),
-                                first: resumed.clone(),
-                                second: other.clone(),
-                                from_ms: event.unix_ms,
-                                to_ms: event.unix_ms,
-                            });
+                    if ends_at.contains(&(lease.as_str(), event.process.as_str(), event.unix_ms)) {
+                        continue;
+                    }
+                    for (process, other) in terms {
+                        if *process != event.process && !frozen.contains(process) {
+                            flag(resumed, other, event.unix_ms, &mut overlaps);
                         }
                     }
                 }
             }
             "follower" | "handover" | "crash" => {
-                if event.event == "crash" {
-                    frozen.remove(&event.node);
+                let crash = event.event == "crash";
+                if crash {
+                    frozen.remove(&event.process);
+                    if let Some(from) = paused_since.remove(event.process.as_str()) {
+                        analysis
+                            .pauses
+                            .push((label(&event.process), from, event.unix_ms));
+                    }
                 }
                 // A crash ends every term of the process; a line of `run`
                 // ends its lease's.
-                let crash = event.event == "crash";
-                for (lease, terms) in open.iter_mut() {
-                    if !crash && *lease != event.name {
-                        continue;
-                    }
-                    if let Some(mut term) = terms.remove(&event.node) {
+                let mut end = |terms: &mut BTreeMap<String, Term>| {
+                    if let Some(mut term) = terms.remove(&event.process) {
                         term.end_ms = event.unix_ms;
                         term.end = match event.event.as_str() {
                             "handover" => TermEnd::HandedOver,
@@ -301,31 +361,20 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
                         term.end_json = Some(event.json.clone());
                         closed.push(term);
                     }
+                };
+                if crash {
+                    open.values_mut().for_each(&mut end);
+                } else if let Some(terms) = open.get_mut(&event.name) {
+                    end(terms);
                 }
             }
             _ => {}
         }
     }
-    let mut paused: HashMap<&str, i64> = HashMap::new();
-    for event in events {
-        match event.event.as_str() {
-            "pause" => {
-                paused.entry(&event.node).or_insert(event.unix_ms);
-            }
-            "resume" | "crash" => {
-                if let Some(from) = paused.remove(event.node.as_str()) {
-                    analysis
-                        .pauses
-                        .push((event.node.clone(), from, event.unix_ms));
-                }
-            }
-            _ => {}
-        }
-    }
-    for (node, from) in paused {
+    for (process, from) in paused_since {
         analysis
             .pauses
-            .push((node.to_string(), from, analysis.end_ms));
+            .push((label(process), from, analysis.end_ms));
     }
     analysis.pauses.sort();
     for terms in open.into_values() {
@@ -336,37 +385,69 @@ pub fn analyse(events: &[Event], default_ttl_ms: i64) -> Analysis {
     }
     closed.sort_by(|a, b| (&a.lease, a.start_ms, &a.node).cmp(&(&b.lease, b.start_ms, &b.node)));
     // Each overlap lasts until the first of its two terms ended.
-    for overlap in &mut analysis.overlaps {
-        let end_of = |wanted: &Term| {
-            closed
-                .iter()
-                .find(|t| {
-                    t.lease == wanted.lease
-                        && t.node == wanted.node
-                        && t.start_ms == wanted.start_ms
-                })
-                .map_or(wanted.end_ms, |t| t.end_ms)
-        };
-        overlap.to_ms = end_of(&overlap.first).min(end_of(&overlap.second));
-        overlap.first.end_ms = end_of(&overlap.first);
-        overlap.second.end_ms = end_of(&overlap.second);
-        if let Some(ended) = closed.iter().find(|t| {
-            t.lease == overlap.first.lease
-                && t.node == overlap.first.node
-                && t.start_ms == overlap.first.start_ms
-        }) {
-            overlap.first.end = ended.end.clone();
+    let ended: HashMap<(&str, &str, i64), &Term> = closed
+        .iter()
+        .map(|t| ((t.lease.as_str(), t.process.as_str(), t.start_ms), t))
+        .collect();
+    for overlap in &mut overlaps {
+        for term in [&mut overlap.first, &mut overlap.second] {
+            if let Some(done) =
+                ended.get(&(term.lease.as_str(), term.process.as_str(), term.start_ms))
+            {
+                term.end_ms = done.end_ms;
+                term.end = done.end.clone();
+                term.end_json = done.end_json.clone();
+            }
         }
+        overlap.to_ms = overlap
+            .first
+            .end_ms
+            .min(overlap.second.end_ms)
+            .max(overlap.from_ms);
     }
-    let (late, overlaps): (Vec<_>, Vec<_>) = std::mem::take(&mut analysis.overlaps)
-        .into_iter()
-        .partition(|o| matches!(&o.first.end, TermEnd::Left(r) if r == "expired" || r == "clock"));
+    // A term reported ended by its deadline (`expired`, `clock`) with no
+    // line of its process between the other's start and that report: a
+    // paused or starved process saying late what it already knew.
+    let silent = |process: &str, from: i64, to: i64| {
+        let t = times.get(process).map_or(&[][..], Vec::as_slice);
+        let after = t.partition_point(|&ms| ms <= from);
+        let before = t.partition_point(|&ms| ms < to);
+        after >= before
+    };
+    let (late, overlaps): (Vec<_>, Vec<_>) = overlaps.into_iter().partition(|o| {
+        matches!(&o.first.end, TermEnd::Left(r) if r == "expired" || r == "clock")
+            && silent(&o.first.process, o.from_ms, o.first.end_ms)
+    });
     analysis.overlaps = overlaps;
     analysis.late_reports = late;
     analysis.gaps = gaps(&closed);
     analysis.terms = closed;
     analysis.leases = leases.into_iter().collect();
     analysis
+}
+
+/// Each process's name as drawn: its node name, or, when processes share
+/// a node name, the name and its holder id.
+fn labels(events: &[Event]) -> HashMap<String, String> {
+    let mut per_node: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for event in events {
+        per_node
+            .entry(&event.node)
+            .or_default()
+            .insert(&event.process);
+    }
+    events
+        .iter()
+        .map(|e| {
+            let shared = per_node.get(e.node.as_str()).is_some_and(|p| p.len() > 1);
+            let label = if shared && e.process != e.node {
+                format!("{} ({})", e.node, e.process)
+            } else {
+                e.node.clone()
+            };
+            (e.process.clone(), label)
+        })
+        .collect()
 }
 
 /// The leaderless stretches between one lease's consecutive terms.
@@ -377,25 +458,25 @@ fn gaps(terms: &[Term]) -> Vec<Gap> {
         match led_until {
             Some((before, until)) if before.lease == term.lease => {
                 if term.start_ms > until {
+                    let within_interval = before.interval_ms;
+                    let after_a_lapse = before.ttl_ms.saturating_add(before.interval_ms);
                     let (after, bound_ms) = match &before.end {
-                        TermEnd::Left(reason) if reason == "released" => {
-                            ("released".to_string(), before.interval_ms)
+                        // Handed on: the holder's release or planned
+                        // handover, taken within a follower's poll.
+                        TermEnd::Left(reason)
+                            if ["released", "handover", "unhealthy", "escalated"]
+                                .contains(&reason.as_str()) =>
+                        {
+                            (reason.clone(), within_interval)
                         }
-                        TermEnd::HandedOver => ("handover".to_string(), before.interval_ms),
-                        TermEnd::Left(reason) if reason == "handover" => {
-                            ("handover".to_string(), before.interval_ms)
-                        }
-                        TermEnd::Left(reason) => {
-                            (reason.clone(), before.ttl_ms + before.interval_ms)
-                        }
-                        TermEnd::Crashed => {
-                            ("crash".to_string(), before.ttl_ms + before.interval_ms)
-                        }
+                        TermEnd::HandedOver => ("handover".to_string(), within_interval),
+                        TermEnd::Left(reason) => (reason.clone(), after_a_lapse),
+                        TermEnd::Crashed => ("crash".to_string(), after_a_lapse),
                         TermEnd::StreamEnded => (
                             "its stream ended (crash or kill)".to_string(),
-                            before.ttl_ms + before.interval_ms,
+                            after_a_lapse,
                         ),
-                        TermEnd::Open => ("open".to_string(), before.ttl_ms + before.interval_ms),
+                        TermEnd::Open => ("open".to_string(), after_a_lapse),
                     };
                     gaps.push(Gap {
                         lease: term.lease.clone(),
@@ -403,6 +484,7 @@ fn gaps(terms: &[Term]) -> Vec<Gap> {
                         to_ms: term.start_ms,
                         bound_ms,
                         after,
+                        unknown_start: before.end == TermEnd::StreamEnded,
                     });
                 }
                 if term.end_ms > until {
