@@ -322,23 +322,8 @@ impl Demo {
             "demo finished in {}",
             show(self.timeline.since_start())
         ));
-        let drawn = match timeline {
-            Some(path) => crate::timeline::write_lines(
-                self.timeline.recorded(),
-                &format!(
-                    "picolease demo: lease \"maintenance\", ttl {}, interval {}",
-                    show(self.ttl),
-                    show(self.interval)
-                ),
-                path,
-                false,
-            )?,
-            None => ExitCode::SUCCESS,
-        };
-        if drawn != ExitCode::SUCCESS {
-            return Err(CliError::runtime(
-                "the timeline shows two leaders of the lease (see above)",
-            ));
+        if let Some(path) = timeline {
+            self.timeline.draw(path, self.ttl, self.interval)?;
         }
         if balanced && overlaps == 0 {
             Ok(ExitCode::SUCCESS)

@@ -57,10 +57,26 @@ impl Timeline {
         self.recording = (lease.to_string(), ms(ttl), ms(interval));
     }
 
-    /// The run so far as the lines `run --json` prints (and `crash` lines
-    /// for the demo's crashes): `picolease timeline` draws them.
-    pub fn recorded(&self) -> &[String] {
-        &self.recorded
+    /// `demo --timeline FILE`: the run drawn as `picolease timeline` draws
+    /// one; an error if it shows two leaders.
+    pub fn draw(
+        &self,
+        path: &std::path::Path,
+        ttl: Duration,
+        interval: Duration,
+    ) -> Result<(), crate::failure::CliError> {
+        let title = format!(
+            "picolease demo: lease \"{}\", ttl {}, interval {}",
+            self.recording.0,
+            crate::duration::show(ttl),
+            crate::duration::show(interval)
+        );
+        match crate::timeline::write_lines(&self.recorded, &title, path, false)? {
+            code if code == std::process::ExitCode::SUCCESS => Ok(()),
+            _ => Err(crate::failure::CliError::runtime(
+                "the timeline shows two leaders of the lease (see above)",
+            )),
+        }
     }
 
     fn record(&mut self, event: &str, node: usize, at: SystemTime, keys: serde_json::Value) {

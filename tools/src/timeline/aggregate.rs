@@ -7,8 +7,8 @@ use std::fmt::Write;
 
 use serde_json::json;
 
+use super::analysis::{Analysis, TermEnd};
 use super::html::{axis, colour, esc, Scale, LANE, LEFT, PALETTE, RIGHT, TOP, WIDTH};
-use super::terms::{Analysis, TermEnd};
 
 /// Height of a count lane.
 const COUNT_LANE: f64 = 2.0 * LANE;

@@ -161,7 +161,7 @@ mod tests {
         }
     }
 
-    fn analysed(steps: Vec<ReplayStep>) -> terms::Analysis {
+    fn analysed(steps: Vec<ReplayStep>) -> super::super::analysis::Analysis {
         let replay = Replay {
             steps,
             violation: None,

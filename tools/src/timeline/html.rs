@@ -7,8 +7,8 @@
 use std::fmt::Write;
 
 use super::aggregate;
+use super::analysis::Analysis;
 use super::lanes::lanes;
-use super::terms::Analysis;
 
 /// Leases drawn one lane each; above this a set is drawn as held-lease
 /// counts per process, with a drill-down to one lease.

@@ -5,8 +5,8 @@
 
 use std::fmt::Write;
 
+use super::analysis::{Analysis, Mark, Term, TermEnd};
 use super::html::{axis, colour, esc, secs, Scale, LANE, LEFT, TOP, WIDTH};
-use super::terms::{Analysis, Term, TermEnd};
 
 /// Lanes of terms: per process for a lone lease, per lease for a set.
 pub(super) fn lanes(analysis: &Analysis, per_node: bool) -> String {
@@ -238,7 +238,7 @@ pub(super) fn bar(
 }
 
 /// One event's mark.
-pub(super) fn mark_svg(mark: &super::terms::Mark, x: f64, y: f64) -> String {
+pub(super) fn mark_svg(mark: &Mark, x: f64, y: f64) -> String {
     let glyph = match mark.event.as_str() {
         "child" => "▲",
         "child_exit" => "▼",

@@ -8,6 +8,7 @@
 //! for their own runs (`--timeline FILE`).
 
 mod aggregate;
+mod analysis;
 mod events;
 pub mod from_core;
 mod html;
@@ -97,7 +98,7 @@ pub fn write_lines(
     report(&analysis, output, started.elapsed(), say_on_stderr)
 }
 
-fn write_page(analysis: &terms::Analysis, title: &str, output: &Path) -> Result<(), CliError> {
+fn write_page(analysis: &analysis::Analysis, title: &str, output: &Path) -> Result<(), CliError> {
     let page = html::page(analysis, title);
     // Not a file (`/dev/stdout`, a pipe): written as it is.
     if output.exists() && !output.is_file() {
@@ -116,7 +117,7 @@ fn write_page(analysis: &terms::Analysis, title: &str, output: &Path) -> Result<
 }
 
 fn report(
-    analysis: &terms::Analysis,
+    analysis: &analysis::Analysis,
     output: &Path,
     took: Duration,
     say_on_stderr: bool,
