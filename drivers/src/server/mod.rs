@@ -18,6 +18,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod backoff;
+mod builder;
 mod contender;
 mod database;
 pub(crate) mod driver;
@@ -41,7 +42,8 @@ pub use admin::{
     force_release, lease_row, release_after_failover, request_hand_over, status,
     withdraw_hand_over, Admin,
 };
-pub use contender::{Builder, Contender};
+pub use builder::Builder;
+pub use contender::Contender;
 pub(crate) use database::{sealed::Driver, Listen};
 pub use database::{Connects, Database};
 pub use gate::LeaderContext;

@@ -42,6 +42,7 @@
 //! ```
 
 mod admin;
+mod builder;
 mod changes;
 mod error;
 mod fence;
