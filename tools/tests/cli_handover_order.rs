@@ -26,10 +26,12 @@ use support::{len, signal, wait_event, Log, Node};
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 const HANDOVERS: usize = 20;
-/// How late a reader thread may stamp a line it was given: a quarter of
-/// the linger (`DEFAULT_LINGER`, 20 ms), by which the old `run` printed a
-/// released leader's `follower` line late.
-const READER_LAG: Duration = Duration::from_millis(5);
+/// How late a reader thread may stamp a line it was given: half the
+/// linger (`DEFAULT_LINGER`, 20 ms), by which the old `run` printed a
+/// released leader's `follower` line late, so that bug still fails here.
+/// (A quarter, 5 ms, was exceeded once by 2.9 ms on a CI run with the
+/// core's simulations beside the tests.)
+const READER_LAG: Duration = Duration::from_millis(10);
 
 /// Runs `sql` on the server of `url` (nothing on SQLite: each test's
 /// file is new, in a directory of its own).
