@@ -361,11 +361,12 @@ fn a_read_only_server_demotes_run_and_it_leads_again_once_writable() {
         "led on a read-only server"
     );
 
+    // Counted before the change: the leader line may follow it at once.
+    let from = len(&log);
     sql(&format!(
         "ALTER DATABASE {db} RESET default_transaction_read_only"
     ));
     let writable = Instant::now();
-    let from = len(&log);
     let again = wait_event(&log, from, |e| e.kind() == "leader");
     let took = writable.elapsed();
     eprintln!("figure: `run` led again {took:?} after the database became writable (ttl 1s, interval 250ms)");
