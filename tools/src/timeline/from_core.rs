@@ -168,7 +168,10 @@ mod tests {
         };
         let lines = replay_lines(&replay, 10, 3);
         let events = events::parse_stream("replay", &lines.join("\n"), 0).expect("lines parse");
-        terms::analyse(&events::merge(events), terms::DEFAULT_TTL_MS)
+        terms::analyse(
+            &events::merge(events),
+            super::super::analysis::DEFAULT_TTL_MS,
+        )
     }
 
     #[test]

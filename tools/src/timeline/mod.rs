@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::failure::CliError;
 use crate::output::line;
 
-pub use terms::DEFAULT_TTL_MS;
+use analysis::DEFAULT_TTL_MS;
 
 /// What to draw and where.
 pub struct TimelineArgs<'a> {

@@ -19,8 +19,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use super::analysis::{Analysis, Gap, Mark, Overlap, Term, TermEnd};
 use super::events::Event;
 
-pub use super::analysis::DEFAULT_TTL_MS;
-
 /// Events drawn as marks.
 const MARKED: &[&str] = &[
     "child",

@@ -1,5 +1,6 @@
 //! `terms::analyse` on small runs: each rule of the module doc, one test.
 
+use super::super::analysis::DEFAULT_TTL_MS;
 use super::super::events::{merge, parse_stream};
 use super::*;
 
