@@ -1,9 +1,9 @@
 //! The README's quick start, with fenced writes through your own sqlx pool:
 //! one process per node leads the lease "maintenance"; while it leads, a
 //! loop expires stale jobs once a second, each pass one transaction on the
-//! pool that first arms the server's bounds from the term's time left
-//! (`Fence::bounds`) and checks the term (`Fence::check`, which locks the
-//! lease row until the commit, so no successor's term begins before it);
+//! pool opened by `Fence::begin_sqlx` (feature `sqlx`), which arms the
+//! server's bounds from the term's time left and checks the term (locking
+//! the lease row until the commit, so no successor's term begins before it);
 //! Ctrl-C stops the work and releases the lease, so another node leads at
 //! once. The default timings: ttl 10 s, a renewal every 2.5 s; a crashed
 //! leader's lease is taken about 10 s after its last renewal.
@@ -19,11 +19,8 @@ use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use picolease::postgres::{Fence, PgConnector, PgLease};
-use picolease::sql::Value;
 use picolease::{Config, HolderId, LeaseName};
-use sqlx::postgres::{PgArguments, PgPool};
-use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Postgres, Row};
+use sqlx::postgres::PgPool;
 
 /// What the example runs on without `DATABASE_URL`.
 pub const LOCAL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -87,26 +84,18 @@ pub async fn run(
     Ok(())
 }
 
-/// One pass, one transaction: the server's bounds, the term's check, then
-/// the writes, which need no condition of their own. `None` when the term
-/// is over (nothing written).
+/// One pass, one fenced transaction (`Fence::begin_sqlx`: the server's
+/// bounds from the term's time left, then the term's check), then the
+/// writes, which need no condition of their own. `None` when the term is
+/// over (nothing written).
 async fn expire_stale_jobs(
     pool: &PgPool,
     fence: &Fence,
     time_left: Duration,
 ) -> Result<Option<u64>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::raw_sql(AssertSqlSafe(Fence::bounds(time_left)))
-        .execute(&mut *tx)
-        .await?;
-    let check = fence.check();
-    let holds: bool = bind_fence(sqlx::query(AssertSqlSafe(check.as_str())), fence)
-        .fetch_one(&mut *tx)
-        .await?
-        .get(0);
-    if !holds {
-        return Ok(None); // dropping `tx` rolls it back
-    }
+    let Some(mut tx) = fence.begin_sqlx(pool, time_left).await? else {
+        return Ok(None);
+    };
     let expired =
         sqlx::query("UPDATE quick_start_jobs SET stale = false, expired_in_term = $1 WHERE stale")
             .bind(fence.epoch().get() as i64)
@@ -115,18 +104,4 @@ async fn expire_stale_jobs(
             .rows_affected();
     tx.commit().await?;
     Ok(Some(expired))
-}
-
-/// Binds the fence's values (after the query's own, if any).
-fn bind_fence<'q>(
-    mut query: Query<'q, Postgres, PgArguments>,
-    fence: &'q Fence,
-) -> Query<'q, Postgres, PgArguments> {
-    for value in fence.values() {
-        query = match value {
-            Value::Text(text) => query.bind(text),
-            Value::Int(int) => query.bind(int),
-        };
-    }
-    query
 }

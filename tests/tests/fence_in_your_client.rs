@@ -15,7 +15,6 @@ mod pg_support;
 use std::time::Duration;
 
 use pg_support::{admin, contender, drop_table, unique_table, url};
-use picolease::sql::Value;
 use picolease::sqlite::{Database, LeaseTable, SqliteLease};
 use picolease::{Config, HolderId, Leadership, LeaseName};
 // The fence's SQL is the library's own text and placeholders, never data:
@@ -23,21 +22,6 @@ use picolease::{Config, HolderId, Leadership, LeaseName};
 use sqlx::{AssertSqlSafe, Connection};
 
 const TTL: Duration = Duration::from_secs(5);
-
-/// sqlx's PostgreSQL query with the fence's values bound after the
-/// caller's own: the whole adapter.
-fn bind_pg_fence<'q>(
-    mut query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    fence: &'q picolease::postgres::Fence,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    for value in fence.values() {
-        query = match value {
-            Value::Text(text) => query.bind(text),
-            Value::Int(int) => query.bind(int),
-        };
-    }
-    query
-}
 
 /// A PostgreSQL test's ground: its lease table, a jobs table beside it
 /// (`id` 7, `done` and `expired` false) and a lease `name` led by "a",
@@ -115,13 +99,11 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
         fence.condition(2)
     );
     let mut tx = conn.begin().await.unwrap();
-    let done = bind_pg_fence(
-        sqlx::query(AssertSqlSafe(update.clone())).bind(7i64),
-        &fence,
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    let done = fence
+        .bind_sqlx(sqlx::query(AssertSqlSafe(update.clone())).bind(7i64))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     assert_eq!(done.rows_affected(), 1, "the leader's write goes through");
     tx.commit().await.unwrap();
 
@@ -129,13 +111,11 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
     // write, fenced by the old term, changes nothing.
     end_the_term(&admin, &table, "sqlx").await;
     let mut tx = conn.begin().await.unwrap();
-    let stale = bind_pg_fence(
-        sqlx::query(AssertSqlSafe(update.clone())).bind(7i64),
-        &fence,
-    )
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    let stale = fence
+        .bind_sqlx(sqlx::query(AssertSqlSafe(update.clone())).bind(7i64))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     assert_eq!(stale.rows_affected(), 0, "a stale fence refuses the write");
     tx.rollback().await.unwrap();
 
@@ -143,9 +123,10 @@ async fn sqlx_postgres_commits_a_fenced_write_and_a_stale_one_changes_nothing() 
     finish(&admin, &table, &jobs).await;
 }
 
-/// One pass of gated work in the user's own sqlx transaction: bounded by
-/// the leader's time left, the term checked, then `write` (no condition
-/// needed). The rows it touched, or `None` when the term is over.
+/// One pass of gated work in the user's own sqlx transaction, opened by
+/// `Fence::begin_sqlx` (feature `sqlx`): bounded by the leader's time
+/// left, the term checked, then `write` (no condition needed). The rows
+/// it touched, or `None` when the term is over.
 async fn checked_pass(
     conn: &mut sqlx::PgConnection,
     fence: &picolease::postgres::Fence,
@@ -153,21 +134,14 @@ async fn checked_pass(
     time_left: Duration,
 ) -> Option<u64> {
     use sqlx::Row;
-    let mut tx = conn.begin().await.unwrap();
-    sqlx::raw_sql(AssertSqlSafe(picolease::postgres::Fence::bounds(time_left)))
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let check = fence.check();
-    let holds: bool = bind_pg_fence(sqlx::query(AssertSqlSafe(check.as_str())), fence)
+    let mut tx = fence.begin_sqlx(&mut *conn, time_left).await.unwrap()?;
+    // The server's bounds are armed: the transaction ends by the deadline.
+    let armed: String = sqlx::query("SELECT current_setting('statement_timeout')")
         .fetch_one(&mut *tx)
         .await
         .unwrap()
         .get(0);
-    if !holds {
-        tx.rollback().await.unwrap();
-        return None;
-    }
+    assert_ne!(armed, "0", "statement_timeout is set from the time left");
     let touched = sqlx::query(AssertSqlSafe(write))
         .execute(&mut *tx)
         .await
@@ -179,8 +153,8 @@ async fn checked_pass(
 
 /// A write that may touch no row anyway (a bulk `DELETE` of what has
 /// expired, when nothing has) cannot say whether the term is over. The
-/// transaction checks the term first (`Fence::bounds`, `Fence::check`),
-/// as `Fence::transaction` does, and its writes need no condition: the
+/// transaction checks the term first (`Fence::begin_sqlx`: the bounds and
+/// `Fence::check`), as `Fence::transaction` does, and its writes need no condition: the
 /// check locks the lease row until the commit, so no successor's term
 /// begins before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

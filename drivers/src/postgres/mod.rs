@@ -102,6 +102,8 @@ mod cells;
 mod connect;
 mod error;
 mod fence;
+#[cfg(feature = "sqlx")]
+mod fence_sqlx;
 mod handle;
 mod link;
 mod notify;
