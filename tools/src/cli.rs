@@ -173,7 +173,7 @@ pub enum Command {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::demo::MAX_DEMO_LEASES)))]
         leases: Option<u32>,
         /// Also draw the run as an HTML page (`picolease timeline`) at FILE.
-        #[arg(long, value_name = "FILE", conflicts_with = "leases")]
+        #[arg(long, value_name = "FILE")]
         timeline: Option<std::path::PathBuf>,
     },
     /// Draw a run as one self-contained HTML page (inline SVG, readable

@@ -4,7 +4,8 @@
 //! it), which must run its script with no console message, and the
 //! elements it holds after that are checked against the input: a bar per
 //! `leader` line at its epoch, the gaps with their bounds, a planted
-//! overlap in red. Inputs: a planted file, `demo --timeline`, `simulate
+//! overlap in red. Inputs: a planted file, `demo --timeline` (a lone lease
+//! and a set), `simulate
 //! --nodes 5` with faults, 3 real `run --json` processes (one killed) on
 //! a SQLite file, on the PostgreSQL server at 127.0.0.1:5432 and on the
 //! MariaDB server at 127.0.0.1:3306, and 10 processes × 10,000 leases.
@@ -210,6 +211,60 @@ fn the_demo_draws_its_run_with_the_crash_and_its_gap_within_the_bound() {
     // The crash takeover's gap, within ttl + interval.
     assert!(gaps_within_bounds(&dom) >= 1);
     assert!(dom.contains("crash"));
+}
+
+/// `demo --leases 6 --timeline`: a lane per lease and a bar per term.
+/// On a fresh file every term of a lease is one of the demo's nodes', so
+/// each lease's bars carry the epochs 1, 2, … with none missing or drawn
+/// twice; every work the demo started ran in one of them. The crash, its
+/// takeovers' gaps within ttl + interval, no overlap.
+#[test]
+fn the_set_demo_draws_a_lane_per_lease_and_a_bar_per_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("set-demo.html");
+    let out = picolease(&[
+        "demo",
+        "--leases",
+        "6",
+        "--ttl",
+        "1s",
+        "--timeline",
+        page.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let dom = browse(&page);
+    let started: usize = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("works started: "))
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of works started: {stdout}"));
+    let leases = values(&dom, "<rect class=\"term", "data-lease");
+    let epochs = values(&dom, "<rect class=\"term", "data-epoch");
+    assert_eq!(leases.len(), epochs.len());
+    assert!(
+        leases.len() >= started,
+        "{} bars, {started} works",
+        leases.len()
+    );
+    let mut by_lease: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for (lease, epoch) in leases.into_iter().zip(epochs) {
+        by_lease
+            .entry(lease)
+            .or_default()
+            .push(epoch.parse().unwrap());
+    }
+    let names: BTreeSet<String> = by_lease.keys().cloned().collect();
+    assert_eq!(names, (0..6).map(|i| format!("s{i}")).collect());
+    for (lease, mut epochs) in by_lease {
+        epochs.sort_unstable();
+        let expected: Vec<u64> = (1..=epochs.len() as u64).collect();
+        assert_eq!(epochs, expected, "the terms of {lease}");
+    }
+    assert_eq!(count(&dom, "<rect class=\"overlap\""), 0);
+    assert_eq!(count(&dom, "data-event=\"crash\""), 1);
+    assert!(gaps_within_bounds(&dom) >= 1);
 }
 
 #[test]

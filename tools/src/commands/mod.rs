@@ -31,8 +31,15 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             nodes,
             ttl,
             leases: Some(leases),
-            ..
-        } => return crate::demo::set::run(usize::from(nodes), leases as usize, ttl),
+            ref timeline,
+        } => {
+            return crate::demo::set::run(
+                usize::from(nodes),
+                leases as usize,
+                ttl,
+                timeline.as_deref(),
+            )
+        }
         Command::Simulate {
             replay: Some(ref trace),
             nodes,

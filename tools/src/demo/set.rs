@@ -35,6 +35,85 @@ struct Works {
     started: usize,
 }
 
+/// The run as `run --json` lines, for `demo --leases N --timeline FILE`:
+/// every node's leadership changes (one recorder thread per node, reading
+/// its subscription) and the demo's crash, as `picolease timeline` reads
+/// them.
+#[derive(Clone, Default)]
+struct Recording {
+    lines: Arc<Mutex<Vec<(u64, String)>>>,
+    ttl_ms: u64,
+    interval_ms: u64,
+}
+
+impl Recording {
+    fn push(
+        &self,
+        event: &str,
+        lease: &str,
+        node: &str,
+        at: std::time::SystemTime,
+        keys: serde_json::Value,
+    ) {
+        let unix_ms = crate::output::unix_ms(at);
+        let mut object = serde_json::json!({
+            "event": event,
+            "name": lease,
+            "node": node,
+            "unix_ms": unix_ms,
+        });
+        if let (Some(object), serde_json::Value::Object(keys)) = (object.as_object_mut(), keys) {
+            object.extend(keys);
+        }
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        lines.push((unix_ms, object.to_string()));
+    }
+
+    /// Records `node`'s changes from `transitions` until its driver stops.
+    fn follow(
+        &self,
+        node: String,
+        transitions: picolease::Subscription,
+    ) -> std::thread::JoinHandle<()> {
+        let recording = self.clone();
+        std::thread::spawn(move || {
+            for transition in transitions.filter_map(Result::ok) {
+                let l = &transition.leadership;
+                let epoch = l.epoch.map_or(0, |e| e.get());
+                let lease = transition.lease.as_str();
+                match (l.role, l.reason) {
+                    (picolease::Role::Leader, _) => recording.push(
+                        "leader",
+                        lease,
+                        &node,
+                        transition.at,
+                        serde_json::json!({
+                            "epoch": epoch,
+                            "ttl_ms": recording.ttl_ms,
+                            "interval_ms": recording.interval_ms,
+                        }),
+                    ),
+                    (picolease::Role::Follower, Some(reason)) => recording.push(
+                        "follower",
+                        lease,
+                        &node,
+                        transition.at,
+                        serde_json::json!({ "epoch": epoch, "reason": reason.as_str() }),
+                    ),
+                    (picolease::Role::Follower, None) => {}
+                }
+            }
+        })
+    }
+
+    /// The lines in time order (the recorders' threads interleave).
+    fn lines(&self) -> Vec<String> {
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        lines.sort_by_key(|(at, _)| *at);
+        lines.into_iter().map(|(_, line)| line).collect()
+    }
+}
+
 /// The demo's running state.
 struct SetDemo {
     leases: Vec<LeaseName>,
@@ -49,6 +128,8 @@ struct SetDemo {
     /// The shares last printed.
     shown: Vec<Option<usize>>,
     generous: Duration,
+    recording: Recording,
+    recorders: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// What the demo checked, for the verdict.
@@ -63,12 +144,21 @@ struct Checks {
 
 /// Runs the lease-set demo; exit 0 when every step settled and no lease
 /// ran on two nodes at once.
-pub fn run(nodes: usize, leases: usize, ttl: Duration) -> Result<ExitCode, CliError> {
+pub fn run(
+    nodes: usize,
+    leases: usize,
+    ttl: Duration,
+    timeline: Option<&std::path::Path>,
+) -> Result<ExitCode, CliError> {
     let mut demo = SetDemo::set_up(nodes, leases, ttl)?;
     let outcome = demo.scenario();
     demo.shut_everyone_down();
     let checks = outcome?;
-    demo.report(&checks)
+    let verdict = demo.report(&checks);
+    if let Some(path) = timeline {
+        demo.draw(path)?;
+    }
+    verdict
 }
 
 impl SetDemo {
@@ -103,6 +193,12 @@ impl SetDemo {
             started: Instant::now(),
             shown: Vec::new(),
             generous: ttl * 3 + Duration::from_secs(5),
+            recording: Recording {
+                ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+                interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
+                ..Recording::default()
+            },
+            recorders: Vec::new(),
         };
         for i in 0..nodes {
             demo.start_node(&format!("node-{}", i + 1))?;
@@ -127,6 +223,14 @@ impl SetDemo {
         if let Some(node) = self.nodes[crashed].1.take() {
             node.abort();
         }
+        let name = self.nodes[crashed].0.clone();
+        self.recording.push(
+            "crash",
+            "",
+            &name,
+            std::time::SystemTime::now(),
+            serde_json::json!({}),
+        );
         let after_crash = self.until_settled("after the crash")? - crash_at;
         self.note(&format!(
             "taken over and balanced {} after the crash (ttl {}, bound ttl + interval = {})",
@@ -191,7 +295,10 @@ impl SetDemo {
     fn start_node(&mut self, name: &str) -> Result<(), CliError> {
         let config = SetConfig::with_ttl(HolderId::new(name).map_err(CliError::usage)?, self.ttl);
         let works = Arc::clone(&self.works);
-        let node = SqliteLeaseSet::builder(config, self.leases.clone(), self.database.clone())
+        let builder = SqliteLeaseSet::builder(config, self.leases.clone(), self.database.clone());
+        self.recorders
+            .push(self.recording.follow(name.to_string(), builder.subscribe()));
+        let node = builder
             .while_leader(move |ctx| {
                 let lease = ctx.lease().to_string();
                 let me = ctx.holder().to_string();
@@ -298,6 +405,28 @@ impl SetDemo {
             if let Some(node) = node.take() {
                 let _ = node.shutdown();
             }
+        }
+        // Every driver has stopped: each recorder has read its last change.
+        for recorder in self.recorders.drain(..) {
+            let _ = recorder.join();
+        }
+    }
+
+    /// `demo --leases N --timeline FILE`: the run drawn as `picolease
+    /// timeline` draws one (per-lease lanes up to 40 leases, counts per
+    /// node beyond); an error if it shows two leaders of a lease.
+    fn draw(&self, path: &std::path::Path) -> Result<(), CliError> {
+        let title = format!(
+            "picolease demo: {} leases, ttl {}, interval {}",
+            self.leases.len(),
+            show(self.ttl),
+            show(self.interval)
+        );
+        match crate::timeline::write_lines(&self.recording.lines(), &title, path, false)? {
+            code if code == ExitCode::SUCCESS => Ok(()),
+            _ => Err(CliError::runtime(
+                "the timeline shows two leaders of a lease (see above)",
+            )),
         }
     }
 
