@@ -367,3 +367,63 @@ fn a_leader_that_ignores_its_own_health_is_found() {
     bounds.mutation = Mutation::IgnoresOwnHealth;
     finds_at(&bounds, &[Property::Health]);
 }
+
+/// Where the planted counterexample's lines are kept for the CLI's browser
+/// test (`tools/tests/cli_timeline.rs` draws them in Chromium).
+const DRAWN_COUNTEREXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tools/tests/data/no_deadline_counterexample.jsonl"
+);
+
+/// A planted bug's counterexample as `picolease timeline` reads it: the
+/// shortest trace of (b), a paused leader that resumes past its row's
+/// expiry and still leads, replayed with the mutation and written as
+/// `run --json` lines. Node 0 leads, pauses, resumes and still leads at
+/// the end, and they are the lines
+/// `tools/tests/data/no_deadline_counterexample.jsonl` holds, which the
+/// CLI's browser test draws. A change to the model or the checker that
+/// changes the counterexample fails here first: `PICOLEASE_BLESS=1`
+/// writes the file afresh.
+#[test]
+fn a_planted_counterexample_is_written_for_the_timeline() {
+    let mut bounds = Bounds::default_for(2);
+    bounds.mutation = Mutation::NoDeadline;
+    let budget = Budget {
+        stop_at_first_violation: true,
+        ..Budget::default()
+    };
+    let report = check(&bounds, budget, |_| {}).expect("valid bounds");
+    let found = report.violations.first().expect("found: see (b)");
+    let replayed = replay(&found.trace, &bounds).expect("the trace replays");
+    let lines = replayed.timeline_lines(
+        u64::from(bounds.ttl_ticks),
+        u64::from(bounds.interval_ticks),
+    );
+    let events: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            l.strip_prefix("{\"event\":\"")
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("?")
+        })
+        .collect();
+    assert_eq!(
+        events,
+        ["leader", "pause", "resume", "leading"],
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().all(|l| l.contains("\"node\":\"node 0\"")),
+        "{lines:#?}"
+    );
+    let text = lines.join("\n") + "\n";
+    if std::env::var_os("PICOLEASE_BLESS").is_some() {
+        std::fs::write(DRAWN_COUNTEREXAMPLE, &text).expect("write the drawn counterexample");
+    }
+    let kept = std::fs::read_to_string(DRAWN_COUNTEREXAMPLE)
+        .expect("the drawn counterexample: PICOLEASE_BLESS=1 writes it");
+    assert_eq!(
+        kept, text,
+        "the planted counterexample changed: check it, then PICOLEASE_BLESS=1 writes it afresh"
+    );
+}

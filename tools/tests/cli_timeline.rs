@@ -8,7 +8,8 @@
 //! and a set), `simulate
 //! --nodes 5` with faults, 3 real `run --json` processes (one killed) on
 //! a SQLite file, on the PostgreSQL server at 127.0.0.1:5432 and on the
-//! MariaDB server at 127.0.0.1:3306, and 10 processes × 10,000 leases.
+//! MariaDB server at 127.0.0.1:3306, a planted bug's counterexample, and
+//! 10 processes × 10,000 leases.
 //!
 //! The time to draw the last: `cargo test -p picolease-cli --test
 //! cli_timeline -- --nocapture ten_thousand`.
@@ -557,6 +558,38 @@ fn a_replayed_check_trace_is_drawn_and_a_clean_check_draws_nothing() {
 /// Lease names are the user's: markup, a script's end, `constructor` and
 /// spaces in them draw as text, in the lanes and in the drill-down's data
 /// (a set above 40 leases), and the page's script still runs.
+/// A planted bug's counterexample: the model checker's shortest trace of
+/// a leader with no deadline (it pauses, resumes past its row's expiry
+/// and still leads), as `core/tests/check_mutants.rs` writes it with the
+/// mutation planted (and fails if it changes): one term of node 0 that
+/// runs on to the violation, greyed through the pause, with the pause and
+/// resume marks.
+#[test]
+fn a_planted_bugs_counterexample_is_drawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let input =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/no_deadline_counterexample.jsonl");
+    let page = dir.path().join("counterexample.html");
+    let dom = draw(&input, &page);
+    let terms: Vec<(String, String, String)> = values(&dom, "<rect class=\"term", "data-node")
+        .into_iter()
+        .zip(values(&dom, "<rect class=\"term", "data-epoch"))
+        .zip(values(&dom, "<rect class=\"term", "data-end-ms"))
+        .map(|((node, epoch), end)| (node, epoch, end))
+        .collect();
+    assert_eq!(
+        terms,
+        [("node 0".to_string(), "1".to_string(), "10000".to_string())]
+    );
+    assert_eq!(count(&dom, "<rect class=\"paused\""), 1);
+    for event in ["pause", "resume"] {
+        assert!(
+            dom.contains(&format!("data-event=\"{event}\"")),
+            "no {event} mark"
+        );
+    }
+}
+
 #[test]
 fn lease_names_with_markup_draw_as_text() {
     let dir = tempfile::tempdir().unwrap();

@@ -160,6 +160,7 @@ mod replay;
 mod search;
 mod set;
 mod step;
+mod timeline;
 mod world;
 
 #[cfg(feature = "mutants")]

@@ -75,7 +75,7 @@ pub fn batch_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, Epoch)>) -> Str
 /// Appends `s` as a JSON string literal: `"` and `\` escaped with a
 /// backslash, every character below U+0020 as `\u00XX`, everything else
 /// (non-ASCII included) as is, in UTF-8.
-fn push_json_string(out: &mut String, s: &str) {
+pub(crate) fn push_json_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
     for c in s.chars() {

@@ -19,6 +19,7 @@ mod first_row;
 mod handover;
 mod mysql;
 
+pub(crate) use batch::push_json_string;
 pub use batch::{batch_names, batch_pairs};
 pub use candidates::{preferred_candidate_name, PREFERRED_PREFIX};
 pub use decode::{Cell, LeaseRow};

@@ -64,77 +64,11 @@ pub fn trace_lines(
         .collect()
 }
 
-/// A replayed model-check trace: a `leader` line where a node's leadership
-/// of a lease begins, `follower` where it ends, the faults as marks, and a
-/// `leading` line at the end for each node still leading (so that a
-/// violation's two leaders are drawn as such). The checker's time is the
-/// database's ticks; steps within one tick are spread over it, so the
-/// axis reads 1 s per tick: a step's time is its tick × 1000 + its place
-/// within the tick, and the ttl and interval are scaled alike.
+/// A replayed model-check trace as `run --json` lines: the core's
+/// [`Replay::timeline_lines`] (there, so that the planted-bug tests can
+/// write a real counterexample's lines too).
 pub fn replay_lines(replay: &Replay, ttl_ticks: u64, interval_ticks: u64) -> Vec<String> {
-    use std::collections::BTreeSet;
-    let mut out = Vec::new();
-    let mut leading: BTreeSet<(usize, String, u64)> = BTreeSet::new();
-    let mut down: BTreeSet<usize> = BTreeSet::new();
-    let mut paused: BTreeSet<usize> = BTreeSet::new();
-    let (mut tick, mut within) = (u64::MAX, 0);
-    let mut at = 0;
-    for step in &replay.steps {
-        let standing = &step.standing;
-        if standing.db_tick == tick {
-            within += 1;
-        } else {
-            (tick, within) = (standing.db_tick, 0);
-        }
-        at = tick * 1000 + within;
-        let now: BTreeSet<(usize, String, u64)> = standing.leaders.iter().cloned().collect();
-        let now_down: BTreeSet<usize> = standing.down.iter().copied().collect();
-        let now_paused: BTreeSet<usize> = standing.paused.iter().copied().collect();
-        for (node, lease, epoch) in leading.difference(&now) {
-            let reason = if now_down.contains(node) {
-                "crashed"
-            } else {
-                "left"
-            };
-            out.push(line(
-                "follower",
-                lease,
-                *node,
-                at,
-                json!({ "epoch": epoch, "reason": reason, "step": step.step }),
-            ));
-        }
-        for node in now_down.difference(&down) {
-            out.push(line("crash", "", *node, at, json!({ "step": step.step })));
-        }
-        for node in now_paused.difference(&paused) {
-            out.push(line("pause", "", *node, at, json!({ "step": step.step })));
-        }
-        for node in paused.difference(&now_paused) {
-            if !now_down.contains(node) {
-                out.push(line("resume", "", *node, at, json!({ "step": step.step })));
-            }
-        }
-        for (node, lease, epoch) in now.difference(&leading) {
-            out.push(line(
-                "leader",
-                lease,
-                *node,
-                at,
-                json!({
-                    "epoch": epoch,
-                    "ttl_ms": ttl_ticks * 1000,
-                    "interval_ms": interval_ticks * 1000,
-                    "step": step.step,
-                }),
-            ));
-        }
-        (leading, down, paused) = (now, now_down, now_paused);
-    }
-    for (node, lease, epoch) in &leading {
-        out.push(line("leading", lease, *node, at, json!({ "epoch": epoch })));
-    }
-    out
+    replay.timeline_lines(ttl_ticks, interval_ticks)
 }
 
 #[cfg(test)]
