@@ -341,3 +341,46 @@ fn a_fault_free_trace_replays_to_a_leader() {
     assert!(r.steps[2].state.contains("n0 leader@1"), "{r}");
     assert!(r.steps[1].effects[0].contains("Acquired"), "{r}");
 }
+
+/// A memory budget stops the search cleanly, reporting the depth whose
+/// every path it checked (issue 48). The reading is the test's own: each
+/// call says 1 MiB more than the last (the search reads it every
+/// `MEMORY_CHECK_EVERY` states and once per finished level, for the
+/// progress line), so a 6 MiB limit is reached within six readings.
+#[test]
+fn a_memory_budget_stops_the_search_with_the_depth_it_completed() {
+    use picolease_core::check::{MemoryBudget, Stopped, MEMORY_CHECK_EVERY};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static READINGS: AtomicU64 = AtomicU64::new(0);
+    fn growing() -> Option<u64> {
+        Some((READINGS.fetch_add(1, Ordering::Relaxed) + 1) << 20)
+    }
+    let bounds = Bounds::default_for(2);
+    let budget = Budget {
+        memory: Some(MemoryBudget {
+            limit_bytes: 6 << 20,
+            used_bytes: growing,
+        }),
+        ..Budget::default()
+    };
+    let mut levels = Vec::new();
+    let report = check(&bounds, budget, |p| levels.push((p.depth, p.used_bytes))).unwrap();
+    println!("{report}");
+    assert!(!report.complete, "{report}");
+    assert!(
+        matches!(report.stopped, Some(Stopped::Memory(used)) if used >= 6 << 20),
+        "{report}"
+    );
+    // Every level reported finished was expanded whole; the next was cut.
+    let finished = levels.last().map_or(0, |(depth, _)| *depth);
+    assert_eq!(report.completed_depth, finished, "{report}");
+    assert!(report.completed_depth < bounds.depth);
+    assert!(levels.iter().all(|(_, used)| used.is_some()));
+    // At most six readings: the search stopped within six times
+    // MEMORY_CHECK_EVERY expanded states, far short of the whole space.
+    assert!(
+        report.transitions < 6 * MEMORY_CHECK_EVERY as u64 * 20,
+        "{report}"
+    );
+    assert!(report.to_string().contains("memory budget"), "{report}");
+}

@@ -301,6 +301,12 @@ pub enum Command {
         /// HTML page (`picolease timeline`) at FILE.
         #[arg(long, value_name = "FILE")]
         timeline: Option<std::path::PathBuf>,
+        /// The most memory the check may use (e.g. 512MiB, 8GiB; default:
+        /// three quarters of the machine's available memory). A search
+        /// that reaches it stops, reports the depth whose every path it
+        /// checked, and exits 1 as not complete.
+        #[arg(long, value_name = "SIZE", value_parser = crate::memory::parse_size)]
+        memory: Option<u64>,
     },
     /// Measure this database for leases: statement round trip, renew
     /// latency through the driver, clean handover between contenders (with

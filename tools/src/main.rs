@@ -14,6 +14,7 @@ mod duration;
 mod failure;
 mod guard;
 mod http;
+mod memory;
 mod name_spec;
 mod output;
 mod pdeathsig;

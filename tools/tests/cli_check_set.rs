@@ -105,3 +105,46 @@ fn a_set_check_with_handovers_says_so_and_completes_clean() {
     assert_eq!(report["complete"], true);
     assert_eq!(report["violations"], serde_json::json!([]));
 }
+
+/// A check that would outgrow its memory budget stops cleanly (issue 48):
+/// exit 1, the depth whose every path it checked, and a peak within the
+/// budget (and the few megabytes the search may add between two readings),
+/// as the command prints it from the kernel's own figure (`VmHWM`).
+/// Without the budget this search takes more than the machine has.
+#[test]
+fn a_check_that_outgrows_its_memory_budget_stops_cleanly_within_it() {
+    let out = picolease(&[
+        "check", "--nodes", "2", "--leases", "2", "--depth", "26", "--faults", "1", "--memory",
+        "256MiB",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("NOT complete"), "{stdout}");
+    let completed: usize = stdout
+        .split("every path of ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no completed depth: {stdout}"));
+    assert!((1..26).contains(&completed), "{stdout}");
+    assert!(stdout.contains("stopped at the memory budget"), "{stdout}");
+    assert!(stderr.contains("memory budget 256 MiB"), "{stderr}");
+    let peak_mib: u64 = stderr
+        .split("peak memory ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no peak printed: {stderr}"));
+    assert!(peak_mib <= 256 + 32, "peak {peak_mib} MiB: {stderr}");
+}
+
+#[test]
+fn a_bad_memory_budget_is_refused_with_exit_2_naming_the_value() {
+    for bad in ["8", "10MiB", "lots"] {
+        let out = picolease(&["check", "--memory", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {stderr}");
+        assert!(stderr.contains(&format!("{bad:?}")), "{bad}: {stderr}");
+    }
+}

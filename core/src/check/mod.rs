@@ -271,6 +271,66 @@ pub struct Budget {
     pub max_time: Option<Duration>,
     /// Stop at the first violation (its trace is still a shortest one).
     pub stop_at_first_violation: bool,
+    /// Stop before the process's memory passes a limit.
+    pub memory: Option<MemoryBudget>,
+}
+
+/// A limit on the memory of the process running a check, and how to read
+/// what it uses. The core does no I/O: the caller supplies the reading
+/// (the CLI reads the resident set from `/proc/self/status`). The search
+/// reads it every [`MEMORY_CHECK_EVERY`] states it expands and stops,
+/// reporting the depth it completed, once the reading reaches the limit:
+/// a search that would outgrow the machine ends as incomplete instead of
+/// being killed (issue 48).
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryBudget {
+    /// The most the process may use, in bytes.
+    pub limit_bytes: u64,
+    /// What the process uses now, in bytes; `None` when it cannot be read
+    /// (the search then goes on).
+    pub used_bytes: fn() -> Option<u64>,
+}
+
+impl PartialEq for MemoryBudget {
+    /// Budgets are equal by their limits (a reading function has no
+    /// meaningful identity).
+    fn eq(&self, other: &Self) -> bool {
+        self.limit_bytes == other.limit_bytes
+    }
+}
+
+impl Eq for MemoryBudget {}
+
+/// How many states the search expands between two readings of the memory
+/// in use: a reading costs microseconds, and the successors of 256 states
+/// of a two-lease set are a few megabytes (a state is about 14 KB).
+pub const MEMORY_CHECK_EVERY: usize = 256;
+
+impl fmt::Display for Stopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stopped::AtViolation => write!(f, "at the first violation"),
+            Stopped::States => write!(f, "the state budget"),
+            Stopped::Time => write!(f, "the time budget"),
+            Stopped::Memory(used) => {
+                write!(f, "the memory budget: {} MiB in use", used / (1024 * 1024))
+            }
+        }
+    }
+}
+
+/// Why a search stopped short of its bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// At the first violation, as asked.
+    AtViolation,
+    /// [`Budget::max_states`] distinct states (or the index's limit).
+    States,
+    /// [`Budget::max_time`] passed.
+    Time,
+    /// The memory in use reached [`MemoryBudget::limit_bytes`]: this
+    /// reading, in bytes.
+    Memory(u64),
 }
 
 /// Reported after each breadth-first level.
@@ -286,6 +346,9 @@ pub struct Progress {
     pub frontier: usize,
     /// Wall time so far.
     pub elapsed: Duration,
+    /// The memory in use after the level, in bytes, when the budget has a
+    /// way to read it.
+    pub used_bytes: Option<u64>,
 }
 
 /// The outcome of a check.
@@ -304,6 +367,11 @@ pub struct Report {
     /// True when the search explored everything within the bounds; false
     /// when the budget stopped it.
     pub complete: bool,
+    /// Why it stopped short, when it did.
+    pub stopped: Option<Stopped>,
+    /// The deepest level whose every state was expanded: every path of
+    /// that many steps was checked.
+    pub completed_depth: usize,
     /// States at the depth bound whose successors were not explored: 0
     /// when the whole reachable space within the fault bound was covered.
     pub frontier_left: usize,
@@ -326,10 +394,12 @@ impl fmt::Display for Report {
             self.states,
             self.transitions,
             self.depth,
-            if self.complete {
-                "complete"
-            } else {
-                "stopped early"
+            match self.stopped {
+                None => "complete".to_string(),
+                Some(why) => format!(
+                    "stopped early ({why}) with every path of {} steps checked",
+                    self.completed_depth
+                ),
             },
             if self.frontier_left > 0 {
                 format!(" ({} states left at the depth bound)", self.frontier_left)

@@ -9,7 +9,7 @@ use super::canon::Fingerprinter;
 use super::set::{SetFingerprinter, SetWorld};
 use super::step::Step;
 use super::world::{Log, Setup, World};
-use super::{Budget, Progress, Report, Violation};
+use super::{Budget, Progress, Report, Stopped, Violation, MEMORY_CHECK_EVERY};
 
 /// A model the search explores and a replay plays: the lone-lease
 /// [`World`] or the lease-set [`SetWorld`], on the same steps.
@@ -139,41 +139,58 @@ pub(super) fn run<M: Model>(
         transitions: 0,
         depth: 0,
         complete: false,
+        stopped: None,
+        completed_depth: 0,
         frontier_left: 0,
         violations: Vec::new(),
         elapsed: Default::default(),
     };
+    let used = || budget.memory.and_then(|m| (m.used_bytes)());
     let mut frontier = vec![(initial, 0u32)];
     let mut steps = Vec::new();
     let mut log = Log::off();
-    let mut stopped = false;
+    let mut expanded = 0usize;
     'levels: for depth in 0..bounds.depth {
         let mut next = Vec::new();
-        for (world, at) in &frontier {
+        // Each state is dropped once expanded: the level being explored
+        // and the next are not both held whole (the peak is their
+        // largest, not their sum).
+        for (world, at) in std::mem::take(&mut frontier) {
             world.steps(setup, &mut steps);
             for &step in &steps {
                 let mut successor = world.clone();
                 report.transitions += 1;
                 if let Some(found) = successor.apply(setup, step, &mut log) {
-                    record(&mut report, &tree, *at, step, found);
+                    record(&mut report, &tree, at, step, found);
                     if budget.stop_at_first_violation {
-                        stopped = true;
+                        report.stopped = Some(Stopped::AtViolation);
                         break 'levels;
                     }
                     continue;
                 }
                 if seen.insert(fp(&mut fingerprints, &successor)) {
                     let index = u32::try_from(tree.parents.len()).unwrap_or(u32::MAX);
-                    tree.parents.push((*at, step));
+                    tree.parents.push((at, step));
                     next.push((successor, index));
                 }
             }
-            if out_of_budget(&budget, seen.len(), started) {
-                stopped = true;
+            if let Some(why) = out_of_budget(&budget, seen.len(), started) {
+                report.stopped = Some(why);
                 break 'levels;
+            }
+            expanded += 1;
+            if expanded % MEMORY_CHECK_EVERY == 0 {
+                if let (Some(memory), Some(now)) = (budget.memory, used()) {
+                    if now >= memory.limit_bytes {
+                        report.stopped = Some(Stopped::Memory(now));
+                        break 'levels;
+                    }
+                }
             }
         }
         report.states = seen.len();
+        // Every path of `depth + 1` steps was taken and checked.
+        report.completed_depth = depth + 1;
         if !next.is_empty() {
             report.depth = depth + 1;
         }
@@ -184,6 +201,7 @@ pub(super) fn run<M: Model>(
             transitions: report.transitions,
             frontier: next.len(),
             elapsed: report.elapsed,
+            used_bytes: used(),
         });
         frontier = next;
         if frontier.is_empty() {
@@ -191,16 +209,25 @@ pub(super) fn run<M: Model>(
         }
     }
     report.states = seen.len();
-    report.complete = !stopped;
-    report.frontier_left = if stopped { 0 } else { frontier.len() };
+    report.complete = report.stopped.is_none();
+    if report.complete {
+        // Every path within the depth bound was checked (the space may
+        // have run out sooner).
+        report.completed_depth = bounds.depth;
+    }
+    report.frontier_left = if report.complete { frontier.len() } else { 0 };
     report.elapsed = started.elapsed();
     report
 }
 
-fn out_of_budget(budget: &Budget, states: usize, started: WallClock) -> bool {
-    budget.max_states.is_some_and(|max| states >= max)
-        || budget.max_time.is_some_and(|max| started.elapsed() >= max)
-        || states >= u32::MAX as usize - 1
+fn out_of_budget(budget: &Budget, states: usize, started: WallClock) -> Option<Stopped> {
+    if budget.max_states.is_some_and(|max| states >= max) || states >= u32::MAX as usize - 1 {
+        Some(Stopped::States)
+    } else if budget.max_time.is_some_and(|max| started.elapsed() >= max) {
+        Some(Stopped::Time)
+    } else {
+        None
+    }
 }
 
 /// Keeps the first (hence shortest) violation of each property.

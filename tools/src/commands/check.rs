@@ -9,7 +9,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use picolease_core::check::{check, Bounds, Budget, Progress, Report};
+use picolease_core::check::{check, Bounds, Budget, MemoryBudget, Progress, Report, Stopped};
+
+use crate::memory::show_size;
 
 use crate::duration::show;
 use crate::failure::CliError;
@@ -100,8 +102,10 @@ pub fn run(
     faults: Option<usize>,
     json: bool,
     timeline: Option<&std::path::Path>,
+    memory: Option<u64>,
 ) -> Result<ExitCode, CliError> {
     let bounds = bounds(nodes, world, depth, faults)?;
+    let memory = memory_budget(memory);
     let mut what = match bounds.leases {
         0 => String::new(),
         n => format!(", each a lease set of {n} leases"),
@@ -121,8 +125,17 @@ pub fn run(
         bounds.depth,
         bounds.faults
     );
+    match memory {
+        Some(budget) => eprintln!(
+            "memory budget {} (--memory to change); in use now {}",
+            show_size(budget.limit_bytes),
+            crate::memory::resident_bytes().map_or("unknown".to_string(), show_size)
+        ),
+        None => eprintln!("no memory budget: this system's memory cannot be read"),
+    }
     let budget = Budget {
         max_time: Some(TIME_BUDGET),
+        memory,
         ..Budget::default()
     };
     let report = check(&bounds, budget, print_progress).map_err(CliError::usage)?;
@@ -130,6 +143,16 @@ pub fn run(
         line(&to_json(&report).to_string());
     } else {
         print_report(&report, &bounds);
+    }
+    if let Some(peak) = crate::memory::peak_bytes() {
+        eprintln!(
+            "peak memory {}{}",
+            show_size(peak),
+            memory.map_or(String::new(), |m| format!(
+                " (budget {})",
+                show_size(m.limit_bytes)
+            ))
+        );
     }
     if let Some(path) = timeline {
         match report.violations.first() {
@@ -148,13 +171,33 @@ pub fn run(
     })
 }
 
+/// The memory budget: `--memory`, else three quarters of the memory the
+/// machine has available as the check starts; none where memory cannot be
+/// read (the search is then bounded by depth and time alone).
+fn memory_budget(asked: Option<u64>) -> Option<MemoryBudget> {
+    let used_bytes = crate::memory::resident_bytes;
+    used_bytes()?;
+    let limit_bytes = match asked {
+        Some(limit) => limit,
+        None => {
+            let available = crate::memory::available_bytes()?;
+            (available as f64 * crate::memory::DEFAULT_SHARE) as u64
+        }
+    };
+    Some(MemoryBudget {
+        limit_bytes,
+        used_bytes,
+    })
+}
+
 fn print_progress(progress: &Progress) {
     eprintln!(
-        "  depth {:>4}: {:>10} states, {:>12} transitions, {:>9} to explore ({})",
+        "  depth {:>4}: {:>10} states, {:>12} transitions, {:>9} to explore, {:>9} in use ({})",
         progress.depth,
         progress.states,
         progress.transitions,
         progress.frontier,
+        progress.used_bytes.map_or("?".to_string(), show_size),
         show(progress.elapsed)
     );
 }
@@ -190,6 +233,21 @@ fn print_report(report: &Report, bounds: &Bounds) {
         },
         show(report.elapsed)
     ));
+    match report.stopped {
+        Some(Stopped::Memory(used)) => line(&format!(
+            "stopped at the memory budget ({} in use): every path of {} steps was checked, not those up to {}; raise --memory or lower --depth",
+            show_size(used),
+            report.completed_depth,
+            bounds.depth
+        )),
+        Some(Stopped::Time) => line(&format!(
+            "stopped after {}: every path of {} steps was checked, not those up to {}",
+            show(TIME_BUDGET),
+            report.completed_depth,
+            bounds.depth
+        )),
+        Some(Stopped::States | Stopped::AtViolation) | None => {}
+    }
     line(&format!(
         "bounds: ttl {} ticks, interval {} ticks, drift {} ticks, delivery within {} ticks, depth {}, {} faults per path{}",
         bounds.ttl_ticks,

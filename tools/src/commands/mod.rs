@@ -85,6 +85,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             health,
             json,
             ref timeline,
+            memory,
         } => {
             let world = check::World {
                 leases,
@@ -93,7 +94,15 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 ranked,
                 health,
             };
-            return check::run(nodes, world, depth, faults, json, timeline.as_deref());
+            return check::run(
+                nodes,
+                world,
+                depth,
+                faults,
+                json,
+                timeline.as_deref(),
+                memory,
+            );
         }
         Command::Timeline {
             ref inputs,
