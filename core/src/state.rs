@@ -1139,6 +1139,11 @@ pub enum Mutation {
     /// unhealthy, it neither yields to a healthy candidate nor hands over
     /// when its work escalates, so the work stays where it cannot run.
     IgnoresOwnHealth,
+    /// (p) A set that renews by liveness (DESIGN §10): the model
+    /// database's acquire takes a linked row whatever its holder's
+    /// liveness (consulted by `sim::ModelDb`): a lease is taken while its
+    /// holder's membership row is live and it still leads.
+    LinkedTakenWhileLive,
 }
 
 /// What the model checker reads of a machine to tell states apart (feature

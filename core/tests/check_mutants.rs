@@ -427,3 +427,22 @@ fn a_planted_counterexample_is_written_for_the_timeline() {
         "the planted counterexample changed: check it, then PICOLEASE_BLESS=1 writes it afresh"
     );
 }
+
+/// (p) Lease sets renewing by liveness (DESIGN §10, `Bounds::by_liveness`):
+/// the model database's acquire takes a linked row while its holder's
+/// membership row is live. A node reaching for a lease the other holds
+/// (the share's plan, or a stale read) takes it, and two nodes lead it.
+#[test]
+fn a_linked_row_taken_while_its_holders_liveness_lives_is_found() {
+    let mut bounds = Bounds::for_set(2, 2);
+    bounds.by_liveness = true;
+    bounds.mutation = Mutation::LinkedTakenWhileLive;
+    finds_at(
+        &bounds,
+        &[
+            Property::Stealing,
+            Property::MutualExclusion,
+            Property::Validity,
+        ],
+    );
+}

@@ -57,6 +57,31 @@ fn two_nodes_two_leases_hold_every_property_to_depth_26() {
     bounded(26, 0);
 }
 
+/// The same as depth 26, with the model database renewing by liveness
+/// (DESIGN §10, `Bounds::by_liveness`): the unchanged `LeaseSet` over
+/// statements that link what a node takes to its membership row and
+/// confirm it by reading, every property per lease and no stealing (a
+/// linked row taken only once its holder's liveness is over).
+#[test]
+fn by_liveness_two_nodes_two_leases_hold_every_property_to_depth_26() {
+    let mut bounds = Bounds::for_set(2, 2);
+    bounds.depth = 26;
+    bounds.by_liveness = true;
+    clean(&bounds);
+}
+
+/// The same to depth 24 with one fault per path (loss, late delivery,
+/// stray batch, pause, crash, restart or shutdown).
+#[test]
+#[ignore = "minutes long: run with -- --ignored"]
+fn by_liveness_two_nodes_two_leases_hold_every_property_with_one_fault_to_depth_24() {
+    let mut bounds = Bounds::for_set(2, 2);
+    bounds.depth = 24;
+    bounds.faults = 1;
+    bounds.by_liveness = true;
+    clean(&bounds);
+}
+
 /// Deeper by one (3,764,433 states, 8,447,730 transitions, 84 s, about
 /// 14 GB, measured before liveness was checked per lease and not
 /// re-measured since: expect more; depth 32, where the planted yield bug shows, outgrew 24 GB once

@@ -21,9 +21,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "MB" => 1e6,
         "GB" => 1e9,
         "TB" => 1e12,
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "size {text:?} has unknown unit {other:?}: use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
-        )),
+        ))
+        }
     };
     let value: f64 = number
         .parse()

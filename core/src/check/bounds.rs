@@ -87,6 +87,12 @@ pub struct Bounds {
     ///
     /// [`Property::Health`]: super::Property::Health
     pub health: bool,
+    /// Lease sets renew by liveness (DESIGN §10, issue 45): the model
+    /// database's set statements link the rows a node takes to its
+    /// membership row and confirm them by reading
+    /// ([`ModelDb::by_liveness`](crate::sim::ModelDb::by_liveness)). Sets
+    /// only; the drivers' statements do not do it yet.
+    pub by_liveness: bool,
     /// A planted bug (feature `mutants`).
     #[cfg(feature = "mutants")]
     #[doc(hidden)]
@@ -220,6 +226,7 @@ impl Bounds {
             handover: false,
             ranked: false,
             health: false,
+            by_liveness: false,
             #[cfg(feature = "mutants")]
             mutation: crate::state::Mutation::None,
             #[cfg(feature = "mutants")]

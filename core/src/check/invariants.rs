@@ -112,7 +112,7 @@ impl<N: Contender> World<N> {
                 if outlived(i, epoch) {
                     continue;
                 }
-                if mine(n, epoch).is_none_or(|r| r.expires_at <= now_ms) {
+                if mine(n, epoch).is_none_or(|r| self.db.expiry(r, now_ms) <= now_ms) {
                     return Some(violation(
                         Property::Validity,
                         format!(
@@ -145,7 +145,7 @@ impl<N: Contender> World<N> {
                 if outlived(i, epoch) {
                     continue;
                 }
-                let left = mine(n, epoch).map(|r| r.expires_at - now_ms);
+                let left = mine(n, epoch).map(|r| self.db.expiry(r, now_ms) - now_ms);
                 if left.is_none_or(|left| left <= g as i64) {
                     return Some(violation(
                         Property::StopLead,

@@ -169,7 +169,11 @@ impl<N: Contender> World<N> {
     /// The model at time zero over `nodes`, every lease free.
     pub(super) fn start(setup: &Setup, nodes: Vec<N>, stale_ms: i64) -> Self {
         #[allow(unused_mut)]
-        let mut db = ModelDb::new();
+        let mut db = if setup.bounds.by_liveness {
+            ModelDb::by_liveness()
+        } else {
+            ModelDb::new()
+        };
         #[cfg(feature = "mutants")]
         db.set_mutation(setup.bounds.mutation);
         let leases = setup.names.len();

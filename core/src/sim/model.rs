@@ -56,15 +56,153 @@ pub struct ModelDb {
     /// When this server last adopted a row, on its clock: the model
     /// checker promotes no standby at that very millisecond.
     adopted_ms: Option<i64>,
+    /// Lease sets renew by liveness (DESIGN §10): the set statements
+    /// link what they take to the holder's membership row and confirm it
+    /// by reading ([`ModelDb::by_liveness`]).
+    linked: bool,
+    /// Rows written so far (taken, renewed, released, ended, reserved):
+    /// what a set's steady state costs the database
+    /// ([`ModelDb::row_writes`]).
+    writes: u64,
     /// A planted bug for the model checker's own tests (feature `mutants`).
     #[cfg(feature = "mutants")]
     mutation: crate::state::Mutation,
+}
+
+/// The base of a linked row's `expires_at` (DESIGN §10 "A set's renewal by
+/// liveness"): `LINK_BASE` + the term of its holder's liveness, far beyond
+/// any expiry (2^62 ms is 146 million years), so a version that does not
+/// know links reads it as held.
+pub const LINK_BASE: i64 = 1 << 62;
+
+/// Whether `name` is `holder`'s liveness row: its membership row
+/// (`set::member_row_name`: the prefix, the holder id, then perhaps a
+/// rank), not its unhealthy row (the prefix, `~`, the holder id), unless
+/// the holder id is made of `~` alone (which sets refuse).
+fn is_liveness_of(name: &str, holder: &str) -> bool {
+    name.strip_prefix(MEMBER_PREFIX)
+        .is_some_and(|rest| rest.starts_with(holder))
 }
 
 impl ModelDb {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty table whose lease-set statements renew by liveness (DESIGN
+    /// §10): a set's acquire extends the caller's live membership row (its
+    /// *liveness*) and links every other row it takes to it
+    /// (`expires_at = LINK_BASE + its epoch`); a linked row is takeable once
+    /// that liveness is over, the acquire ending a lapsed liveness first
+    /// (`holder` cleared: it never lives again); the renewal extends the
+    /// liveness and the plain rows, and confirms linked rows without
+    /// writing them. The single-lease statements are unchanged.
+    pub fn by_liveness() -> Self {
+        ModelDb {
+            linked: true,
+            ..Self::default()
+        }
+    }
+
+    /// How many rows the statements have written so far: each row taken,
+    /// inserted, adopted, renewed, released, reserved or ended counts once
+    /// per statement (a row confirmed by reading does not).
+    pub fn row_writes(&self) -> u64 {
+        self.writes
+    }
+
+    /// Whether the set statements renew by liveness.
+    pub fn is_by_liveness(&self) -> bool {
+        self.linked
+    }
+
+    /// The liveness term a linked row names, `None` for a plain row.
+    pub fn link(row: &ModelRow) -> Option<i64> {
+        (row.expires_at >= LINK_BASE).then(|| row.expires_at - LINK_BASE)
+    }
+
+    /// `holder`'s liveness row at `term`, if it is still there: its
+    /// membership row, held by it at that epoch, plain.
+    fn liveness_at(&self, holder: &str, term: i64) -> Option<&ModelRow> {
+        self.rows
+            .range(MEMBER_PREFIX.to_string()..)
+            .take_while(|(name, _)| name.starts_with(MEMBER_PREFIX))
+            .find(|(name, row)| {
+                is_liveness_of(name, holder)
+                    && row.holder.as_deref() == Some(holder)
+                    && row.epoch == term
+                    && row.expires_at < LINK_BASE
+            })
+            .map(|(_, row)| row)
+    }
+
+    /// When `row` expires on the database's clock: its own expiry, or for
+    /// a linked row its liveness row's (`now_ms` once that term is over).
+    pub fn expiry(&self, row: &ModelRow, now_ms: i64) -> i64 {
+        match (Self::link(row), row.holder.as_deref()) {
+            (None, _) => row.expires_at,
+            (Some(term), Some(holder)) => self
+                .liveness_at(holder, term)
+                .map_or(now_ms, |live| live.expires_at),
+            (Some(_), None) => now_ms,
+        }
+    }
+
+    /// Whether the linked row's liveness is over at `now_ms` (lapsed or
+    /// ended); ends a lapsed one (the acquire's kill-write: its holder
+    /// cleared, so the term never lives again). False for a plain row.
+    fn end_lapsed_liveness(&mut self, lease: &str, now_ms: i64) -> bool {
+        let Some(row) = self.rows.get(lease) else {
+            return false;
+        };
+        let (Some(term), Some(holder)) = (Self::link(row), row.holder.clone()) else {
+            return false;
+        };
+        #[cfg(feature = "mutants")]
+        if self.mutation == crate::state::Mutation::LinkedTakenWhileLive {
+            return true;
+        }
+        let live = self
+            .rows
+            .iter()
+            .find(|(name, live)| {
+                is_liveness_of(name, &holder)
+                    && live.holder.as_deref() == Some(holder.as_str())
+                    && live.epoch == term
+                    && live.expires_at < LINK_BASE
+            })
+            .map(|(name, live)| (name.clone(), live.expires_at));
+        match live {
+            None => true,
+            Some((_, expires_at)) if expires_at > now_ms => false,
+            Some((name, _)) => {
+                if let Some(live) = self.rows.get_mut(&name) {
+                    live.holder = None;
+                    live.expires_at = now_ms;
+                    self.writes += 1;
+                }
+                true
+            }
+        }
+    }
+
+    /// `holder`'s liveness for a set's acquire: its membership row, held,
+    /// unexpired and this server's, extended to `now_ms + ttl_ms`; its
+    /// epoch (the term), or `None` when it has no live one.
+    fn extend_liveness(&mut self, holder: &str, ttl_ms: i64, now_ms: i64) -> Option<i64> {
+        let incarnation = self.incarnation;
+        let row = self.rows.iter_mut().find(|(name, row)| {
+            is_liveness_of(name, holder)
+                && row.holder.as_deref() == Some(holder)
+                && row.expires_at < LINK_BASE
+                && row.expires_at > now_ms
+                && row.incarnation == incarnation
+        })?;
+        row.1.expires_at = now_ms + ttl_ms;
+        let term = row.1.epoch;
+        self.writes += 1;
+        Some(term)
     }
 
     /// Plants a bug (feature `mutants`): only
@@ -144,45 +282,82 @@ impl ModelDb {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Vec<Vec<Cell>> {
+        self.acquire_with(lease, holder, ttl_ms, now_ms, None)
+    }
+
+    /// [`ModelDb::acquire`], for a set that renews by liveness with its
+    /// liveness at `term` (`Some`): a row whose own liveness is over is
+    /// takeable too (a lapsed one is ended first), and what the caller
+    /// takes is linked to `term` (its membership row, and a grace row,
+    /// stay plain).
+    fn acquire_with(
+        &mut self,
+        lease: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+        term: Option<i64>,
+    ) -> Vec<Vec<Cell>> {
         let incarnation = self.incarnation;
         let foreign = self.rows.get(lease).is_some_and(|row| self.foreign(row));
         if foreign {
             self.adopted_ms = Some(now_ms);
         }
+        // A linked row is adopted from its liveness's expiry, and taken
+        // once that liveness is over.
+        let effective = self.rows.get(lease).map(|row| self.expiry(row, now_ms));
+        let over = !foreign && self.linked && self.end_lapsed_liveness(lease, now_ms);
         let jump = self.jump();
         let (fresh_in_grace, fresh_epoch) = self.fresh_row(now_ms);
         if !self.rows.contains_key(lease) && self.foreign(&self.marker) {
             // A fresh row's epoch counts the clock as an adoption's does.
             self.adopted_ms = Some(now_ms);
         }
-        let row = self
-            .rows
+        let before = self.rows.get(lease).cloned();
+        let taken_until = match term {
+            Some(term) if !is_liveness_of(lease, holder) => LINK_BASE + term,
+            _ => now_ms + ttl_ms,
+        };
+        self.rows
             .entry(lease.to_string())
             .and_modify(|row| {
                 // Ours, or reserved for our node by a planned handover.
-                let takeable = row.expires_at <= now_ms
+                let takeable = (row.expires_at <= now_ms || over)
                     || row.holder.as_deref() == Some(holder)
                     || row.holder.as_deref() == Some(&reservation(holder));
                 if foreign {
+                    row.expires_at = effective.unwrap_or(row.expires_at);
                     adopt(row, ttl_ms, now_ms, jump);
                 } else if takeable {
                     row.holder = Some(holder.to_string());
                     row.epoch += 1;
-                    row.expires_at = now_ms + ttl_ms;
+                    row.expires_at = taken_until;
                 }
                 row.incarnation = incarnation;
             })
-            .or_insert_with(|| ModelRow {
-                holder: (!fresh_in_grace || lease.starts_with(MEMBER_PREFIX))
-                    .then(|| holder.to_string()),
-                epoch: fresh_epoch,
-                expires_at: now_ms + ttl_ms,
-                incarnation,
+            .or_insert_with(|| {
+                let holder = (!fresh_in_grace || lease.starts_with(MEMBER_PREFIX))
+                    .then(|| holder.to_string());
+                ModelRow {
+                    expires_at: if holder.is_some() {
+                        taken_until
+                    } else {
+                        now_ms + ttl_ms
+                    },
+                    holder,
+                    epoch: fresh_epoch,
+                    incarnation,
+                }
             });
+        let row = &self.rows[lease];
+        if before.as_ref() != Some(row) {
+            self.writes += 1;
+        }
+        let row = &self.rows[lease];
         vec![vec![
             row.holder.clone().map_or(Cell::Null, Cell::Text),
             Cell::Int(row.epoch),
-            Cell::Int(row.expires_at - now_ms),
+            Cell::Int(self.expiry(row, now_ms) - now_ms),
         ]]
     }
 
@@ -215,6 +390,7 @@ impl ModelDb {
             Some(row) => {
                 row.expires_at = now_ms + ttl_ms;
                 let epoch = row.epoch;
+                self.writes += 1;
                 vec![vec![
                     Cell::Int(epoch),
                     self.asked_hand_over(lease, epoch),
@@ -287,7 +463,9 @@ impl ModelDb {
             Some(row) => {
                 row.holder = Some(successor.to_string());
                 row.expires_at = now_ms + reservation_ms;
-                vec![vec![Cell::Int(row.epoch)]]
+                let epoch = row.epoch;
+                self.writes += 1;
+                vec![vec![Cell::Int(epoch)]]
             }
             None => Vec::new(),
         }
@@ -334,7 +512,9 @@ impl ModelDb {
             Some(row) => {
                 row.holder = None;
                 row.expires_at = now_ms;
-                vec![vec![Cell::Int(row.epoch)]]
+                let epoch = row.epoch;
+                self.writes += 1;
+                vec![vec![Cell::Int(epoch)]]
             }
             None => Vec::new(),
         }
@@ -350,9 +530,11 @@ impl ModelDb {
         }
         let incarnation = self.incarnation;
         let jump = self.jump();
+        let effective = self.rows.get(lease).map(|row| self.expiry(row, now_ms));
         match self.rows.get_mut(lease) {
             Some(row) => {
                 if foreign {
+                    row.expires_at = effective.unwrap_or(row.expires_at);
                     adopt(row, ttl_ms, now_ms, jump);
                 } else {
                     row.holder = None;
@@ -374,6 +556,12 @@ impl ModelDb {
         let incarnation = self.incarnation;
         let jump = self.jump();
         self.adopted_ms = Some(now_ms);
+        // A linked row is adopted from its liveness's expiry.
+        let effective: BTreeMap<String, i64> = self
+            .rows
+            .iter()
+            .map(|(name, row)| (name.clone(), self.expiry(row, now_ms)))
+            .collect();
         let adopted = self
             .rows
             .iter_mut()
@@ -381,6 +569,7 @@ impl ModelDb {
                 !name.starts_with(HANDOVER_PREFIX) && !name.starts_with(PREFERRED_PREFIX)
             })
             .map(|(name, row)| {
+                row.expires_at = effective[name];
                 adopt(row, ttl_ms, now_ms, jump);
                 row.incarnation = incarnation;
                 vec![Cell::Text(name.clone()), Cell::Int(row.epoch)]
@@ -428,7 +617,7 @@ impl ModelDb {
             !self.foreign(row)
                 && row.holder.as_deref() == Some(holder)
                 && row.epoch == epoch.to_i64()
-                && row.expires_at > now_ms
+                && self.expiry(row, now_ms) > now_ms
         })
     }
 
@@ -453,10 +642,17 @@ impl ModelDb {
                 }
             }
         }
+        // By liveness: the caller's live membership row is extended first,
+        // and what it takes is linked to it.
+        let term = if self.linked {
+            self.extend_liveness(holder, ttl_ms, now_ms)
+        } else {
+            None
+        };
         names
             .iter()
             .flat_map(|name| {
-                self.acquire(name, holder, ttl_ms, now_ms)
+                self.acquire_with(name, holder, ttl_ms, now_ms, term)
                     .into_iter()
                     .map(|row| named(name, row))
             })
@@ -472,6 +668,9 @@ impl ModelDb {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Vec<Vec<Cell>> {
+        if self.linked {
+            return self.renew_batch_by_liveness(pairs, holder, ttl_ms, now_ms);
+        }
         pairs
             .iter()
             .flat_map(|&(name, epoch)| {
@@ -484,6 +683,67 @@ impl ModelDb {
                         named(name, row)
                     })
             })
+            .collect()
+    }
+
+    /// The batch renew by liveness: the caller's liveness row (its
+    /// membership row in the batch) and every plain row are renewed as
+    /// [`ModelDb::renew`] renews them; a linked row is confirmed, not
+    /// written, when it is the caller's at its epoch and linked to the
+    /// liveness term just renewed. `name, epoch, asked` of each, in the
+    /// batch's order.
+    fn renew_batch_by_liveness(
+        &mut self,
+        pairs: &[(&str, Epoch)],
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Vec<Vec<Cell>> {
+        let mut term = None;
+        let mut answers: BTreeMap<&str, Vec<Cell>> = BTreeMap::new();
+        for &(name, epoch) in pairs
+            .iter()
+            .filter(|(name, _)| is_liveness_of(name, holder))
+        {
+            if let Some(mut row) = self.renew(name, holder, epoch, ttl_ms, now_ms).pop() {
+                term = Some(epoch.to_i64());
+                row.truncate(2);
+                answers.insert(name, named(name, row));
+            }
+        }
+        // A batch without the membership row (a set's leases fall due
+        // apart from it, or a node holding more than one batch's worth)
+        // extends the caller's live liveness all the same: what it
+        // confirms must last as long as a renewal sent now.
+        if term.is_none() && pairs.iter().all(|(name, _)| !is_liveness_of(name, holder)) {
+            term = self.extend_liveness(holder, ttl_ms, now_ms);
+        }
+        for &(name, epoch) in pairs
+            .iter()
+            .filter(|(name, _)| !is_liveness_of(name, holder))
+        {
+            let Some(link) = self
+                .matching(name, holder, epoch)
+                .map(|row| Self::link(row))
+            else {
+                continue;
+            };
+            let answer = match link {
+                None => self.renew(name, holder, epoch, ttl_ms, now_ms).pop(),
+                Some(link) if Some(link) == term => Some(vec![
+                    Cell::Int(epoch.to_i64()),
+                    self.asked_hand_over(name, epoch.to_i64()),
+                ]),
+                Some(_) => None,
+            };
+            if let Some(mut row) = answer {
+                row.truncate(2);
+                answers.insert(name, named(name, row));
+            }
+        }
+        pairs
+            .iter()
+            .filter_map(|(name, _)| answers.remove(name))
             .collect()
     }
 
@@ -514,11 +774,12 @@ impl ModelDb {
             .into_iter()
             .zip(self.rows.iter())
             .filter(|(_, (name, row))| {
+                let expiry = self.expiry(row, now_ms);
                 if name.starts_with(MEMBER_PREFIX) {
-                    row.holder.is_some() && row.expires_at > now_ms
+                    row.holder.is_some() && expiry > now_ms
                 } else {
                     row.holder.as_deref().is_none_or(|h| h.ends_with('#'))
-                        || row.expires_at - now_ms < stale_ms
+                        || expiry - now_ms < stale_ms
                 }
             })
             .map(|(cells, _)| cells)
@@ -534,7 +795,7 @@ impl ModelDb {
                     Cell::Text(name.clone()),
                     row.holder.clone().map_or(Cell::Null, Cell::Text),
                     Cell::Int(row.epoch),
-                    Cell::Int(row.expires_at - now_ms),
+                    Cell::Int(self.expiry(row, now_ms) - now_ms),
                 ]
             })
             .collect()

@@ -61,6 +61,9 @@ pub struct SetSimConfig {
     pub unhealthy: Vec<(Duration, usize, Duration)>,
     /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
     pub notify: bool,
+    /// Whether the model database renews sets by liveness (DESIGN §10:
+    /// [`ModelDb::by_liveness`]).
+    pub by_liveness: bool,
     /// How long gated work takes to stop after `StopWork`.
     pub work_stop: Duration,
     /// How long to run.
@@ -91,6 +94,7 @@ impl SetSimConfig {
             priorities: Vec::new(),
             unhealthy: Vec::new(),
             notify: true,
+            by_liveness: false,
             work_stop: Duration::from_millis(1),
             duration: Duration::from_secs(20),
         }
@@ -113,6 +117,10 @@ pub struct ShareSample {
     pub priorities: Vec<u32>,
     /// Per node: whether its probe passes (true without a probe).
     pub healthy: Vec<bool>,
+    /// Rows the database has written since the run began
+    /// ([`ModelDb::row_writes`]): the difference between two samples is
+    /// what that interval cost it.
+    pub row_writes: u64,
 }
 
 /// What a run produced.
@@ -276,7 +284,11 @@ impl SetSimulation {
                 })
                 .collect::<Result<_, ConfigError>>()?,
             names,
-            db: ModelDb::new(),
+            db: if config.by_liveness {
+                ModelDb::by_liveness()
+            } else {
+                ModelDb::new()
+            },
             statements: Statements::new(Dialect::Postgres, &TableName::new("leases")?),
             batches: Vec::new(),
             replies: Vec::new(),
@@ -554,6 +566,7 @@ impl SetSimulation {
                     holders,
                     priorities: (0..self.nodes.len()).map(|n| self.priority(n)).collect(),
                     healthy: self.nodes.iter().map(|n| n.probe != Some(false)).collect(),
+                    row_writes: self.db.row_writes(),
                 });
                 let next = self.now + self.config.interval.as_nanos() as u64;
                 self.schedule(next, Event::Sample);
@@ -677,7 +690,7 @@ impl SetSimulation {
                 let holds = row.is_some_and(|r| {
                     r.holder.as_deref() == Some(n.holder.as_str())
                         && r.epoch == epoch.to_i64()
-                        && r.expires_at > now_ms
+                        && self.db.expiry(r, now_ms) > now_ms
                 });
                 if !holds {
                     self.report.violations.push(format!(

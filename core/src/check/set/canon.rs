@@ -20,7 +20,7 @@ use crate::check::world::{parse_holder, Setup};
 use crate::names::Epoch;
 use crate::protocol::{Failure, Operation, Reply, RequestId, Role};
 use crate::set::{BatchKind, BatchReply, LeaseSet};
-use crate::sim::DB_EPOCH_MS;
+use crate::sim::{ModelDb, DB_EPOCH_MS};
 use crate::sql::MEMBER_PREFIX;
 use crate::state::{LeaseState, Snapshot};
 use crate::time::Instant;
@@ -60,6 +60,8 @@ fn collect_epochs(world: &SetWorld, e: &mut Vec<u64>) {
     e.clear();
     for (_, row) in world.db.rows() {
         e.push(u64::try_from(row.epoch).unwrap_or(0));
+        // The liveness term a linked row follows is an epoch too.
+        e.extend(ModelDb::link(row).map(|term| u64::try_from(term).unwrap_or(0)));
     }
     e.extend(world.last_epoch.iter().flatten().map(|x| x.get()));
     let batch_epochs = |e: &mut Vec<u64>, r: &SetRequest| {
@@ -188,7 +190,14 @@ impl Ctx<'_> {
         out.extend(w.leaderless.iter().map(|&l| i64::from(l)));
         out.extend(w.last_epoch.iter().map(|&e| self.epoch(e)));
         for (name, row) in w.db.rows() {
-            let left = (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1);
+            // A linked row (DESIGN §10) is encoded by its term, beyond
+            // every clamped time left: which liveness it follows matters.
+            let left = match ModelDb::link(row) {
+                Some(term) => {
+                    self.ttl + 2 + self.epoch(Some(Epoch::new(u64::try_from(term).unwrap_or(0))))
+                }
+                None => (row.expires_at - DB_EPOCH_MS - w.db_clock as i64).clamp(0, self.ttl + 1),
+            };
             out.extend([
                 self.name(name),
                 self.holder(row.holder.as_deref()),

@@ -18,7 +18,7 @@ use crate::names::{Epoch, HolderId, LeaseName};
 use crate::protocol::Reply;
 use crate::set::{BatchKind, BatchReply, LeaseSet, SetCommand};
 use crate::sim::set::{run_batch, run_hand_over};
-use crate::sim::DB_EPOCH_MS;
+use crate::sim::{ModelRow, DB_EPOCH_MS};
 use crate::time::Instant;
 
 impl Contender for SetNode {
@@ -248,7 +248,14 @@ impl World<SetNode> {
             .batch
             .items
             .iter()
-            .map(|(name, _)| self.db.row(name.as_str()).cloned())
+            .map(|(name, _)| {
+                // With the row's expiry as it stood (a linked row's is its
+                // holder's liveness's, which the acquire may end).
+                self.db.row(name.as_str()).map(|row| ModelRow {
+                    expires_at: self.db.expiry(row, now_ms),
+                    ..row.clone()
+                })
+            })
             .collect();
         let reply = match (&req.batch.kind, &req.successor) {
             (BatchKind::HandOver, Some(successor)) => run_hand_over(

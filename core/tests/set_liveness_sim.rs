@@ -1,0 +1,199 @@
+//! A lease set that renews by liveness (DESIGN §10, issue 45), on the
+//! simulator with the model database in that shape
+//! (`ModelDb::by_liveness`): the unchanged `LeaseSet` over statements that
+//! link what a node takes to its membership row and confirm it by reading.
+//! The same safety on the database's truth as `set_sim.rs` (work only on
+//! the node's row at its epoch, unexpired by its liveness), every lease
+//! held, fair shares, no lease moving without cause, a crashed node's
+//! leases taken within ttl + interval; and what it is for: in steady state
+//! the database writes about one row per node per interval, not one per
+//! lease. The drivers' statements do not do this yet.
+//!
+//! `cargo test -p picolease-core --features sim --test set_liveness_sim`
+
+use std::time::Duration;
+
+use picolease_core::sim::set::{SetReport, SetSimConfig, SetSimulation};
+use proptest::prelude::*;
+
+fn by_liveness(nodes: usize, leases: usize, seed: u64) -> SetSimConfig {
+    SetSimConfig {
+        by_liveness: true,
+        ..SetSimConfig::new(nodes, leases, seed)
+    }
+}
+
+fn run(config: SetSimConfig) -> SetReport {
+    SetSimulation::new(config).expect("valid config").run()
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+/// Rows written per interval over the samples from `from` on (one sample
+/// per interval), the most in any one interval.
+fn writes_per_interval(report: &SetReport, from: Duration) -> u64 {
+    let samples: Vec<_> = report.samples.iter().filter(|s| s.at >= from).collect();
+    samples
+        .windows(2)
+        .map(|w| w[1].row_writes - w[0].row_writes)
+        .max()
+        .expect("two samples")
+}
+
+/// The leases whose work ran on `node` at `at`.
+fn held_by(report: &SetReport, node: usize, at: Duration) -> Vec<usize> {
+    let mut last = std::collections::BTreeMap::new();
+    for &(t, lease, n) in &report.starts {
+        if t < at {
+            last.insert(lease, n);
+        }
+    }
+    last.into_iter()
+        .filter(|&(_, n)| n == node)
+        .map(|(l, _)| l)
+        .collect()
+}
+
+/// 10 nodes over 1,000 leases settle, and then each interval the database
+/// writes at most 2 rows per node (each node's membership row, renewed
+/// once or twice an interval), where renewing every lease wrote 1,000 and
+/// more: measured in the same test on the per-lease shape.
+#[test]
+fn ten_nodes_over_a_thousand_leases_write_a_row_or_two_each_per_interval() {
+    let report = run(by_liveness(10, 1_000, 11));
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let settled = report.settled_at().expect("settles");
+    assert!(settled <= secs(5.0), "settled at {settled:?}");
+    assert_eq!(report.moves_since(settled), 0);
+    let linked = writes_per_interval(&report, settled + secs(1.0));
+    let per_lease = {
+        let report = run(SetSimConfig::new(10, 1_000, 11));
+        let settled = report.settled_at().expect("settles");
+        writes_per_interval(&report, settled + secs(1.0))
+    };
+    println!(
+        "row writes per interval in steady state: {linked} by liveness, {per_lease} per lease"
+    );
+    assert!(linked <= 2 * 10, "{linked} row writes in an interval");
+    assert!(per_lease >= 1_000, "{per_lease}");
+}
+
+/// A crashed node's leases (its share of 1,000 among 4) are taken by the
+/// others within ttl + interval of the crash, each at the next epoch.
+#[test]
+fn a_crashed_nodes_leases_are_taken_within_ttl_and_an_interval() {
+    let mut config = by_liveness(4, 1_000, 7);
+    let crash = secs(8.0);
+    config.crashes = vec![(crash, 0)];
+    let report = run(config);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let orphans = held_by(&report, 0, crash);
+    assert_eq!(orphans.len(), 250, "node 0 held its share before the crash");
+    let mut latest = Duration::ZERO;
+    for lease in orphans {
+        let taken = report
+            .starts
+            .iter()
+            .find(|&&(t, l, n)| t > crash && l == lease && n != 0)
+            .map(|&(t, _, _)| t)
+            .expect("taken over");
+        latest = latest.max(taken - crash);
+    }
+    println!("the last of the crashed node's 250 leases taken {latest:?} after the crash");
+    // ttl 2 s + interval 0.5 s.
+    assert!(latest <= secs(2.5), "{latest:?}");
+    let last = report.samples.last().unwrap();
+    let mut held: Vec<usize> = last.held.iter().flatten().copied().collect();
+    held.sort();
+    assert_eq!(held, vec![333, 333, 334]);
+}
+
+#[test]
+fn a_node_that_joins_gets_its_share_without_stealing() {
+    let mut config = by_liveness(3, 30, 3);
+    let join = secs(6.0);
+    config.starts[2] = join;
+    let report = run(config);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let settled = report.settled_at().expect("settles");
+    assert!(settled - join <= secs(5.0));
+    assert_eq!(report.moves_since(join), 10, "only node 2's share moved");
+}
+
+#[test]
+fn a_clean_shutdown_hands_its_leases_over_at_once() {
+    let mut config = by_liveness(2, 20, 5);
+    let stop = secs(8.0);
+    config.shutdowns = vec![(stop, 1)];
+    let report = run(config);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let moved: Vec<Duration> = report
+        .starts
+        .iter()
+        .filter(|&&(t, _, n)| t > stop && n == 0)
+        .map(|&(t, _, _)| t - stop)
+        .collect();
+    assert_eq!(moved.len(), 10);
+    assert!(moved.iter().all(|&d| d < secs(0.1)), "{moved:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
+
+    /// 1,000 random clusters with a crash, a late join, a shutdown and a
+    /// planned handover: never a lease worked without its row (its
+    /// holder's liveness live); once calm every lease is held, shares
+    /// differ by at most one, and then nothing moves.
+    #[test]
+    fn random_schedules_stay_safe_and_settle(
+        nodes in 2usize..6,
+        leases in 1usize..120,
+        seed in any::<u64>(),
+        crash in proptest::option::of((0u64..6_000, 0usize..6)),
+        join in proptest::option::of((0u64..6_000, 0usize..6)),
+        shutdown in proptest::option::of((0u64..6_000, 0usize..6)),
+        hand_over in proptest::option::of((0u64..6_000, 0usize..6, 0usize..120, 0usize..6)),
+    ) {
+        let mut config = by_liveness(nodes, leases, seed);
+        config.duration = secs(16.0);
+        let mut last_event = Duration::ZERO;
+        if let Some((at, node)) = crash {
+            let at = Duration::from_millis(at);
+            config.crashes.push((at, node % nodes));
+            last_event = last_event.max(at);
+        }
+        if let Some((at, node)) = join {
+            let at = Duration::from_millis(at);
+            config.starts[node % nodes] = at;
+            last_event = last_event.max(at);
+        }
+        if let Some((at, node)) = shutdown {
+            let at = Duration::from_millis(at);
+            config.shutdowns.push((at, node % nodes));
+            last_event = last_event.max(at);
+        }
+        if let Some((at, from, lease, to)) = hand_over {
+            let at = Duration::from_millis(at);
+            config.hand_overs.push((at, from % nodes, lease % leases, to % nodes));
+            last_event = last_event.max(at);
+        }
+        let all_gone = {
+            let mut gone: Vec<usize> = config.crashes.iter().chain(&config.shutdowns).map(|&(_, n)| n).collect();
+            gone.sort();
+            gone.dedup();
+            gone.len() == nodes
+        };
+        let report = run(config);
+        prop_assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        if !all_gone {
+            let settled = report.settled_after(last_event);
+            prop_assert!(settled.is_some(), "never settled: {:?}", report.samples.last());
+            let settled = settled.unwrap();
+            prop_assert!(settled <= last_event + secs(2.0 + 5.0 * 0.5),
+                "settled at {:?}, last event at {:?}", settled, last_event);
+            prop_assert_eq!(report.moves_since(settled + secs(0.5)), 0);
+        }
+    }
+}
