@@ -86,6 +86,7 @@ impl Config {
             seed: self.seed,
             stop_lead: self.stop_lead,
             rank: self.rank.clone(),
+            by_liveness: false,
         }
     }
 
@@ -200,6 +201,12 @@ pub struct SetConfig {
     /// those members. Carried by the membership row's name. The default,
     /// the lowest rank, is what every member has unless told otherwise.
     pub rank: Rank,
+    /// The set renews by liveness (DESIGN §10, issue 45): the machine's
+    /// side of it, its membership row released last at shutdown. Only the
+    /// model database has the statements yet (`sim::ModelDb::by_liveness`),
+    /// so it is hidden until the drivers have them.
+    #[doc(hidden)]
+    pub by_liveness: bool,
 }
 
 impl SetConfig {
@@ -224,6 +231,7 @@ impl SetConfig {
             seed: 0,
             stop_lead: Duration::ZERO,
             rank: Rank::default(),
+            by_liveness: false,
         }
     }
 

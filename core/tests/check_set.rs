@@ -70,13 +70,14 @@ fn by_liveness_two_nodes_two_leases_hold_every_property_to_depth_26() {
     clean(&bounds);
 }
 
-/// The same to depth 24 with one fault per path (loss, late delivery,
-/// stray batch, pause, crash, restart or shutdown).
+/// The same to depth 23 with one fault per path (loss, late delivery,
+/// stray batch, pause, crash, restart or shutdown); depth 24 outgrows the
+/// 24 GB machine (4,401,448 states at depth 23, 1,428,253 waiting).
 #[test]
-#[ignore = "minutes long: run with -- --ignored"]
-fn by_liveness_two_nodes_two_leases_hold_every_property_with_one_fault_to_depth_24() {
+#[ignore = "minutes long, about 14 GB: run with -- --ignored"]
+fn by_liveness_two_nodes_two_leases_hold_every_property_with_one_fault_to_depth_23() {
     let mut bounds = Bounds::for_set(2, 2);
-    bounds.depth = 24;
+    bounds.depth = 23;
     bounds.faults = 1;
     bounds.by_liveness = true;
     clean(&bounds);

@@ -42,6 +42,17 @@ fn writes_per_interval(report: &SetReport, from: Duration) -> u64 {
         .expect("two samples")
 }
 
+/// How long after `from` each work that started on `node` after it
+/// started.
+fn started_after(report: &SetReport, from: Duration, node: usize) -> Vec<Duration> {
+    report
+        .starts
+        .iter()
+        .filter(|&&(t, _, n)| t > from && n == node)
+        .map(|&(t, _, _)| t - from)
+        .collect()
+}
+
 /// The leases whose work ran on `node` at `at`.
 fn held_by(report: &SetReport, node: usize, at: Duration) -> Vec<usize> {
     let mut last = std::collections::BTreeMap::new();
@@ -129,12 +140,7 @@ fn a_clean_shutdown_hands_its_leases_over_at_once() {
     config.shutdowns = vec![(stop, 1)];
     let report = run(config);
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
-    let moved: Vec<Duration> = report
-        .starts
-        .iter()
-        .filter(|&&(t, _, n)| t > stop && n == 0)
-        .map(|&(t, _, _)| t - stop)
-        .collect();
+    let moved = started_after(&report, stop, 0);
     assert_eq!(moved.len(), 10);
     assert!(moved.iter().all(|&d| d < secs(0.1)), "{moved:?}");
 }
@@ -196,4 +202,25 @@ proptest! {
             prop_assert_eq!(report.moves_since(settled + secs(0.5)), 0);
         }
     }
+}
+
+/// A clean shutdown whose works take 300 ms to stop: the node's
+/// membership row, the liveness its leases follow, is released only after
+/// the last of them, so no lease is takeable while its work still runs.
+#[test]
+fn a_shutdown_releases_the_liveness_after_the_leases_whose_work_stops_slowly() {
+    let mut config = by_liveness(2, 20, 9);
+    config.work_stop = Duration::from_millis(300);
+    let stop = secs(8.0);
+    config.shutdowns = vec![(stop, 1)];
+    let report = run(config);
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let moved = started_after(&report, stop, 0);
+    println!("taken after the shutdown began: {moved:?}");
+    assert_eq!(moved.len(), 10, "the leaving node's share moved");
+    // Not before the leaving node's works stopped.
+    assert!(
+        moved.iter().all(|&d| d >= Duration::from_millis(300)),
+        "{moved:?}"
+    );
 }

@@ -202,10 +202,24 @@ impl LeaseSet {
         }) {
             return self.send(now, BatchKind::HandOver, vec![i]);
         }
+        // Shutting down, the membership row goes last: while a lease of
+        // this node is still held, stopping or being given up, its
+        // membership row stays (renewing by liveness it is the liveness
+        // those leases follow, DESIGN §10; releasing it first made them
+        // takeable while their works still stopped, on the simulator).
+        let leases_out = !self.shutting_down
+            || !self.template.by_liveness
+            || (0..self.member).all(|i| {
+                let s = &self.slots[i];
+                s.machine.is_finished()
+                    || (!s.machine.leadership().is_leader() && !s.stopping && s.queued.is_none())
+            });
         let release: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {
                 let s = &self.slots[i];
-                !s.stopping && matches!(s.queued, Some((_, Operation::Release { .. })))
+                !s.stopping
+                    && matches!(s.queued, Some((_, Operation::Release { .. })))
+                    && (i < self.member || leases_out)
             })
             .collect();
         if !release.is_empty() {

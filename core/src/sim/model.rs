@@ -307,6 +307,7 @@ impl ModelDb {
         // once that liveness is over.
         let effective = self.rows.get(lease).map(|row| self.expiry(row, now_ms));
         let over = !foreign && self.linked && self.end_lapsed_liveness(lease, now_ms);
+        let linked = self.linked;
         let jump = self.jump();
         let (fresh_in_grace, fresh_epoch) = self.fresh_row(now_ms);
         if !self.rows.contains_key(lease) && self.foreign(&self.marker) {
@@ -325,9 +326,18 @@ impl ModelDb {
                 let takeable = (row.expires_at <= now_ms || over)
                     || row.holder.as_deref() == Some(holder)
                     || row.holder.as_deref() == Some(&reservation(holder));
+                // By liveness, the caller's own membership row keeps its
+                // epoch when the caller acquires it again (a late or
+                // repeated acquire): its epoch is the term its linked rows
+                // follow, and a bump would end them under a live holder.
+                let own_liveness = linked
+                    && is_liveness_of(lease, holder)
+                    && row.holder.as_deref() == Some(holder);
                 if foreign {
                     row.expires_at = effective.unwrap_or(row.expires_at);
                     adopt(row, ttl_ms, now_ms, jump);
+                } else if own_liveness {
+                    row.expires_at = now_ms + ttl_ms;
                 } else if takeable {
                     row.holder = Some(holder.to_string());
                     row.epoch += 1;

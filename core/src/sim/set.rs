@@ -330,6 +330,7 @@ impl SetSimulation {
             .interval(self.config.interval);
         config.seed = self.config.seed ^ node as u64;
         config.rank = crate::rank::Rank::new(self.priority(node), None)?;
+        config.by_liveness = self.config.by_liveness;
         Ok(config)
     }
 

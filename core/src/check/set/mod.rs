@@ -133,6 +133,7 @@ pub(super) fn new_set(
     if setup.bounds.ranked {
         config.rank = super::world::node_rank(config.holder.as_str());
     }
+    config.by_liveness = setup.bounds.by_liveness;
     #[allow(unused_mut)]
     let mut set = LeaseSet::new(config, setup.names.clone(), now)?;
     #[cfg(feature = "mutants")]
