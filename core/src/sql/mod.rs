@@ -19,6 +19,8 @@ mod first_row;
 mod handover;
 mod mysql;
 
+// A replay's timeline lines (`check::timeline`, feature `sim`).
+#[cfg(feature = "sim")]
 pub(crate) use batch::push_json_string;
 pub use batch::{batch_names, batch_pairs};
 pub use candidates::{preferred_candidate_name, PREFERRED_PREFIX};

@@ -139,7 +139,9 @@ pub use pooler::{Pooler, NOTIFY_URL_PARAM, POOLER_PARAM};
 ///   [`deadline()`](crate::server::LeaderContext::deadline),
 ///   [`token()`](crate::server::LeaderContext::token);
 /// - its fence: [`fence()`](crate::server::LeaderContext::fence), the
-///   [`Fence`] to put in your own writes;
+///   [`Fence`] to put in your own writes (with the feature `sqlx`,
+///   `ctx.fence().begin_sqlx(&pool, ctx.time_left())` opens a fenced
+///   transaction on your own sqlx pool);
 /// - `fenced_transaction(&client)`: a transaction on your client that
 ///   holds the term's row and is cut at the deadline.
 ///
