@@ -26,12 +26,14 @@ use support::{len, signal, wait_event, Log, Node};
 const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 const MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 const HANDOVERS: usize = 20;
-/// How late a reader thread may stamp a line it was given: half the
-/// linger (`DEFAULT_LINGER`, 20 ms), by which the old `run` printed a
-/// released leader's `follower` line late, so that bug still fails here.
-/// (A quarter, 5 ms, was exceeded once by 2.9 ms on a CI run with the
-/// core's simulations beside the tests.)
-const READER_LAG: Duration = Duration::from_millis(10);
+/// How late a reader thread may stamp a line it was given, in any one
+/// round: a thread starved on a loaded machine (24 ms once, on a CI run
+/// with four background builds beside the tests; 5 ms and then 10 ms
+/// were exceeded before). The linger bug (`DEFAULT_LINGER`, 20 ms: the
+/// old `run` printed a released leader's `follower` line that much late)
+/// is caught by the rounds' count instead: it read every round out of
+/// order, and at most a quarter may be.
+const READER_LAG: Duration = Duration::from_millis(100);
 
 /// Runs `sql` on the server of `url` (nothing on SQLite: each test's
 /// file is new, in a directory of its own).
