@@ -125,7 +125,6 @@ fn pauses(case: &str, place: &Place, names: &[&str], processes: usize) -> Vec<u6
             .map(|lease| (lease.clone(), led_at(&log, victim, lease)))
             .collect();
         let mark = len(&log);
-        let stopped_ms = now_ms();
         signal(&nodes[victim], Signal::SIGSTOP);
         let pause = Duration::from_millis(1_200 + rng.below(1_800));
         std::thread::sleep(pause);
@@ -136,10 +135,13 @@ fn pauses(case: &str, place: &Place, names: &[&str], processes: usize) -> Vec<u6
             let said = wait_event(&log, mark, |e| {
                 e.node == victim && e.json["name"] == lease.as_str()
             });
-            if said.kind() == "follower" && said.unix_ms() <= stopped_ms {
-                // It had left the lease before the SIGSTOP (a set giving
-                // up its surplus), and its reader thread logged the line
-                // after the mark: not a term the pause ended.
+            if said.kind() == "follower" && said.unix_ms() < resumed_ms {
+                // Stamped before the SIGCONT, so before the process
+                // stopped (a stopped process stamps nothing): it had left
+                // the lease as the SIGSTOP was sent (a set giving up its
+                // surplus; once stamped 2 ms after the signal was sent,
+                // on a loaded CI run), and its reader thread logged the
+                // line after the mark: not a term the pause ended.
                 continue;
             }
             assert_eq!(

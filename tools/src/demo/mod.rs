@@ -6,6 +6,7 @@
 //! [`report`] prints the measured gaps and the account.
 
 mod maintenance;
+mod recording;
 mod report;
 pub mod set;
 mod setup;

@@ -19,6 +19,8 @@ use crate::duration::show;
 use crate::failure::CliError;
 use crate::output::line;
 
+use super::recording::Recording;
+
 /// The most leases the demo shows (a demo, not a benchmark:
 /// `examples/set_scale.rs` goes to 10,000 per node).
 pub const MAX_DEMO_LEASES: u32 = 1_000;
@@ -33,85 +35,6 @@ struct Works {
     running: BTreeMap<String, Vec<String>>,
     overlaps: usize,
     started: usize,
-}
-
-/// The run as `run --json` lines, for `demo --leases N --timeline FILE`:
-/// every node's leadership changes (one recorder thread per node, reading
-/// its subscription) and the demo's crash, as `picolease timeline` reads
-/// them.
-#[derive(Clone, Default)]
-struct Recording {
-    lines: Arc<Mutex<Vec<(u64, String)>>>,
-    ttl_ms: u64,
-    interval_ms: u64,
-}
-
-impl Recording {
-    fn push(
-        &self,
-        event: &str,
-        lease: &str,
-        node: &str,
-        at: std::time::SystemTime,
-        keys: serde_json::Value,
-    ) {
-        let unix_ms = crate::output::unix_ms(at);
-        let mut object = serde_json::json!({
-            "event": event,
-            "name": lease,
-            "node": node,
-            "unix_ms": unix_ms,
-        });
-        if let (Some(object), serde_json::Value::Object(keys)) = (object.as_object_mut(), keys) {
-            object.extend(keys);
-        }
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        lines.push((unix_ms, object.to_string()));
-    }
-
-    /// Records `node`'s changes from `transitions` until its driver stops.
-    fn follow(
-        &self,
-        node: String,
-        transitions: picolease::Subscription,
-    ) -> std::thread::JoinHandle<()> {
-        let recording = self.clone();
-        std::thread::spawn(move || {
-            for transition in transitions.filter_map(Result::ok) {
-                let l = &transition.leadership;
-                let epoch = l.epoch.map_or(0, |e| e.get());
-                let lease = transition.lease.as_str();
-                match (l.role, l.reason) {
-                    (picolease::Role::Leader, _) => recording.push(
-                        "leader",
-                        lease,
-                        &node,
-                        transition.at,
-                        serde_json::json!({
-                            "epoch": epoch,
-                            "ttl_ms": recording.ttl_ms,
-                            "interval_ms": recording.interval_ms,
-                        }),
-                    ),
-                    (picolease::Role::Follower, Some(reason)) => recording.push(
-                        "follower",
-                        lease,
-                        &node,
-                        transition.at,
-                        serde_json::json!({ "epoch": epoch, "reason": reason.as_str() }),
-                    ),
-                    (picolease::Role::Follower, None) => {}
-                }
-            }
-        })
-    }
-
-    /// The lines in time order (the recorders' threads interleave).
-    fn lines(&self) -> Vec<String> {
-        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        lines.sort_by_key(|(at, _)| *at);
-        lines.into_iter().map(|(_, line)| line).collect()
-    }
 }
 
 /// The demo's running state.
@@ -193,11 +116,7 @@ impl SetDemo {
             started: Instant::now(),
             shown: Vec::new(),
             generous: ttl * 3 + Duration::from_secs(5),
-            recording: Recording {
-                ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-                interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX),
-                ..Recording::default()
-            },
+            recording: Recording::new(ttl, interval),
             recorders: Vec::new(),
         };
         for i in 0..nodes {
@@ -422,12 +341,7 @@ impl SetDemo {
             show(self.ttl),
             show(self.interval)
         );
-        match crate::timeline::write_lines(&self.recording.lines(), &title, path, false)? {
-            code if code == ExitCode::SUCCESS => Ok(()),
-            _ => Err(CliError::runtime(
-                "the timeline shows two leaders of a lease (see above)",
-            )),
-        }
+        self.recording.draw(path, &title)
     }
 
     fn report(&self, checks: &Checks) -> Result<ExitCode, CliError> {
