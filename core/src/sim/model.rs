@@ -124,7 +124,7 @@ impl ModelDb {
 
     /// `holder`'s liveness row at `term`, if it is still there: its
     /// membership row, held by it at that epoch, plain.
-    fn liveness_at(&self, holder: &str, term: i64) -> Option<&ModelRow> {
+    fn liveness_at(&self, holder: &str, term: i64) -> Option<(&String, &ModelRow)> {
         self.rows
             .range(MEMBER_PREFIX.to_string()..)
             .take_while(|(name, _)| name.starts_with(MEMBER_PREFIX))
@@ -134,7 +134,6 @@ impl ModelDb {
                     && row.epoch == term
                     && row.expires_at < LINK_BASE
             })
-            .map(|(_, row)| row)
     }
 
     /// When `row` expires on the database's clock: its own expiry, or for
@@ -144,7 +143,7 @@ impl ModelDb {
             (None, _) => row.expires_at,
             (Some(term), Some(holder)) => self
                 .liveness_at(holder, term)
-                .map_or(now_ms, |live| live.expires_at),
+                .map_or(now_ms, |(_, live)| live.expires_at),
             (Some(_), None) => now_ms,
         }
     }
@@ -164,14 +163,7 @@ impl ModelDb {
             return true;
         }
         let live = self
-            .rows
-            .iter()
-            .find(|(name, live)| {
-                is_liveness_of(name, &holder)
-                    && live.holder.as_deref() == Some(holder.as_str())
-                    && live.epoch == term
-                    && live.expires_at < LINK_BASE
-            })
+            .liveness_at(&holder, term)
             .map(|(name, live)| (name.clone(), live.expires_at));
         match live {
             None => true,
