@@ -71,6 +71,11 @@ pub(crate) mod sealed {
 
         /// What the loop runs, for a thread's name and its error messages.
         fn describe(plan: &Self::Plan) -> String;
+        /// Whether the plan's set renews by liveness (DESIGN §10): its
+        /// driver then runs `Statements::renewing_by_liveness`.
+        fn renews_by_liveness(_plan: &Self::Plan) -> bool {
+            false
+        }
 
         /// The timings and holder id every lease is contended with.
         fn timings(&self) -> SetConfig;
@@ -253,6 +258,10 @@ impl sealed::Scoped for SetView {
 
     fn describe(_: &SetPlan) -> String {
         "lease set".into()
+    }
+
+    fn renews_by_liveness(plan: &SetPlan) -> bool {
+        plan.template.by_liveness
     }
 
     fn timings(&self) -> SetConfig {

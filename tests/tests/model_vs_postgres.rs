@@ -15,12 +15,14 @@ mod model_vs;
 use std::sync::Barrier;
 
 use model_vs::batch::{
-    batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp, BatchSql, BATCH_MUTANTS,
+    assert_linked_rows_met, batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp,
+    BatchSql, BATCH_MUTANTS,
 };
 use model_vs::{
     check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
     EpochPick, Op, Outcome, RealDb, Sql, LEASES, SQL_MUTANTS,
 };
+use picolease_core::sim::ModelDb;
 use picolease_core::sql::{Cell, Dialect, Statements};
 use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
 use proptest::test_runner::{
@@ -335,18 +337,41 @@ fn random_batch_sequences(
     test: &str,
     mutant: Option<BatchMutant>,
 ) -> Result<(), TestError<Vec<BatchOp>>> {
+    random_batch_sequences_of(runner, test, mutant, None)
+}
+
+/// [`random_batch_sequences`]; by liveness when `linked` is given (the
+/// statements of `Statements::renewing_by_liveness` against
+/// `ModelDb::by_liveness`), adding to it how many linked rows the model's
+/// batch acquires took and its renewals confirmed.
+fn random_batch_sequences_of(
+    runner: &mut TestRunner,
+    test: &str,
+    mutant: Option<BatchMutant>,
+    linked: Option<&std::cell::RefCell<(u64, u64)>>,
+) -> Result<(), TestError<Vec<BatchOp>>> {
     let db = std::cell::RefCell::new(Postgres::connect());
     let lease_table = table(test);
     let app_table = table(&format!("{test}_app"));
     runner.run(&batch_ops(30), |ops| {
         let mut db = db.borrow_mut();
-        let s = statements(&lease_table);
+        let mut s = statements(&lease_table);
+        let mut model = ModelDb::new();
+        if linked.is_some() {
+            s = s.renewing_by_liveness().expect("PostgreSQL's statements");
+            model = ModelDb::by_liveness();
+        }
         let mut sql = BatchSql::new(&s);
         if let Some(mutant) = mutant {
             mutant(&mut sql, &lease_table);
         }
-        let mut c = Comparison::new(&mut *db, Sql::new(&s), &app_table);
+        let mut c = Comparison::new(&mut *db, Sql::new(&s), &app_table).with_model(model);
         let verdict = c.run_batch_with(&ops, &sql);
+        if let Some(linked) = linked {
+            let mut linked = linked.borrow_mut();
+            linked.0 += c.linked_taken;
+            linked.1 += c.linked_confirmed;
+        }
         c.drop_tables();
         verdict.map_err(proptest::test_runner::TestCaseError::fail)
     })
@@ -372,6 +397,28 @@ fn model_and_postgres_agree_on_random_batch_sequences() {
     if let Err(e) = random_batch_sequences(&mut runner, "batch", None) {
         panic!("{e}");
     }
+}
+
+/// Renewing by liveness (DESIGN §10), the model's set statements
+/// (`ModelDb::by_liveness`, the kill of a lapsed liveness included) and
+/// PostgreSQL's (`Statements::renewing_by_liveness`) agree on every
+/// outcome and on the whole table after every step.
+#[test]
+fn model_and_postgres_agree_on_random_batch_sequences_by_liveness() {
+    let config = Config {
+        cases: cases(256),
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let linked = std::cell::RefCell::new((0, 0));
+    if let Err(e) = random_batch_sequences_of(&mut runner, "batch_live", None, Some(&linked)) {
+        panic!("{e}");
+    }
+    assert_linked_rows_met(linked.into_inner());
 }
 
 /// The batch comparison is sharp on PostgreSQL too: each mutant of the

@@ -14,12 +14,14 @@ use std::path::Path;
 use std::sync::Barrier;
 
 use model_vs::batch::{
-    batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp, BatchSql, BATCH_MUTANTS,
+    assert_linked_rows_met, batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp,
+    BatchSql, BATCH_MUTANTS, LIVENESS_MUTANTS,
 };
 use model_vs::{
     check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
     EpochPick, Op, Outcome, RealDb, Sql, LEASES, SQL_MUTANTS,
 };
+use picolease_core::sim::ModelDb;
 use picolease_core::sql::{Cell, Dialect, Statements};
 use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
 use proptest::test_runner::{
@@ -321,6 +323,29 @@ fn random_batch_sequences(
     runner: &mut TestRunner,
     mutant: Option<BatchMutant>,
 ) -> Result<(), TestError<Vec<BatchOp>>> {
+    random_batch_sequences_of(runner, mutant, false)
+}
+
+/// [`random_batch_sequences`], by liveness when `by_liveness`: the
+/// statements of `Statements::renewing_by_liveness` against
+/// `ModelDb::by_liveness_without_kill` (SQLite's one writer needs no
+/// kill).
+fn random_batch_sequences_of(
+    runner: &mut TestRunner,
+    mutant: Option<BatchMutant>,
+    by_liveness: bool,
+) -> Result<(), TestError<Vec<BatchOp>>> {
+    random_batch_sequences_counting(runner, mutant, by_liveness, &RefCell::new((0, 0)))
+}
+
+/// [`random_batch_sequences_of`], adding to `linked` how many linked rows
+/// the model's batch acquires took and its renewals confirmed.
+fn random_batch_sequences_counting(
+    runner: &mut TestRunner,
+    mutant: Option<BatchMutant>,
+    by_liveness: bool,
+    linked: &RefCell<(u64, u64)>,
+) -> Result<(), TestError<Vec<BatchOp>>> {
     let dir = tempfile::tempdir().unwrap();
     let db = RefCell::new(Sqlite::open(&dir.path().join("model_vs_batch.db")));
     let case = RefCell::new(0u32);
@@ -332,13 +357,24 @@ fn random_batch_sequences(
         };
         let mut db = db.borrow_mut();
         let table = format!("mvs_batch_{n}");
-        let s = statements(&table);
+        let mut s = statements(&table);
+        let mut model = ModelDb::new();
+        if by_liveness {
+            s = s.renewing_by_liveness().expect("SQLite's statements");
+            model = ModelDb::by_liveness_without_kill();
+        }
         let mut sql = BatchSql::new(&s);
         if let Some(mutant) = mutant {
             mutant(&mut sql, &table);
         }
-        let mut c = Comparison::new(&mut *db, Sql::new(&s), &format!("mvs_batch_app_{n}"));
+        let mut c = Comparison::new(&mut *db, Sql::new(&s), &format!("mvs_batch_app_{n}"))
+            .with_model(model);
         let verdict = c.run_batch_with(&ops, &sql);
+        {
+            let mut linked = linked.borrow_mut();
+            linked.0 += c.linked_taken;
+            linked.1 += c.linked_confirmed;
+        }
         c.drop_tables();
         verdict.map_err(proptest::test_runner::TestCaseError::fail)
     })
@@ -363,6 +399,54 @@ fn model_and_sqlite_agree_on_random_batch_sequences() {
     let mut runner = TestRunner::new(config);
     if let Err(e) = random_batch_sequences(&mut runner, None) {
         panic!("{e}");
+    }
+}
+
+/// Renewing by liveness (DESIGN §10), the model's set statements
+/// (`ModelDb::by_liveness_without_kill`) and SQLite's
+/// (`Statements::renewing_by_liveness`) agree on every outcome and on the
+/// whole table after every step, over the same random sequences: two of
+/// the holders have a membership row among the leases, so what they take
+/// while it lives is linked to it, confirmed by their renewals, and taken
+/// by others once it lapses.
+#[test]
+fn model_and_sqlite_agree_on_random_batch_sequences_by_liveness() {
+    let config = Config {
+        cases: cases(1024),
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let linked = RefCell::new((0, 0));
+    if let Err(e) = random_batch_sequences_counting(&mut runner, None, true, &linked) {
+        panic!("{e}");
+    }
+    assert_linked_rows_met(linked.into_inner());
+}
+
+/// The by-liveness comparison is sharp: a linked row taken while its
+/// holder's liveness lives, and a renewal confirming rows linked to a
+/// lapsed liveness, each make the random sequences find a disagreement.
+#[test]
+fn the_batch_comparison_by_liveness_catches_mutated_sql() {
+    for (name, mutant) in LIVENESS_MUTANTS {
+        let config = Config {
+            cases: 2048,
+            max_shrink_iters: 256,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut runner =
+            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        match random_batch_sequences_of(&mut runner, Some(mutant), true) {
+            Err(TestError::Fail(why, ops)) => {
+                eprintln!("{name}: caught by {} operations: {why}", ops.len())
+            }
+            other => panic!("{name}: not caught ({other:?})"),
+        }
     }
 }
 

@@ -351,6 +351,10 @@ pub enum Command {
         /// With --leases: how long to measure (default 20s).
         #[arg(long, value_name = "DURATION", requires = "leases", value_parser = parse_duration)]
         window: Option<Duration>,
+        /// With --leases: the processes renew by liveness (`run
+        /// --by-liveness`, DESIGN §10); the JSON adds "by_liveness".
+        #[arg(long, requires = "leases", hide = true)]
+        by_liveness: bool,
     },
     /// The guard between `run` and CMD (internal: started by `run`).
     #[command(name = "__guard", hide = true)]

@@ -18,39 +18,9 @@ use support::{counts, held, now_ms, signal, wait_for, Log, Node};
 
 const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
-/// A database of this test's own, dropped at the end.
-struct Database(String);
-
-impl Database {
-    fn new() -> Self {
-        let name = format!("pl_cli_set_{}", std::process::id());
-        sql(
-            ADMIN,
-            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        );
-        sql(ADMIN, &format!("CREATE DATABASE {name}"));
-        Database(name)
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:5432/{}", self.0)
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            sql(
-                ADMIN,
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
-            )
-        });
-    }
-}
-
 #[test]
 fn four_processes_share_200_leases_and_take_a_killed_ones_at_expiry() {
-    let db = Database::new();
+    let db = support::pg::Database::new("pl_cli_set");
     let url = db.url();
     let log: Log = Arc::default();
     let ttl = Duration::from_secs(2);

@@ -60,6 +60,10 @@ pub struct ModelDb {
     /// link what they take to the holder's membership row and confirm it
     /// by reading ([`ModelDb::by_liveness`]).
     linked: bool,
+    /// By liveness, the acquire ends a lapsed liveness it takes from
+    /// with a write (PostgreSQL's statements); SQLite's, one writer,
+    /// take without it ([`ModelDb::by_liveness_without_kill`]).
+    keeps_lapsed: bool,
     /// Rows written so far (taken, renewed, released, ended, reserved):
     /// what a set's steady state costs the database
     /// ([`ModelDb::row_writes`]).
@@ -69,20 +73,10 @@ pub struct ModelDb {
     mutation: crate::state::Mutation,
 }
 
-/// The base of a linked row's `expires_at` (DESIGN §10 "A set's renewal by
-/// liveness"): `LINK_BASE` + the term of its holder's liveness, far beyond
-/// any expiry (2^62 ms is 146 million years), so a version that does not
-/// know links reads it as held.
-pub const LINK_BASE: i64 = 1 << 62;
+pub use crate::sql::LINK_BASE;
 
-/// Whether `name` is `holder`'s liveness row: its membership row
-/// (`set::member_row_name`: the prefix, the holder id, then perhaps a
-/// rank), not its unhealthy row (the prefix, `~`, the holder id), unless
-/// the holder id is made of `~` alone (which sets refuse).
-fn is_liveness_of(name: &str, holder: &str) -> bool {
-    name.strip_prefix(MEMBER_PREFIX)
-        .is_some_and(|rest| rest.starts_with(holder))
-}
+mod liveness;
+use liveness::is_liveness_of;
 
 impl ModelDb {
     /// An empty table.
@@ -105,6 +99,21 @@ impl ModelDb {
         }
     }
 
+    /// [`ModelDb::by_liveness`] as SQLite's statements run it: a linked
+    /// row whose liveness lapsed is taken without ending that liveness
+    /// first. SQLite's one writer runs a renewal and a takeover one after
+    /// the other, whole, so a renewal that comes later finds the taken
+    /// row another's and confirms nothing of it; the lapsed liveness may
+    /// be renewed again by its holder, with the rows still linked to it,
+    /// which nobody took (DESIGN §10).
+    pub fn by_liveness_without_kill() -> Self {
+        ModelDb {
+            linked: true,
+            keeps_lapsed: true,
+            ..Self::default()
+        }
+    }
+
     /// How many rows the statements have written so far: each row taken,
     /// inserted, adopted, renewed, released, reserved or ended counts once
     /// per statement (a row confirmed by reading does not).
@@ -115,86 +124,6 @@ impl ModelDb {
     /// Whether the set statements renew by liveness.
     pub fn is_by_liveness(&self) -> bool {
         self.linked
-    }
-
-    /// The liveness term a linked row names, `None` for a plain row.
-    pub fn link(row: &ModelRow) -> Option<i64> {
-        (row.expires_at >= LINK_BASE).then(|| row.expires_at - LINK_BASE)
-    }
-
-    /// `holder`'s liveness row at `term`, if it is still there: its
-    /// membership row, held by it at that epoch, plain.
-    fn liveness_at(&self, holder: &str, term: i64) -> Option<(&String, &ModelRow)> {
-        self.rows
-            .range(MEMBER_PREFIX.to_string()..)
-            .take_while(|(name, _)| name.starts_with(MEMBER_PREFIX))
-            .find(|(name, row)| {
-                is_liveness_of(name, holder)
-                    && row.holder.as_deref() == Some(holder)
-                    && row.epoch == term
-                    && row.expires_at < LINK_BASE
-            })
-    }
-
-    /// When `row` expires on the database's clock: its own expiry, or for
-    /// a linked row its liveness row's (`now_ms` once that term is over).
-    pub fn expiry(&self, row: &ModelRow, now_ms: i64) -> i64 {
-        match (Self::link(row), row.holder.as_deref()) {
-            (None, _) => row.expires_at,
-            (Some(term), Some(holder)) => self
-                .liveness_at(holder, term)
-                .map_or(now_ms, |(_, live)| live.expires_at),
-            (Some(_), None) => now_ms,
-        }
-    }
-
-    /// Whether the linked row's liveness is over at `now_ms` (lapsed or
-    /// ended); ends a lapsed one (the acquire's kill-write: its holder
-    /// cleared, so the term never lives again). False for a plain row.
-    fn end_lapsed_liveness(&mut self, lease: &str, now_ms: i64) -> bool {
-        let Some(row) = self.rows.get(lease) else {
-            return false;
-        };
-        let (Some(term), Some(holder)) = (Self::link(row), row.holder.clone()) else {
-            return false;
-        };
-        #[cfg(feature = "mutants")]
-        if self.mutation == crate::state::Mutation::LinkedTakenWhileLive {
-            return true;
-        }
-        let live = self
-            .liveness_at(&holder, term)
-            .map(|(name, live)| (name.clone(), live.expires_at));
-        match live {
-            None => true,
-            Some((_, expires_at)) if expires_at > now_ms => false,
-            Some((name, _)) => {
-                if let Some(live) = self.rows.get_mut(&name) {
-                    live.holder = None;
-                    live.expires_at = now_ms;
-                    self.writes += 1;
-                }
-                true
-            }
-        }
-    }
-
-    /// `holder`'s liveness for a set's acquire: its membership row, held,
-    /// unexpired and this server's, extended to `now_ms + ttl_ms`; its
-    /// epoch (the term), or `None` when it has no live one.
-    fn extend_liveness(&mut self, holder: &str, ttl_ms: i64, now_ms: i64) -> Option<i64> {
-        let incarnation = self.incarnation;
-        let row = self.rows.iter_mut().find(|(name, row)| {
-            is_liveness_of(name, holder)
-                && row.holder.as_deref() == Some(holder)
-                && row.expires_at < LINK_BASE
-                && row.expires_at > now_ms
-                && row.incarnation == incarnation
-        })?;
-        row.1.expires_at = now_ms + ttl_ms;
-        let term = row.1.epoch;
-        self.writes += 1;
-        Some(term)
     }
 
     /// Plants a bug (feature `mutants`): only
@@ -298,7 +227,7 @@ impl ModelDb {
         // A linked row is adopted from its liveness's expiry, and taken
         // once that liveness is over.
         let effective = self.rows.get(lease).map(|row| self.expiry(row, now_ms));
-        let over = !foreign && self.linked && self.end_lapsed_liveness(lease, now_ms);
+        let over = !foreign && self.linked && self.end_lapsed_liveness(lease, holder, now_ms);
         let linked = self.linked;
         let jump = self.jump();
         let (fresh_in_grace, fresh_epoch) = self.fresh_row(now_ms);
@@ -647,7 +576,9 @@ impl ModelDb {
         // By liveness: the caller's live membership row is extended first,
         // and what it takes is linked to it.
         let term = if self.linked {
-            self.extend_liveness(holder, ttl_ms, now_ms)
+            self.extend_all_liveness(holder, ttl_ms, now_ms, &[])
+                .into_iter()
+                .max()
         } else {
             None
         };
@@ -685,67 +616,6 @@ impl ModelDb {
                         named(name, row)
                     })
             })
-            .collect()
-    }
-
-    /// The batch renew by liveness: the caller's liveness row (its
-    /// membership row in the batch) and every plain row are renewed as
-    /// [`ModelDb::renew`] renews them; a linked row is confirmed, not
-    /// written, when it is the caller's at its epoch and linked to the
-    /// liveness term just renewed. `name, epoch, asked` of each, in the
-    /// batch's order.
-    fn renew_batch_by_liveness(
-        &mut self,
-        pairs: &[(&str, Epoch)],
-        holder: &str,
-        ttl_ms: i64,
-        now_ms: i64,
-    ) -> Vec<Vec<Cell>> {
-        let mut term = None;
-        let mut answers: BTreeMap<&str, Vec<Cell>> = BTreeMap::new();
-        for &(name, epoch) in pairs
-            .iter()
-            .filter(|(name, _)| is_liveness_of(name, holder))
-        {
-            if let Some(mut row) = self.renew(name, holder, epoch, ttl_ms, now_ms).pop() {
-                term = Some(epoch.to_i64());
-                row.truncate(2);
-                answers.insert(name, named(name, row));
-            }
-        }
-        // A batch without the membership row (a set's leases fall due
-        // apart from it, or a node holding more than one batch's worth)
-        // extends the caller's live liveness all the same: what it
-        // confirms must last as long as a renewal sent now.
-        if term.is_none() && pairs.iter().all(|(name, _)| !is_liveness_of(name, holder)) {
-            term = self.extend_liveness(holder, ttl_ms, now_ms);
-        }
-        for &(name, epoch) in pairs
-            .iter()
-            .filter(|(name, _)| !is_liveness_of(name, holder))
-        {
-            let Some(link) = self
-                .matching(name, holder, epoch)
-                .map(|row| Self::link(row))
-            else {
-                continue;
-            };
-            let answer = match link {
-                None => self.renew(name, holder, epoch, ttl_ms, now_ms).pop(),
-                Some(link) if Some(link) == term => Some(vec![
-                    Cell::Int(epoch.to_i64()),
-                    self.asked_hand_over(name, epoch.to_i64()),
-                ]),
-                Some(_) => None,
-            };
-            if let Some(mut row) = answer {
-                row.truncate(2);
-                answers.insert(name, named(name, row));
-            }
-        }
-        pairs
-            .iter()
-            .filter_map(|(name, _)| answers.remove(name))
             .collect()
     }
 

@@ -17,6 +17,7 @@ mod decode;
 mod failover;
 mod first_row;
 mod handover;
+mod liveness;
 mod mysql;
 
 // A replay's timeline lines (`check::timeline`, feature `sim`).
@@ -28,6 +29,7 @@ pub use decode::{Cell, LeaseRow};
 pub use failover::{adopted_epoch, ADOPTION_EPOCH_SHIFT};
 pub use first_row::TABLE_MARKER;
 pub use handover::{hand_over_request_name, term_to_hand_over, HANDOVER_PREFIX};
+pub use liveness::LINK_BASE;
 
 use crate::error::RowError;
 use crate::names::{Epoch, HolderId, LeaseName, TableName};
@@ -316,6 +318,34 @@ impl Statements {
     /// Renders every statement for `table` in `dialect`.
     pub fn new(dialect: Dialect, table: &TableName) -> Self {
         build::statements(dialect, table)
+    }
+
+    /// The same statements with a lease set's renewal by liveness (DESIGN
+    /// §10 "A set's renewal by liveness"): the set's batch acquire links
+    /// what it takes to the caller's membership row and its batch renewal
+    /// writes that row alone, confirming linked rows by reading them; the
+    /// survey, the status, a lease's row and the fence read a linked row's
+    /// expiry as its liveness's. Everything else is unchanged. MySQL's
+    /// statements are not written yet: `None` there.
+    #[doc(hidden)]
+    pub fn renewing_by_liveness(mut self) -> Option<Self> {
+        if self.dialect == Dialect::Mysql {
+            return None;
+        }
+        let b = build::Builder {
+            dialect: self.dialect,
+            table: &self.table,
+        };
+        let (acquire_batch, renew_batch) = (b.liveness_acquire_batch(), b.liveness_renew_batch());
+        let (survey, status) = (b.liveness_survey(), b.liveness_status());
+        let (lease_row, fence) = (b.liveness_lease_row(), b.liveness_fence());
+        self.acquire_batch = acquire_batch;
+        self.renew_batch = renew_batch;
+        self.survey = survey;
+        self.status = status;
+        self.lease_row = lease_row;
+        self.fence = fence;
+        Some(self)
     }
 
     /// The dialect rendered for.

@@ -62,7 +62,13 @@ impl<S: Scope> Builder<S> {
             mut database,
             options,
         } = self;
-        let statements = Arc::new(Statements::new(Dialect::Sqlite, &database.table));
+        let mut statements = Statements::new(Dialect::Sqlite, &database.table);
+        if S::renews_by_liveness(&plan) {
+            statements = statements
+                .renewing_by_liveness()
+                .expect("SQLite's statements renew by liveness");
+        }
+        let statements = Arc::new(statements);
         let holder = S::planned_holder(&plan).clone();
         let what = S::describe(&plan);
         options.restart.validate()?;
@@ -84,6 +90,7 @@ impl<S: Scope> Builder<S> {
             format!("picolease-{what}"),
             what,
             &mut database,
+            Statements::clone(&statements),
             options.notices,
             runner,
         )?;

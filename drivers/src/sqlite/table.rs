@@ -83,10 +83,16 @@ impl LeaseTable {
     /// statement is prepared once here, so a table without the lease
     /// columns is reported before anything is written.
     pub fn open(db: &Database) -> Result<Self, SqliteError> {
+        Self::open_running(db, Statements::new(Dialect::Sqlite, &db.table))
+    }
+
+    /// [`LeaseTable::open`] running `statements` (a lease set's renewing
+    /// by liveness, DESIGN §10, or the plain ones) on `db`'s table.
+    pub(crate) fn open_running(db: &Database, statements: Statements) -> Result<Self, SqliteError> {
         let conn = open_connection(db)?;
         let table = LeaseTable {
             conn,
-            statements: Statements::new(Dialect::Sqlite, &db.table),
+            statements,
             path: db.path_text(),
             busy_timeout: db.busy_timeout,
         };
@@ -283,7 +289,21 @@ impl LeaseTable {
             batch: &json,
             stale_millis,
         };
-        match run(&self.conn, statement.sql(), statement.bind_batch(&bindings)) {
+        let ran = match statement.read_back() {
+            None => run(&self.conn, statement.sql(), statement.bind_batch(&bindings)),
+            // Renewing by liveness (DESIGN §10): the write, then the
+            // statement whose rows are the reply, in one transaction
+            // holding the writer lock from the start.
+            Some(then) => self.in_transaction(|conn| {
+                run(conn, statement.sql(), statement.bind_batch(&bindings))?;
+                run(
+                    conn,
+                    then.statement().sql(),
+                    then.statement().bind_batch(&bindings),
+                )
+            }),
+        };
+        match ran {
             Ok(rows) => match self.statements.decode_batch_reply(batch.kind, me, &rows) {
                 Ok(reply) => (reply, None),
                 Err(source) => (
@@ -292,6 +312,32 @@ impl LeaseTable {
                 ),
             },
             Err(e) => (BatchReply::Failed(failure_of(&e)), Some(self.error(e))),
+        }
+    }
+
+    /// Runs `body` in a transaction that takes the writer lock at once
+    /// (`BEGIN IMMEDIATE`), committed when it succeeds and rolled back
+    /// when it fails.
+    fn in_transaction<T>(
+        &self,
+        body: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        match body(&self.conn) {
+            Ok(value) => match self.conn.execute_batch("COMMIT") {
+                Ok(()) => Ok(value),
+                Err(e) => {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                // Nothing to roll back when the transaction is gone (an
+                // interrupt may end it); the statement's error is the one
+                // to report.
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
         }
     }
 

@@ -33,11 +33,12 @@ impl DriverThread {
         name: String,
         what: String,
         database: &mut Database,
+        statements: picolease_core::sql::Statements,
         notices: Notices,
         runner: Runner<super::gate::Gate>,
     ) -> Result<Self, SqliteError> {
         let timeout = runner.engine.config().request_timeout;
-        let (table, watchdog) = super::watchdog::open_watched(database, timeout)?;
+        let (table, watchdog) = super::watchdog::open_watched(database, statements, timeout)?;
         let (control, inbox) = super::inbox::channel()?;
         let changes = ChangeSource::start(notices, &database.location);
         let connection = Connection { table, watchdog };

@@ -96,10 +96,11 @@ impl Watchdog {
 /// connection so that no statement outlives the request timeout.
 pub(crate) fn open_watched(
     database: &mut super::open::Database,
+    statements: picolease_core::sql::Statements,
     request_timeout: Duration,
 ) -> Result<(super::table::LeaseTable, Watchdog), super::error::SqliteError> {
     database.busy_timeout = database.busy_timeout.min(request_timeout * 3 / 4);
-    let table = super::table::LeaseTable::open(database)?;
+    let table = super::table::LeaseTable::open_running(database, statements)?;
     let watchdog = Watchdog::start(table.connection().get_interrupt_handle(), request_timeout)
         .map_err(|e| super::error::SqliteError::Spawn(e.to_string()))?;
     Ok((table, watchdog))

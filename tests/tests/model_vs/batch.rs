@@ -18,14 +18,17 @@ use picolease_core::{BatchKind, BatchReply};
 
 use super::*;
 
-/// The leases of the batch sequences: three plain leases and one
-/// membership row.
-pub const BATCH_LEASES: [&str; 4] = [
+/// The leases of the batch sequences: three plain leases and two
+/// membership rows, of two of the holders (each its liveness, when the
+/// statements renew by liveness), one of them with a rank.
+pub const BATCH_LEASES: [&str; 5] = [
     "alpha",
     "beta",
     "gamma",
     // MEMBER_PREFIX followed by a holder id.
-    "picolease.member:node-a",
+    "picolease.member:node-c",
+    // MEMBER_PREFIX, a holder id, a space and a rank.
+    "picolease.member:web#00000a 5 v2",
 ];
 
 /// One step of a batch sequence. Each list names distinct leases (indices
@@ -363,6 +366,45 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
     }),
 ];
 
+/// Reports how many linked rows the model's batch acquires took from
+/// another holder (`taken`) and its renewals confirmed, and fails the
+/// test unless both happened: a by-liveness comparison that never met a
+/// linked row would pass without testing the shape.
+pub fn assert_linked_rows_met((taken, confirmed): (u64, u64)) {
+    eprintln!("linked rows taken by another holder: {taken}, confirmed by a renewal: {confirmed}");
+    assert!(
+        taken > 0 && confirmed > 0,
+        "the sequences took ({taken}) and confirmed ({confirmed}) linked rows"
+    );
+}
+
+/// Whether `name` is a membership row, but not one of `holder`'s.
+fn is_others_member(name: &str, holder: &str) -> bool {
+    name.strip_prefix(MEMBER_PREFIX).is_some_and(|rest| {
+        rest.strip_prefix(holder)
+            .is_none_or(|rank| !(rank.is_empty() || rank.starts_with(' ')))
+    })
+}
+
+/// The mutants of the statements renewing by liveness (DESIGN §10) the
+/// by-liveness comparison must catch, by name: SQLite's (its acquire's
+/// upsert and its renewal's read are the read-backs).
+pub const LIVENESS_MUTANTS: [(&str, BatchMutant); 2] = [
+    ("a linked row taken while its liveness lives", |sql, _| {
+        // The upsert's takeable test: the effective expiry a long way
+        // sooner than it is.
+        let read = sql.acquire_read.as_mut().expect("SQLite's upsert");
+        replace_all(read, "END) <= (", "END) - 1000000000 <= (");
+    }),
+    (
+        "a renewal confirming rows linked to a lapsed liveness",
+        |sql, _| {
+            let read = sql.renew_read.as_mut().expect("SQLite's read");
+            replace_all(read, "END) > (", "END) + 1000000000 > (");
+        },
+    ),
+];
+
 impl<R: RealDb> Comparison<'_, R> {
     /// Runs one batch operation on both sides, the real side with the
     /// real statements; returns both outcomes, sorted by name.
@@ -384,8 +426,33 @@ impl<R: RealDb> Comparison<'_, R> {
             BatchOp::Acquire { who, leases } => {
                 let holder = HOLDERS[*who];
                 let me = HolderId::new(holder).unwrap();
-                let names: Vec<&str> = leases.iter().map(|&i| BATCH_LEASES[i]).collect();
+                let by_liveness = self.model.is_by_liveness();
+                let names: Vec<&str> = leases
+                    .iter()
+                    .map(|&i| BATCH_LEASES[i])
+                    // By liveness a set acquires no other node's
+                    // membership row (another's liveness, which the
+                    // statement may end in passing).
+                    .filter(|name| !by_liveness || !is_others_member(name, holder))
+                    .collect();
+                let linked_to_others: Vec<&str> = names
+                    .iter()
+                    .copied()
+                    .filter(|name| {
+                        self.model.row(name).is_some_and(|row| {
+                            ModelDb::link(row).is_some() && row.holder.as_deref() != Some(holder)
+                        })
+                    })
+                    .collect();
                 let model = self.model.acquire_batch(&names, holder, ttl_ms, now);
+                self.linked_taken += linked_to_others
+                    .iter()
+                    .filter(|name| {
+                        self.model
+                            .row(name)
+                            .is_some_and(|row| row.holder.as_deref() == Some(holder))
+                    })
+                    .count() as u64;
                 let json = batch_names(names.iter().copied());
                 let real = run_batch_text(
                     self.real,
@@ -433,9 +500,23 @@ impl<R: RealDb> Comparison<'_, R> {
                     .map(|&(i, pick)| (BATCH_LEASES[i], self.epoch(BATCH_LEASES[i], pick)))
                     .collect();
                 let json = batch_pairs(pairs.iter().copied());
+                let linked: Vec<&str> = pairs
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .filter(|name| {
+                        self.model
+                            .row(name)
+                            .is_some_and(|r| ModelDb::link(r).is_some())
+                    })
+                    .collect();
                 let (model, statement, text) = if matches!(op, BatchOp::Renew { .. }) {
+                    let rows = self.model.renew_batch(&pairs, holder, ttl_ms, now);
+                    self.linked_confirmed += rows
+                        .iter()
+                        .filter(|row| matches!(&row[0], Cell::Text(name) if linked.contains(&name.as_str())))
+                        .count() as u64;
                     (
-                        self.model.renew_batch(&pairs, holder, ttl_ms, now),
+                        rows,
                         s.renew_batch(),
                         (sql.renew.as_str(), sql.renew_read.as_deref()),
                     )

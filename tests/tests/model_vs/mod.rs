@@ -21,7 +21,7 @@ pub mod batch;
 
 use picolease_core::sim::ModelDb;
 use picolease_core::sql::{
-    Bindings, Cell, Dialect, LeaseRow, ReadOrder, Statement, Statements, Value,
+    Bindings, Cell, Dialect, LeaseRow, ReadOrder, Statement, Statements, Value, LINK_BASE,
 };
 use picolease_core::{Epoch, HolderId, LeaseName, Operation, Reply, RowError};
 use proptest::prelude::*;
@@ -71,7 +71,11 @@ pub trait RealDb {
     fn execute(&mut self, sql: &str, values: &[Bound]) -> u64;
     /// Opens a read-write transaction (for a statement with a read-back).
     fn begin(&mut self) {
-        self.batch("START TRANSACTION");
+        self.batch(match self.dialect() {
+            // SQLite's writer lock at once, as a driver takes it.
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            _ => "START TRANSACTION",
+        });
     }
     /// Commits the transaction [`RealDb::begin`] opened.
     fn commit(&mut self) {
@@ -658,6 +662,11 @@ pub struct Comparison<'r, R: RealDb> {
     model_now: i64,
     /// Every operation and both outcomes so far, for the failure message.
     log: Vec<String>,
+    /// By liveness: how often a batch acquire took a row linked to
+    /// another holder's liveness, and a batch renewal confirmed a linked
+    /// row (on the model's side), for a test to show it tried both.
+    pub linked_taken: u64,
+    pub linked_confirmed: u64,
 }
 
 impl<'r, R: RealDb> Comparison<'r, R> {
@@ -679,7 +688,16 @@ impl<'r, R: RealDb> Comparison<'r, R> {
             model: ModelDb::new(),
             model_now: 1_700_000_000_000,
             log: Vec::new(),
+            linked_taken: 0,
+            linked_confirmed: 0,
         }
+    }
+
+    /// The same comparison against `model` (empty): a by-liveness one,
+    /// for the statements of `Statements::renewing_by_liveness`.
+    pub fn with_model(mut self, model: ModelDb) -> Self {
+        self.model = model;
+        self
     }
 
     /// Drops the tables.
@@ -871,8 +889,19 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 let delta = i64::from(steps) * STEP_MS;
                 self.model_now += delta;
                 let table = ident(s.dialect(), &s.table().to_string());
+                // A linked row's expiry names its liveness's term, not a
+                // time: it stays (DESIGN §10).
+                let linked = match s.dialect() {
+                    Dialect::Sqlite => {
+                        format!("typeof(expires_at) = 'integer' AND expires_at >= {LINK_BASE}")
+                    }
+                    _ => format!("expires_at >= {LINK_BASE}"),
+                };
                 self.real.execute(
-                    &format!("UPDATE {table} SET expires_at = expires_at - {delta}"),
+                    &format!(
+                        "UPDATE {table} SET expires_at = \
+                         CASE WHEN {linked} THEN expires_at ELSE expires_at - {delta} END"
+                    ),
                     &[],
                 );
                 (Outcome::Advanced, Outcome::Advanced)

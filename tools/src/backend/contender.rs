@@ -48,6 +48,19 @@ impl Leases {
         Ok(Leases::Many { template, names })
     }
 
+    /// A set renewing by liveness when `on` (DESIGN §10); refused for one
+    /// name, which renews its one row anyway.
+    pub fn renewing_by_liveness(mut self, on: bool) -> Result<Self, CliError> {
+        match &mut self {
+            _ if !on => {}
+            Leases::One(_) => return Err(CliError::usage(
+                "--by-liveness is for several names (a lease set); one lease renews its one row",
+            )),
+            Leases::Many { template, .. } => template.by_liveness = true,
+        }
+        Ok(self)
+    }
+
     /// Every lease name, in the order given.
     pub fn names(&self) -> Vec<LeaseName> {
         match self {

@@ -28,6 +28,8 @@ pub struct CostOptions {
     pub settle: Duration,
     pub window: Duration,
     pub json: bool,
+    /// The processes renew by liveness (`run --by-liveness`, DESIGN §10).
+    pub by_liveness: bool,
 }
 
 /// The counters read at one instant.
@@ -129,6 +131,7 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
         let child = Command::new(&exe)
             .args(["--db", db, "--table", &table, "run", "--name", &names])
             .args(["--ttl", &ttl, "--node", &format!("bench-{node}")])
+            .args(options.by_liveness.then_some("--by-liveness"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -155,6 +158,7 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
     let rates = Rates::between(from, to);
     let interval = options.ttl.as_secs_f64() / 4.0;
     let figures = serde_json::json!({
+        "by_liveness": options.by_liveness,
         "leases": options.leases,
         "nodes": options.nodes,
         "ttl_ms": options.ttl.as_millis() as u64,
@@ -172,9 +176,14 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
         println!("{figures}");
     } else {
         println!(
-            "{} leases among {} processes, ttl {ttl} (interval {:.0} ms), held {held} of {}{}",
+            "{} leases among {} processes{}, ttl {ttl} (interval {:.0} ms), held {held} of {}{}",
             options.leases,
             options.nodes,
+            if options.by_liveness {
+                " renewing by liveness"
+            } else {
+                ""
+            },
             interval * 1000.0,
             options.leases,
             if exited > 0 {
@@ -236,11 +245,19 @@ async fn counters(client: &tokio_postgres::Client, table: &str) -> Result<Counte
     })
 }
 
-/// How many of the set's leases are held and unexpired now.
+/// How many of the set's leases are held and unexpired now: a linked
+/// row (renewing by liveness, DESIGN §10) while its holder's liveness row
+/// at its term is.
 async fn held(client: &tokio_postgres::Client, table: &str) -> Result<i64, CliError> {
+    let link = picolease::sql::LINK_BASE;
+    let prefix = picolease::sql::MEMBER_PREFIX;
     let sql = format!(
-        "SELECT count(*) FROM {table} WHERE holder IS NOT NULL AND name NOT LIKE 'picolease.%' \
-         AND expires_at > (extract(epoch FROM statement_timestamp()) * 1000)::bigint"
+        "WITH now AS (SELECT (extract(epoch FROM statement_timestamp()) * 1000)::bigint AS ms) \
+         SELECT count(*) FROM {table} AS r, now WHERE r.holder IS NOT NULL AND r.name NOT LIKE 'picolease.%' \
+         AND CASE WHEN r.expires_at < {link} THEN r.expires_at > now.ms \
+         ELSE EXISTS (SELECT 1 FROM {table} AS l WHERE l.holder = r.holder \
+         AND l.epoch = r.expires_at - {link} AND l.expires_at < {link} AND l.expires_at > now.ms \
+         AND (l.name = '{prefix}' || l.holder OR l.name LIKE '{prefix}' || l.holder || ' %')) END"
     );
     let row = client
         .query_one(&sql, &[])

@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// One JSON object per line for each event (see above).
     #[arg(long)]
     pub json: bool,
+    /// With several names: the set renews by liveness (DESIGN §10): one
+    /// row per node per interval, a lease row written only when it changes
+    /// hands. SQLite and PostgreSQL; hidden until every database has it.
+    #[arg(long, hide = true)]
+    pub by_liveness: bool,
     /// Serve HTTP on ADDR (IP:PORT or localhost:PORT) while running:
     /// GET /metrics (Prometheus text), /leader (200 when leading, else
     /// 503; {"name", "holder", "epoch"}) and /healthz (503 only when the

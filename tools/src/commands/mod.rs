@@ -167,6 +167,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             settle,
             window,
             json,
+            by_liveness,
             ..
         } => crate::bench::write_cost::dispatch(
             &cli.db,
@@ -178,6 +179,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 settle: settle.unwrap_or(std::time::Duration::from_secs(25)),
                 window: window.unwrap_or(std::time::Duration::from_secs(20)),
                 json,
+                by_liveness,
             },
         ),
         Command::Bench { rounds, json, .. } => crate::bench::run(

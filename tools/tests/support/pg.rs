@@ -29,3 +29,36 @@ pub fn sql(url: &str, sql: &str) -> Vec<String> {
             .collect()
     })
 }
+
+const ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// A database of a test's own on the test server, dropped at the end.
+pub struct Database(pub String);
+
+impl Database {
+    /// `<prefix>_<pid>`, dropped first if a crashed run left it.
+    pub fn new(prefix: &str) -> Self {
+        let name = format!("{prefix}_{}", std::process::id());
+        sql(
+            ADMIN,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
+        sql(ADMIN, &format!("CREATE DATABASE {name}"));
+        Database(name)
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.0)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| {
+            sql(
+                ADMIN,
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0),
+            )
+        });
+    }
+}

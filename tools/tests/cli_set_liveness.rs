@@ -1,0 +1,140 @@
+//! Lease sets renewing by liveness (DESIGN §10), from outside: three
+//! `picolease run --name 's{0..999}' --by-liveness --json` processes on
+//! SQLite and on PostgreSQL share 1,000 leases; on PostgreSQL the table
+//! then takes at most two row writes per node per interval (today's shape
+//! writes every held row); a SIGKILLed process's leases are each taken by
+//! the others at the next epoch within ttl + an interval of the kill (and
+//! a poll), and no lease is ever led by two processes.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use support::{counts, held, now_ms, signal, wait_for, Log, Node};
+
+const TTL: Duration = Duration::from_secs(2);
+const INTERVAL: Duration = Duration::from_millis(500);
+const LEASES: usize = 1_000;
+
+/// Starts three processes over `LEASES` leases on `db`, renewing by
+/// liveness, and waits until they hold a third each.
+fn start(db: &str, log: &Log) -> Vec<Node> {
+    let names = format!("s{{0..{}}}", LEASES - 1);
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| support::spawn(db, &[], &names, "2s", i, log, &["--by-liveness"]))
+        .collect();
+    let none = BTreeSet::new();
+    let took = wait_for("333/333/334", Duration::from_secs(60), || {
+        counts(log, &none) == vec![333, 333, 334]
+    });
+    eprintln!("{LEASES} leases balanced 333/333/334 {took:?} after the start");
+    nodes
+}
+
+/// SIGKILLs node 2 and checks that each of its leases is led by another
+/// node at the next epoch, between ttl − interval (its last renewal was
+/// at most an interval before the kill) and ttl + 2 intervals after the
+/// kill (the expiry, and a follower's poll); returns the slowest.
+fn kill_and_take_over(nodes: &mut [Node], log: &Log) -> Duration {
+    let none = BTreeSet::new();
+    let victim = held(log, &none)[&2].clone();
+    let epochs: BTreeMap<String, u64> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.node == 2 && e.kind() == "leader")
+        .map(|e| (e.json["name"].as_str().unwrap().to_string(), e.epoch()))
+        .collect();
+    let killed_index = log.lock().unwrap().len();
+    let killed_at = now_ms();
+    signal(&nodes[2], Signal::SIGKILL);
+    let _ = nodes[2].child.wait();
+    let reaped_at = now_ms();
+    let dead = BTreeSet::from([2]);
+    let took = wait_for("500/500", Duration::from_secs(30), || {
+        counts(log, &dead) == vec![500, 500]
+    });
+    eprintln!("rebalanced 500/500 {took:?} after the SIGKILL (ttl {TTL:?})");
+    let events = log.lock().unwrap().clone();
+    let mut slowest = 0;
+    let mut fastest = u64::MAX;
+    for name in &victim {
+        let taken = events[killed_index..]
+            .iter()
+            .find(|e| e.kind() == "leader" && e.json["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} never taken over"));
+        assert_eq!(
+            taken.epoch(),
+            epochs[name] + 1,
+            "{name} is taken at the next epoch"
+        );
+        let after = taken.unix_ms().saturating_sub(killed_at);
+        slowest = slowest.max(after);
+        fastest = fastest.min(after);
+    }
+    eprintln!(
+        "the killed node's {} leases were taken {fastest}..{slowest} ms after the kill",
+        victim.len()
+    );
+    let lower = (TTL - INTERVAL).as_millis() as u64 - 100;
+    let upper = (TTL + 2 * INTERVAL).as_millis() as u64;
+    assert!(
+        fastest >= lower,
+        "a lease was taken {fastest} ms after the kill, before its liveness could lapse"
+    );
+    assert!(
+        slowest <= upper,
+        "a lease was taken {slowest} ms after the kill, past ttl + 2 intervals"
+    );
+    support::assert_never_led_twice(&events, Some((reaped_at, 2)));
+    for node in &mut nodes[..2] {
+        signal(node, Signal::SIGTERM);
+        assert_eq!(node.child.wait().unwrap().code(), Some(0));
+    }
+    Duration::from_millis(slowest)
+}
+
+#[test]
+fn three_processes_on_sqlite_share_a_thousand_leases_by_liveness_and_take_a_killed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("live.db").display());
+    let log: Log = Arc::default();
+    let mut nodes = start(&db, &log);
+    kill_and_take_over(&mut nodes, &log);
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn three_processes_on_postgres_write_a_row_each_per_interval_and_take_a_killed_ones() {
+    use support::pg::sql;
+    let db = support::pg::Database::new("pl_cli_live");
+    let url = db.url();
+    let log: Log = Arc::default();
+    let mut nodes = start(&url, &log);
+    // The table's row writes over 6 s, counted from a ttl after the
+    // balance (PostgreSQL flushes a backend's counters about once a
+    // second; the shares settle within the ttl).
+    let writes = || -> f64 {
+        sql(
+            &url,
+            "SELECT COALESCE(sum(n_tup_upd + n_tup_ins), 0) FROM pg_stat_user_tables \
+             WHERE relname = 'picolease_leases'",
+        )[0]
+        .parse()
+        .unwrap()
+    };
+    std::thread::sleep(TTL);
+    let before = writes();
+    let window = Duration::from_secs(6);
+    std::thread::sleep(window);
+    let per_interval = (writes() - before) / (window.as_secs_f64() / INTERVAL.as_secs_f64());
+    eprintln!("{per_interval:.1} row writes per interval for 3 nodes over {LEASES} leases");
+    assert!(
+        per_interval <= 6.0,
+        "{per_interval:.1} row writes per interval: at most 2 per node"
+    );
+    kill_and_take_over(&mut nodes, &log);
+}
