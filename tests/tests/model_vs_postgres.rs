@@ -15,8 +15,9 @@ mod model_vs;
 use std::sync::Barrier;
 
 use model_vs::batch::{
-    assert_linked_rows_met, batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp,
-    BatchSql, BATCH_MUTANTS,
+    assert_linked_rows_met, batch_ops, check_awkward_names,
+    check_runbook_keeps_a_linked_rows_grace, renew_many, BatchMutant, BatchOp, BatchSql,
+    BATCH_MUTANTS,
 };
 use model_vs::{
     check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
@@ -479,5 +480,18 @@ fn a_planned_handover_agrees_with_the_model_on_postgres() {
     let app = table("handover_app");
     let mut c = Comparison::new(&mut db, Sql::new(&s), &app);
     check_hand_over_script(&mut c);
+    c.drop_tables();
+}
+
+/// Renewing by liveness, the runbook after a failover keeps a linked
+/// row's grace on PostgreSQL (`check_runbook_keeps_a_linked_rows_grace`).
+#[test]
+fn the_runbook_keeps_a_linked_rows_grace_on_postgres() {
+    let mut db = Postgres::connect();
+    let s = statements(&table("runbook_live"))
+        .renewing_by_liveness()
+        .unwrap();
+    let mut c = Comparison::new(&mut db, Sql::new(&s), &table("runbook_live_app"));
+    check_runbook_keeps_a_linked_rows_grace(&mut c);
     c.drop_tables();
 }

@@ -14,8 +14,9 @@ use std::path::Path;
 use std::sync::Barrier;
 
 use model_vs::batch::{
-    assert_linked_rows_met, batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp,
-    BatchSql, BATCH_MUTANTS, LIVENESS_MUTANTS,
+    assert_linked_rows_met, batch_ops, check_awkward_names,
+    check_runbook_keeps_a_linked_rows_grace, renew_many, BatchMutant, BatchOp, BatchSql,
+    BATCH_MUTANTS, LIVENESS_MUTANTS,
 };
 use model_vs::{
     check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
@@ -500,5 +501,18 @@ fn a_planned_handover_agrees_with_the_model_on_sqlite() {
     let s = statements("mvs_handover");
     let mut c = Comparison::new(&mut db, Sql::new(&s), "mvs_handover_app");
     check_hand_over_script(&mut c);
+    c.drop_tables();
+}
+
+/// Renewing by liveness, the runbook after a restore keeps a linked row's
+/// grace on SQLite (`check_runbook_keeps_a_linked_rows_grace`).
+#[test]
+fn the_runbook_keeps_a_linked_rows_grace_on_sqlite() {
+    let mut db = Sqlite {
+        conn: Connection::open_in_memory().unwrap(),
+    };
+    let s = statements("mvs_runbook").renewing_by_liveness().unwrap();
+    let mut c = Comparison::new(&mut db, Sql::new(&s), "mvs_runbook_app");
+    check_runbook_keeps_a_linked_rows_grace(&mut c);
     c.drop_tables();
 }

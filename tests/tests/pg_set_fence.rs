@@ -18,7 +18,23 @@ type Seen = Arc<Mutex<Vec<(String, Epoch, u64, bool)>>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_work_writes_through_fenced_transactions_only_inside_its_term() {
-    let table = unique_table("set_fence");
+    fenced_set_work(false).await;
+}
+
+/// The same, the set renewing by liveness (DESIGN §10): its lease rows
+/// are linked to its membership row, and the fence reads their expiry
+/// through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_work_renewing_by_liveness_writes_through_fenced_transactions_only_inside_its_term() {
+    fenced_set_work(true).await;
+}
+
+async fn fenced_set_work(by_liveness: bool) {
+    let table = unique_table(if by_liveness {
+        "set_fence_live"
+    } else {
+        "set_fence"
+    });
     let admin = admin().await;
     init(&admin, &table).await.unwrap();
     let app = format!("\"{}_app\"", table.table());
@@ -34,11 +50,12 @@ async fn set_work_writes_through_fenced_transactions_only_inside_its_term() {
         .iter()
         .map(|n| LeaseName::new(n).unwrap())
         .collect();
-    let template = SetConfig::with_ttl(
+    let mut template = SetConfig::with_ttl(
         HolderId::new(&format!("sf-{}", std::process::id())).unwrap(),
         Duration::from_millis(1_000),
     )
     .interval(Duration::from_millis(200));
+    template.by_liveness = by_liveness;
     let seen: Seen = Arc::default();
     let connector = PgConnector::new(&url_for(PG_ADDR, "set-fence")).unwrap();
     let set = PgLeaseSet::builder(template, names.clone(), connector)
@@ -105,6 +122,20 @@ async fn set_work_writes_through_fenced_transactions_only_inside_its_term() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    // Renewing by liveness, the lease rows are linked (`expires_at` past
+    // `LINK_BASE`), so the fence above went through the liveness.
+    let linked = admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE name IN ('f0', 'f1') AND expires_at >= $1",
+                table
+            ),
+            &[&picolease::sql::LINK_BASE],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(linked, if by_liveness { 2 } else { 0 }, "linked rows");
     for (lease, epoch) in &written {
         let name = LeaseName::new(lease).unwrap();
         assert_eq!(Some(held[&name].to_i64()), *epoch, "{lease}");

@@ -158,6 +158,9 @@ pub enum Command {
         /// {NAME: {"sql", "params"}}}.
         #[arg(long)]
         json: bool,
+        /// A lease set's statements renewing by liveness (DESIGN §10).
+        #[arg(long, hide = true)]
+        by_liveness: bool,
     },
     /// A live election among N nodes on a temporary SQLite file: crash,
     /// clean handover, fenced maintenance loops, and the final account.

@@ -138,3 +138,88 @@ fn three_processes_on_postgres_write_a_row_each_per_interval_and_take_a_killed_o
     );
     kill_and_take_over(&mut nodes, &log);
 }
+
+/// A fleet in the middle of an upgrade (DESIGN §10 "Older versions never
+/// take a linked row"): two processes renewing every row (the older
+/// shape) and two renewing by liveness share 200 leases on `db`; one of
+/// each is SIGKILLed. The older one's rows are taken by anyone; the newer
+/// one's linked rows only by the newer survivor, up to its share: the
+/// rest wait (the older survivor reads them as held far ahead), every
+/// one of them a row the killed newer process held. An operator's
+/// `release --force` frees each, and then the survivors hold 100 each. No
+/// lease is ever led by two processes.
+fn a_mixed_fleet_never_gives_a_lease_to_two(db: &str) {
+    let log: Log = Arc::default();
+    let mut nodes: Vec<Node> = (0..4)
+        .map(|i| {
+            let shape: &[&str] = if i % 2 == 1 { &["--by-liveness"] } else { &[] };
+            support::spawn(db, &[], "s{0..199}", "2s", i, &log, shape)
+        })
+        .collect();
+    let none = BTreeSet::new();
+    let took = wait_for("50 each", Duration::from_secs(60), || {
+        counts(&log, &none) == vec![50, 50, 50, 50]
+    });
+    eprintln!("200 leases balanced 50 each among 2 + 2 shapes {took:?} after the start");
+    let newer_killed = held(&log, &none)[&3].clone();
+    for i in [2, 3] {
+        signal(&nodes[i], Signal::SIGKILL);
+        let _ = nodes[i].child.wait();
+    }
+    let reaped_at = now_ms();
+    let dead = BTreeSet::from([2, 3]);
+    // Settled: past the expiry, and no lease moved for two seconds.
+    let mut last = (counts(&log, &dead), std::time::Instant::now());
+    let took = wait_for("the survivors settle", Duration::from_secs(30), || {
+        let now = counts(&log, &dead);
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+        now_ms() > reaped_at + 3_000 && last.1.elapsed() > Duration::from_secs(2)
+    });
+    let survivors = held(&log, &dead);
+    let held_now: BTreeSet<String> = survivors.values().flatten().cloned().collect();
+    let waiting: Vec<String> = (0..200)
+        .map(|i| format!("s{i}"))
+        .filter(|name| !held_now.contains(name))
+        .collect();
+    eprintln!(
+        "settled {took:?} after the SIGKILLs: {:?} held, {} waiting",
+        counts(&log, &dead),
+        waiting.len()
+    );
+    for name in &waiting {
+        assert!(
+            newer_killed.contains(name),
+            "{name} waits, but the killed newer process did not hold it"
+        );
+        let out = support::picolease(&["--db", db, "release", "--name", name, "--force"]);
+        assert!(out.status.success(), "release --force {name}: {out:?}");
+    }
+    let took = wait_for("100/100", Duration::from_secs(30), || {
+        counts(&log, &dead) == vec![100, 100]
+    });
+    eprintln!("100/100 {took:?} after the operator freed the waiting leases");
+    let events = log.lock().unwrap().clone();
+    support::assert_never_led_twice_killing(&events, reaped_at, &[2, 3]);
+    for node in &mut nodes[..2] {
+        signal(node, Signal::SIGTERM);
+        assert_eq!(node.child.wait().unwrap().code(), Some(0));
+    }
+}
+
+#[test]
+fn a_mixed_fleet_on_sqlite_never_gives_a_lease_to_two() {
+    let dir = tempfile::tempdir().unwrap();
+    a_mixed_fleet_never_gives_a_lease_to_two(&format!(
+        "sqlite://{}",
+        dir.path().join("mixed.db").display()
+    ));
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn a_mixed_fleet_on_postgres_never_gives_a_lease_to_two() {
+    let db = support::pg::Database::new("pl_cli_mixed");
+    a_mixed_fleet_never_gives_a_lease_to_two(&db.url());
+}

@@ -801,3 +801,45 @@ fn the_printed_postgres_batch_statements_run_on_the_server() {
             .collect()
     });
 }
+
+/// `sql --by-liveness` (hidden while MySQL lacks it) prints a set's
+/// statements renewing by liveness (DESIGN §10): the same keys, the
+/// library's own `Statements::renewing_by_liveness` text; on SQLite the
+/// batch acquire and renewal carry a read-back (two statements, one
+/// transaction); MySQL is refused with exit 2, naming the dialect.
+#[test]
+fn by_liveness_prints_the_statements_renewing_by_liveness() {
+    for (dialect, name) in [(Dialect::Sqlite, "sqlite"), (Dialect::Postgres, "postgres")] {
+        let v = json(&["sql", "--dialect", name, "--json", "--by-liveness"]);
+        assert_eq!(keys(&v["statements"]), set(&KEYS));
+        let s = Statements::new(dialect, &TableName::default())
+            .renewing_by_liveness()
+            .unwrap();
+        for (key, statement) in [
+            ("acquire_batch", s.acquire_batch()),
+            ("renew_batch", s.renew_batch()),
+            ("survey", s.survey()),
+            ("status", s.status()),
+            ("fence", s.fence()),
+        ] {
+            assert_eq!(sql(&v["statements"][key]), statement.sql(), "{name} {key}");
+            assert_eq!(
+                v["statements"][key]["read_back"].is_object(),
+                statement.read_back().is_some(),
+                "{name} {key}"
+            );
+        }
+        let read_back = v["statements"]["acquire_batch"]["read_back"].is_object();
+        assert_eq!(read_back, dialect == Dialect::Sqlite, "{name}");
+        // Not the default statements.
+        let plain = json(&["sql", "--dialect", name, "--json"]);
+        assert_ne!(
+            sql(&plain["statements"]["renew_batch"]),
+            sql(&v["statements"]["renew_batch"])
+        );
+    }
+    let out = picolease(&["sql", "--dialect", "mysql", "--by-liveness"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not available on mysql"), "{stderr}");
+}

@@ -476,11 +476,7 @@ impl Builder<'_> {
                 pick3(
                     // A full ttl from now at least: whatever term the
                     // lost history granted ends before that.
-                    Func::greatest([
-                        Expr::cust(self.quoted(EXPIRES_AT)),
-                        self.excluded(EXPIRES_AT),
-                    ])
-                    .into(),
+                    Func::greatest([self.current_expiry(), self.excluded(EXPIRES_AT)]).into(),
                     self.excluded(EXPIRES_AT),
                     self.col(EXPIRES_AT),
                 ),

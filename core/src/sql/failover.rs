@@ -8,7 +8,7 @@ use sea_query::{Alias, Expr, ExprTrait, Func, Query};
 use super::build::{
     db_now, db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, HOLDER_COL, INCARNATION, NAME, TTL,
 };
-use super::{ReadOrder, Statement, HANDOVER_PREFIX, PREFERRED_PREFIX};
+use super::{Dialect, ReadOrder, Statement, HANDOVER_PREFIX, PREFERRED_PREFIX};
 
 /// An adopted row's epoch counts the adopting server's clock in units of
 /// 2^20 per millisecond ([`adopted_epoch`]).
@@ -50,11 +50,23 @@ impl Builder<'_> {
     /// that.
     pub(super) fn grace_expiry(&self) -> Expr {
         Func::greatest([
-            Expr::cust(self.quoted(EXPIRES_AT)),
+            self.current_expiry(),
             // The ttl is a sentinel value, bound as `Param::TtlMillis`.
             db_now(self.dialect).add(Expr::val(TTL)),
         ])
         .into()
+    }
+
+    /// The row's expiry as every statement reads it: on SQLite and
+    /// PostgreSQL a linked row's (a set renewing by liveness, DESIGN §10)
+    /// is its holder's liveness's, so that adopting it keeps the lost
+    /// term's grace and writes a plain row; MySQL has no linked rows.
+    pub(super) fn current_expiry(&self) -> Expr {
+        let table = format!("\"{}\"", self.table.table());
+        match self.dialect {
+            Dialect::Sqlite | Dialect::Postgres => Expr::cust(self.effective_expiry(&table)),
+            Dialect::Mysql => Expr::cust(self.quoted(EXPIRES_AT)),
+        }
     }
 
     /// The operators' statement after a failover the servers could not

@@ -65,6 +65,8 @@ pub enum BatchOp {
         epoch: EpochPick,
         to: Option<usize>,
     },
+    /// An operator frees `lease` whoever holds it (`release --force`).
+    ForceRelease { lease: usize },
     /// Advance time by `steps · STEP_MS`.
     Advance { steps: u8 },
 }
@@ -94,6 +96,7 @@ pub fn batch_op() -> impl Strategy<Value = BatchOp> {
             .prop_map(|(who, lease, epoch, to)| BatchOp::HandOver { who, lease, epoch, to }),
         1 => (0..3usize, epoch_pick(), prop::option::of(who.clone()))
             .prop_map(|(lease, epoch, to)| BatchOp::RequestHandOver { lease, epoch, to }),
+        1 => (0..BATCH_LEASES.len()).prop_map(|lease| BatchOp::ForceRelease { lease }),
         // 0..=12 steps: often a little, sometimes past the ttl of 10 steps.
         4 => (0u8..=12).prop_map(|steps| BatchOp::Advance { steps }),
     ]
@@ -116,6 +119,8 @@ pub enum BatchOutcome {
     Matched(Result<Vec<(String, Epoch)>, RowError>),
     /// Renewed: the names matched and the handover requests read.
     Renewed(Result<Vec<RenewedItem>, RowError>),
+    /// Force-released: the new epoch, if the row was there.
+    ForceReleased(Result<Option<Epoch>, RowError>),
     /// Handed over (one lease, the single-row statement).
     HandedOver(Result<Reply, RowError>),
     /// A request written (no rows).
@@ -555,6 +560,15 @@ impl<R: RealDb> Comparison<'_, R> {
                     BatchOutcome::Surveyed(s.decode_survey(&real)),
                 )
             }
+            BatchOp::ForceRelease { lease } => {
+                let lease = BATCH_LEASES[*lease];
+                let model = self.model.force_release(lease, ttl_ms, now);
+                let real = run_statement(self.real, s.force_release(), lease, "", ttl_ms, None);
+                (
+                    BatchOutcome::ForceReleased(s.decode_force_release(&model)),
+                    BatchOutcome::ForceReleased(s.decode_force_release(&real)),
+                )
+            }
             BatchOp::Advance { steps } => {
                 self.step(Op::Advance { steps: *steps }, ttl_ms);
                 self.log.pop();
@@ -694,4 +708,55 @@ pub fn check_awkward_names<R: RealDb>(c: &mut Comparison<'_, R>) {
         .map(|r| r.name)
         .collect();
     assert_eq!(names, ["picolease.member:"]);
+}
+
+/// Renewing by liveness, the operators' runbook after a failover
+/// (`Statements::after_failover`) keeps a linked row's grace: `holder`
+/// takes its membership row and a lease linked to it, the runbook runs,
+/// and the lease is then nobody's for a ttl (another holder's batch
+/// acquire finds it held by nobody, and its expiry a ttl away), a plain
+/// row. Reading the raw `expires_at`, the runbook left the row linked with
+/// no holder, which every by-liveness reader took as lapsed at once.
+pub fn check_runbook_keeps_a_linked_rows_grace<R: RealDb>(c: &mut Comparison<'_, R>) {
+    let s = c.sql.statements.clone();
+    let (holder, other) = (HOLDERS[0], HOLDERS[2]);
+    let member = BATCH_LEASES[4];
+    assert!(
+        member.contains(holder),
+        "{member} is {holder}'s membership row"
+    );
+    for names in [vec![member], vec!["alpha"]] {
+        let json = batch_names(names.iter().copied());
+        run_batch(c.real, s.acquire_batch(), holder, TTL_MS, &json, 0);
+    }
+    let linked = c.real.query(
+        &format!(
+            "SELECT expires_at FROM {} WHERE name = 'alpha'",
+            ident(s.dialect(), &s.table().to_string())
+        ),
+        &[],
+    );
+    assert!(
+        matches!(linked[..], [ref row] if matches!(row[0], Cell::Int(at) if at >= picolease_core::sql::LINK_BASE)),
+        "alpha is linked: {linked:?}"
+    );
+    run_statement(c.real, s.after_failover(), "", "", TTL_MS, None);
+    let json = batch_names(["alpha"]);
+    let rows = run_batch(c.real, s.acquire_batch(), other, TTL_MS, &json, 0);
+    let me = HolderId::new(other).unwrap();
+    let reply = s.decode_acquire_batch(&me, &rows).unwrap();
+    match &reply[..] {
+        [(
+            name,
+            Reply::Held {
+                holder: None,
+                expires_in,
+                ..
+            },
+        )] if name == "alpha" => assert!(
+            expires_in.as_millis() as i64 > TTL_MS - 1_000,
+            "alpha's grace is a ttl: {expires_in:?}"
+        ),
+        other => panic!("alpha is nobody's for a ttl after the runbook: {other:?}"),
+    }
 }

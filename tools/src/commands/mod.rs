@@ -128,9 +128,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 command,
             )
         }
-        Command::Sql { ref dialect, json } => {
-            return sql::run(&cli.db, &cli.table, dialect.as_deref(), json)
-        }
+        Command::Sql {
+            ref dialect,
+            json,
+            by_liveness,
+        } => return sql::run(&cli.db, &cli.table, dialect.as_deref(), json, by_liveness),
         _ => {}
     }
     // Validate both before touching any file.

@@ -29,6 +29,17 @@
 //! write, as `order` says; `COMMIT`, or `ROLLBACK` on any error) and decode
 //! the read-back's rows, never the write's affected-row count (DESIGN §3).
 //!
+//! `--by-liveness` (hidden while MySQL lacks it) prints a lease set's
+//! statements renewing by liveness (DESIGN §10) instead: `acquire_batch`
+//! links what it takes to the caller's membership row (`expires_at` =
+//! 2^62 + the membership row's epoch), `renew_batch` writes that row and
+//! the plain rows and confirms linked rows by reading, and `survey`,
+//! `status` and `fence` read a linked row's expiry as its liveness's. On
+//! SQLite the batch acquire and renewal then carry a `read_back` too (two
+//! statements in one `BEGIN IMMEDIATE` transaction, the read-back's rows
+//! the result). A contender that renews every row must never take a
+//! linked row: read any `expires_at` at or past 2^62 as held.
+//!
 //! The last four are a lease set's batch statements (DESIGN §9). Their
 //! `batch` is one JSON array bound as text: the names for `acquire_batch`
 //! (`["a","b"]`), `[name, epoch]` pairs for `renew_batch` and
@@ -146,6 +157,30 @@ impl Printed {
 /// whose keys are the protocol's statements a contender runs.
 const AFTER_FAILOVER: &str = "after_failover";
 
+/// What a statement renewing by liveness does, where it differs
+/// (DESIGN §10), by key.
+const BY_LIVENESS: [(&str, &str); 5] = [
+    ("status", "every lease: name, holder, epoch, expires_in_ms; a linked row (expires_at >= 2^62) expires with its holder's liveness, the membership row picolease.member:<holder id>[ <rank>] at epoch expires_at - 2^62 (now, once that term is over)"),
+    ("fence", "a boolean SQL expression: AND it into your own WHERE so a stale leader's write changes nothing; a linked row's expiry read through its holder's liveness"),
+    ("acquire_batch", "lease sets renewing by liveness: extend the caller's live membership row (its liveness), then take each name in batch that is free, lapsed, ours, reserved for our node or linked to another holder's liveness that is over (PostgreSQL first ends a lapsed one with a write), at epoch + 1, linked to the caller's liveness (expires_at = 2^62 + its epoch) or plain without one; returns name, holder, epoch, expires_in_ms for each"),
+    ("renew_batch", "lease sets renewing by liveness: extend the caller's membership rows of batch at their epochs and any live one, and every plain row of batch ours at its epoch; a linked row of batch ours at its epoch is confirmed without a write when its liveness was just extended; returns name, epoch, handover request of each renewed or confirmed"),
+    ("survey", "lease sets: as without liveness, each linked row's expiry read through its holder's liveness"),
+];
+
+/// Every statement, in the order they are printed; `by_liveness`, a
+/// set's statements renewing by liveness described as such.
+fn printed_by(statements: &Statements, by_liveness: bool) -> Vec<Printed> {
+    let mut printed = printed(statements);
+    if by_liveness {
+        for p in &mut printed {
+            if let Some((_, what)) = BY_LIVENESS.iter().find(|(key, _)| *key == p.key) {
+                p.what = what;
+            }
+        }
+    }
+    printed
+}
+
 /// Every statement, in the order they are printed.
 fn printed(statements: &Statements) -> Vec<Printed> {
     let create = std::iter::once(statements.create_table())
@@ -242,11 +277,20 @@ pub fn run(
     table: &str,
     dialect_flag: Option<&str>,
     json: bool,
+    by_liveness: bool,
 ) -> Result<ExitCode, CliError> {
     let table = TableName::new(table).map_err(CliError::usage)?;
     let dialect = dialect(dialect_flag, db)?;
-    let statements = Statements::new(dialect, &table);
-    let printed = printed(&statements);
+    let mut statements = Statements::new(dialect, &table);
+    if by_liveness {
+        statements = statements.renewing_by_liveness().ok_or_else(|| {
+            CliError::usage(format!(
+                "--by-liveness: a lease set's renewal by liveness is not available on {} yet",
+                dialect_name(dialect)
+            ))
+        })?;
+    }
+    let printed = printed_by(&statements, by_liveness);
     if json {
         let mut map = serde_json::Map::new();
         for p in printed.iter().filter(|p| p.key != AFTER_FAILOVER) {

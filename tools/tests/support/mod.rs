@@ -445,12 +445,19 @@ fn merged_by_stamp(events: &[Event]) -> Vec<&Event> {
 /// lease keep their order ([`merged_by_stamp`]). A reaped process prints
 /// nothing more, so all its lines stamp at or before `killed`'s time.
 pub fn assert_never_led_twice(events: &[Event], killed: Option<(u64, usize)>) {
+    match killed {
+        Some((reaped_at, victim)) => assert_never_led_twice_killing(events, reaped_at, &[victim]),
+        None => assert_never_led_twice_killing(events, 0, &[]),
+    }
+}
+
+/// [`assert_never_led_twice`] with several processes killed, all reaped
+/// by `reaped_at`.
+pub fn assert_never_led_twice_killing(events: &[Event], reaped_at: u64, victims: &[usize]) {
     let mut leader: BTreeMap<String, usize> = BTreeMap::new();
     for event in merged_by_stamp(events) {
-        if let Some((reaped_at, victim)) = killed {
-            if event.unix_ms() > reaped_at {
-                leader.retain(|_, node| *node != victim);
-            }
+        if event.unix_ms() > reaped_at {
+            leader.retain(|_, node| !victims.contains(node));
         }
         let name = event.json["name"].as_str().unwrap().to_string();
         match event.kind() {

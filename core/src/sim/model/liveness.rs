@@ -28,8 +28,17 @@ impl ModelDb {
     }
 
     /// `holder`'s liveness row at `term`, if it is still there: its
-    /// membership row, held by it at that epoch, plain.
+    /// membership row, held by it at that epoch, plain. As the statements
+    /// look (`sql::liveness`): the row named the prefix and the id alone
+    /// decides when there is one; a ranked row is looked for only when
+    /// there is not.
     pub(super) fn liveness_at(&self, holder: &str, term: i64) -> Option<(&String, &ModelRow)> {
+        let live = |row: &ModelRow| {
+            row.holder.as_deref() == Some(holder) && row.epoch == term && row.expires_at < LINK_BASE
+        };
+        if let Some(exact) = self.rows.get_key_value(&format!("{MEMBER_PREFIX}{holder}")) {
+            return live(exact.1).then_some(exact);
+        }
         self.rows
             .range(MEMBER_PREFIX.to_string()..)
             .take_while(|(name, _)| name.starts_with(MEMBER_PREFIX))
