@@ -336,7 +336,8 @@ pub enum Command {
         /// processes costs the database in steady state (PostgreSQL: WAL,
         /// the table's row updates and commits per second, beside the same
         /// with no process running). JSON keys: "leases", "nodes",
-        /// "ttl_ms", "window_s", "held", "exited", "wal_bytes_per_s",
+        /// "ttl_ms", "window_s", "held", "settled_s" (when every lease was
+        /// first held, null if not while settling), "exited", "wal_bytes_per_s",
         /// "row_updates_per_s", "row_updates_per_interval",
         /// "commits_per_s", "floor_wal_bytes_per_s", "floor_commits_per_s".
         #[arg(long, value_name = "N", requires = "nodes", value_parser = clap::value_parser!(u32).range(1..=100_000))]

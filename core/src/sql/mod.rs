@@ -324,8 +324,9 @@ impl Statements {
     /// §10 "A set's renewal by liveness"): the set's batch acquire links
     /// what it takes to the caller's membership row and its batch renewal
     /// writes that row alone, confirming linked rows by reading them; the
-    /// survey, the status, a lease's row and the fence read a linked row's
-    /// expiry as its liveness's. Everything else is unchanged. MySQL's
+    /// survey and the fence read a linked row's expiry as its liveness's
+    /// (the status and a lease's row always do on SQLite and PostgreSQL).
+    /// Everything else is unchanged. MySQL's
     /// statements are not written yet: `None` there.
     #[doc(hidden)]
     pub fn renewing_by_liveness(mut self) -> Option<Self> {
@@ -337,13 +338,10 @@ impl Statements {
             table: &self.table,
         };
         let (acquire_batch, renew_batch) = (b.liveness_acquire_batch(), b.liveness_renew_batch());
-        let (survey, status) = (b.liveness_survey(), b.liveness_status());
-        let (lease_row, fence) = (b.liveness_lease_row(), b.liveness_fence());
+        let (survey, fence) = (b.liveness_survey(), b.liveness_fence());
         self.acquire_batch = acquire_batch;
         self.renew_batch = renew_batch;
         self.survey = survey;
-        self.status = status;
-        self.lease_row = lease_row;
         self.fence = fence;
         Some(self)
     }

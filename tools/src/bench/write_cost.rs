@@ -143,7 +143,17 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
         "bench: {} processes over {} leases (ttl {ttl}), settling for {:?}",
         options.nodes, options.leases, options.settle
     );
-    std::thread::sleep(options.settle);
+    // How long until every lease was held, read every 100 ms while settling.
+    let spawned = Instant::now();
+    let mut settled_after: Option<Duration> = None;
+    while spawned.elapsed() < options.settle {
+        std::thread::sleep(Duration::from_millis(100));
+        if settled_after.is_none()
+            && runtime.block_on(held(&client, &table)).ok() == Some(options.leases as i64)
+        {
+            settled_after = Some(spawned.elapsed());
+        }
+    }
     let from = read(&table)?;
     eprintln!("bench: measuring for {:?}", options.window);
     std::thread::sleep(options.window);
@@ -164,6 +174,7 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
         "ttl_ms": options.ttl.as_millis() as u64,
         "window_s": options.window.as_secs_f64(),
         "held": held,
+        "settled_s": settled_after.map(|d| (d.as_secs_f64() * 10.0).round() / 10.0),
         "exited": exited,
         "wal_bytes_per_s": rates.wal_bytes.round(),
         "row_updates_per_s": (rates.row_updates * 10.0).round() / 10.0,
@@ -192,6 +203,14 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
                 String::new()
             }
         );
+        match settled_after {
+            Some(after) => println!(
+                "  every lease held {:.1} s after the start ({:.0} intervals)",
+                after.as_secs_f64(),
+                after.as_secs_f64() / interval
+            ),
+            None => println!("  not every lease held within the settling time"),
+        }
         println!(
             "  WAL written   {:>10.1} KiB/s   (floor {:.1} KiB/s)",
             rates.wal_bytes / 1024.0,
