@@ -3,8 +3,8 @@
 //! that survives any name, and decoders that name what is wrong with a row.
 
 use picolease_core::sql::{
-    batch_names, batch_pairs, BatchBindings, Cell, Dialect, LeaseRow, Param, Statements, Value,
-    MEMBER_PREFIX,
+    batch_names, batch_pairs, BatchBindings, Cell, Dialect, LeaseRow, Param, ReadOrder, Statement,
+    Statements, Value, LINK_BASE, MEMBER_PREFIX,
 };
 use picolease_core::{Epoch, HolderId, Operation, Reply, RowError, TableName};
 
@@ -460,4 +460,187 @@ fn on_mysql_a_row_released_during_the_acquire_is_free_not_unsound() {
         .unwrap(),
         free
     );
+}
+
+// A lease set's statements renewing by liveness (DESIGN §10), as text:
+// one placeholder per parameter, the link written as `LINK_BASE` + the
+// caller's term, PostgreSQL's kill and its lookups by key, SQLite's two
+// statements, the reads of a linked row's expiry through its liveness,
+// and no such statements on MySQL. What they do is checked against the
+// model on the databases (`tests/tests/model_vs_{sqlite,postgres}.rs`).
+
+fn by_liveness(dialect: Dialect) -> Statements {
+    Statements::new(dialect, &TableName::new("app.leases").unwrap())
+        .renewing_by_liveness()
+        .expect("SQLite and PostgreSQL renew by liveness")
+}
+
+fn each(s: &Statements) -> Vec<(&'static str, &Statement)> {
+    vec![
+        ("acquire_batch", s.acquire_batch()),
+        ("renew_batch", s.renew_batch()),
+        ("survey", s.survey()),
+        ("status", s.status()),
+        ("lease_row", s.lease_row()),
+        ("fence", s.fence()),
+    ]
+}
+
+#[test]
+fn the_link_is_a_term_past_two_to_the_sixty_second() {
+    assert_eq!(LINK_BASE, 1 << 62);
+    assert_eq!(LINK_BASE.to_string(), "4611686018427387904");
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        let s = by_liveness(dialect);
+        let upsert = match s.acquire_batch().read_back() {
+            Some(then) => then.statement().sql().to_string(),
+            None => s.acquire_batch().sql().to_string(),
+        };
+        assert!(
+            upsert.contains("COALESCE(4611686018427387904 + "),
+            "{dialect:?} links what it takes: {upsert}"
+        );
+    }
+}
+
+#[test]
+fn every_statement_has_one_placeholder_per_parameter() {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        let s = by_liveness(dialect);
+        for (name, st) in each(&s) {
+            let mut all = vec![st];
+            all.extend(st.read_back().map(|r| r.statement()));
+            for st in all {
+                assert_eq!(
+                    placeholders(st.sql(), dialect),
+                    st.params().len(),
+                    "{dialect:?} {name}: {}",
+                    st.sql()
+                );
+                assert!(st.sql().contains("\"app\".\"leases\""), "{name}");
+            }
+        }
+        let kinds = |st: &Statement| {
+            let mut kinds = st.params().to_vec();
+            kinds.sort_by_key(|p| format!("{p:?}"));
+            kinds.dedup();
+            kinds
+        };
+        assert_eq!(
+            kinds(s.fence()),
+            [Param::Epoch, Param::Holder, Param::Lease],
+            "{dialect:?}"
+        );
+        assert_eq!(kinds(s.survey()), [Param::StaleMillis], "{dialect:?}");
+        assert_eq!(kinds(s.lease_row()), [Param::Lease], "{dialect:?}");
+        assert!(s.status().params().is_empty(), "{dialect:?}");
+        for st in [s.acquire_batch(), s.renew_batch()] {
+            let mut all = kinds(st);
+            if let Some(then) = st.read_back() {
+                all.extend(kinds(then.statement()));
+                all.sort_by_key(|p| format!("{p:?}"));
+                all.dedup();
+            }
+            assert_eq!(
+                all,
+                [Param::Batch, Param::Holder, Param::TtlMillis],
+                "{dialect:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sqlite_runs_two_statements_in_one_transaction_and_postgres_one() {
+    let s = by_liveness(Dialect::Sqlite);
+    for st in [s.acquire_batch(), s.renew_batch()] {
+        let then = st.read_back().expect("SQLite's second statement");
+        assert_eq!(then.order(), ReadOrder::AfterWrite);
+        assert!(st.sql().starts_with("UPDATE "), "{}", st.sql());
+    }
+    let upsert = s.acquire_batch().read_back().unwrap().statement().sql();
+    assert!(upsert.starts_with("INSERT INTO "), "{upsert}");
+    assert!(upsert.contains(" ON CONFLICT (\"name\") DO UPDATE SET "));
+    let read = s.renew_batch().read_back().unwrap().statement().sql();
+    assert!(
+        read.starts_with("SELECT "),
+        "the renewal confirms by reading: {read}"
+    );
+    // SQLite needs no kill: one writer orders a renewal and a takeover.
+    assert!(!upsert.contains("killed"));
+
+    let pg = by_liveness(Dialect::Postgres);
+    assert!(pg.acquire_batch().read_back().is_none());
+    assert!(pg.renew_batch().read_back().is_none());
+}
+
+#[test]
+fn postgres_ends_a_lapsed_liveness_with_a_write_and_finds_it_by_key() {
+    let s = by_liveness(Dialect::Postgres);
+    let acquire = s.acquire_batch().sql();
+    for part in [
+        "\"mine\" AS (UPDATE ",
+        "\"judged\" AS (SELECT ",
+        "\"killed\" AS (UPDATE ",
+        "\"held\" AS (SELECT ",
+        "\"taken\" AS (INSERT INTO ",
+    ] {
+        assert!(acquire.contains(part), "{part}: {acquire}");
+    }
+    let killed = &acquire[acquire.find("\"killed\" AS (").unwrap()..];
+    let killed = &killed[..killed.find("), \"held\"").unwrap()];
+    assert!(killed.contains("SET \"holder\" = NULL"), "{killed}");
+    // Conditioned on the lapse, rechecked on the row's latest version.
+    assert!(killed.contains("\"expires_at\" <= "), "{killed}");
+    assert!(killed.contains("= \"k\".\"lname\""), "by key: {killed}");
+    // Lookups by key, each lateral probe fenced from being pulled up.
+    assert!(acquire.contains("= ANY (ARRAY(SELECT 'picolease.member:' || "));
+    assert!(acquire.matches("LIMIT 1) AS").count() >= 3, "{acquire}");
+    // Its own lapsed liveness is not the caller's to end.
+    assert!(acquire.contains("\"r\".\"holder\" <> $"), "{acquire}");
+
+    let renew = s.renew_batch().sql();
+    for part in [
+        "\"live\" AS (UPDATE ",
+        "\"plain\" AS (UPDATE ",
+        "\"linked\" AS (SELECT ",
+    ] {
+        assert!(renew.contains(part), "{part}: {renew}");
+    }
+    assert!(
+        renew.contains("IN (SELECT \"epoch\" FROM \"live\")"),
+        "{renew}"
+    );
+
+    let fence = s.fence().sql();
+    assert!(fence.contains("FOR KEY SHARE"), "{fence}");
+    assert!(fence.contains("4611686018427387904"), "{fence}");
+    assert!(s.fence_from(3).sql().contains("$3"));
+}
+
+#[test]
+fn readers_see_a_linked_row_through_its_liveness_on_sqlite_and_postgres() {
+    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+        // Whichever way the set renews: the status, a lease's row, and
+        // adoption (the runbook, a forced release, the acquire's).
+        let plain = Statements::new(dialect, &TableName::default());
+        for st in [plain.status(), plain.lease_row(), plain.after_failover()] {
+            assert!(
+                st.sql().contains("4611686018427387904"),
+                "{dialect:?}: {}",
+                st.sql()
+            );
+        }
+        let s = by_liveness(dialect);
+        for st in [s.survey(), s.status()] {
+            assert!(
+                st.sql().contains("WITH \"liv\" AS (SELECT "),
+                "{}",
+                st.sql()
+            );
+        }
+    }
+    let mysql = Statements::new(Dialect::Mysql, &TableName::default());
+    assert!(!mysql.status().sql().contains("4611686018427387904"));
+    assert!(mysql.renewing_by_liveness().is_none());
 }

@@ -413,7 +413,7 @@ fn model_and_sqlite_agree_on_random_batch_sequences() {
 #[test]
 fn model_and_sqlite_agree_on_random_batch_sequences_by_liveness() {
     let config = Config {
-        cases: cases(1024),
+        cases: cases(512),
         source_file: Some(file!()),
         failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
             "proptest-regressions",

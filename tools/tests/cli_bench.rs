@@ -239,41 +239,6 @@ fn postgres_write_cost_bench_counts_a_sets_row_updates() {
     assert!(object["settled_s"].as_f64().is_some_and(|s| s < 3.0));
 }
 
-/// The same bench renewing by liveness (DESIGN §10): 20 leases among 2
-/// processes cost about one row per process per interval, not one per
-/// lease (at most 2 per process: the statistics are flushed lazily).
-#[test]
-fn postgres_write_cost_bench_by_liveness_counts_a_row_per_process() {
-    let out = picolease(&[
-        "--db",
-        PG,
-        "bench",
-        "--leases",
-        "20",
-        "--nodes",
-        "2",
-        "--ttl",
-        "1s",
-        "--settle",
-        "3s",
-        "--window",
-        "4s",
-        "--json",
-        "--by-liveness",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let object: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(object["by_liveness"], true);
-    assert_eq!(object["held"], 20);
-    let per_interval = object["row_updates_per_interval"].as_f64().unwrap();
-    assert!((0.5..=4.0).contains(&per_interval), "{per_interval}");
-}
-
 #[test]
 fn the_write_cost_bench_refuses_other_databases_and_bad_counts() {
     let dir = tempfile::tempdir().unwrap();
