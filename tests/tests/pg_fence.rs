@@ -478,12 +478,17 @@ async fn a_stuck_fenced_transaction_blocks_the_successor_no_longer_than_its_boun
         },
     )
     .await;
+    // The successor's connection is made before the stall: the window
+    // between the lease's expiry and the server closing the stuck
+    // transaction is under a second, and a connection made inside it on a
+    // loaded machine (a CI run) came after the close, so the acquire
+    // never had to wait.
+    let b_app = format!("fs-b-{pid}");
+    let b = connect(&b_app).await;
     proxy.set(Mode::Stall);
 
     wait_expired(&admin, &table).await;
     let expired = Instant::now();
-    let b_app = format!("fs-b-{pid}");
-    let b = connect(&b_app).await;
     let s2 = s.clone();
     let successor = tokio::spawn(async move {
         let outcome = acquire(&b, &s2, "l", "b", 1500).await;
