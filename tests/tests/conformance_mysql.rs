@@ -14,10 +14,9 @@
 //! SQL (malformed tables, raw rows, the jobs table, fenced writes) goes
 //! through an admin connection of mysql_async's own.
 //!
-//! `cargo test -p picolease-tests --test conformance_mysql`
+//! `cargo test -p picolease-tests --test integration conformance_mysql::`
 
-#[macro_use]
-mod conformance;
+use crate::conformance;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

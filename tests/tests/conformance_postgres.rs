@@ -18,11 +18,10 @@
 //! notice connection (`picolease_notify_url`); the admin connection that
 //! checks the rows stays direct.
 //!
-//! `cargo test -p picolease-tests --test conformance_postgres`
+//! `cargo test -p picolease-tests --test integration conformance_postgres::`
 
-#[macro_use]
-mod conformance;
-mod pg_support;
+use crate::conformance;
+use crate::pg_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -438,7 +437,9 @@ conformance_tests!(Pg);
 conformance_tests!(set: Pg);
 
 mod pooled {
-    conformance_tests!(crate::Pooled);
+    use super::Pooled;
+
+    conformance_tests!(Pooled);
     conformance_tests!(set: Pooled);
 }
 

@@ -6,10 +6,9 @@
 //!
 //! Every test has a temporary directory of its own.
 //!
-//! `cargo test -p picolease-tests --test conformance_sqlite`
+//! `cargo test -p picolease-tests --test integration conformance_sqlite::`
 
-#[macro_use]
-mod conformance;
+use crate::conformance;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

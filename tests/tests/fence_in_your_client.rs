@@ -8,9 +8,9 @@
 //! PostgreSQL at 127.0.0.1:5432 (database `test`; the tests fail, not
 //! skip, when it is down), SQLite in a temporary file.
 //!
-//! `cargo test -p picolease-tests --test fence_in_your_client`
+//! `cargo test -p picolease-tests --test integration fence_in_your_client::`
 
-mod pg_support;
+use crate::pg_support;
 
 use std::time::Duration;
 

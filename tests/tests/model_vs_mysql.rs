@@ -14,9 +14,9 @@
 //! unreachable: a skipped conformance test proves nothing. Every test uses
 //! tables of its own, named with the process id, and drops them.
 //!
-//! `cargo test -p picolease-tests --test model_vs_mysql`
+//! `cargo test -p picolease-tests --test integration model_vs_mysql::`
 
-mod model_vs;
+use crate::model_vs;
 
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};

@@ -4,10 +4,10 @@
 //! parameters and decoding both sides with the same decoders (DESIGN §6:
 //! "the simulation cannot drift from the real SQL").
 //!
-//! `cargo test -p picolease-tests --test model_vs_sqlite`
+//! `cargo test -p picolease-tests --test integration model_vs_sqlite::`
 //! (`PROPTEST_CASES=n` for more random sequences).
 
-mod model_vs;
+use crate::model_vs;
 
 use std::cell::RefCell;
 use std::path::Path;

@@ -26,11 +26,11 @@
 //!   first row there is a grace row (DESIGN §3 "Failover", "A lease's
 //!   first row"): no overlap, no epoch twice.
 //!
-//! `cargo test -p picolease-tests --test mysql_failover -- --nocapture`
+//! `cargo test -p picolease-tests --test integration mysql_failover:: -- --nocapture`
 
-mod failover_support;
-mod forward_support;
-mod mysql_support;
+use crate::failover_support;
+use crate::forward_support;
+use crate::mysql_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -24,7 +24,7 @@
 //! waits are on conditions seen in the server (`INNODB_TRX`,
 //! `PROCESSLIST`), never on sleeps.
 //!
-//! `cargo test -p picolease-tests --test mysql_fence -- --nocapture`
+//! `cargo test -p picolease-tests --test integration mysql_fence:: -- --nocapture`
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -24,10 +24,10 @@
 //!   the two adopt each other's row every interval. Safe, and useless:
 //!   that is why the promise is one node.
 //!
-//! `cargo test -p picolease-tests --test mysql_galera -- --nocapture`
+//! `cargo test -p picolease-tests --test integration mysql_galera:: -- --nocapture`
 
-mod failover_support;
-mod mysql_support;
+use crate::failover_support;
+use crate::mysql_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

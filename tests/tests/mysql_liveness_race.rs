@@ -20,7 +20,7 @@
 //! library will write the kill anyway, so one argument holds on every
 //! database.
 //!
-//! `cargo test -p picolease-tests --test mysql_liveness_race`
+//! `cargo test -p picolease-tests --test integration mysql_liveness_race::`
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -7,10 +7,10 @@
 //! X509`). The server is killed and its directory removed when the test
 //! ends, also on failure.
 //!
-//! `cargo test -p picolease-tests --test mysql_tls`
+//! `cargo test -p picolease-tests --test integration mysql_tls::`
 
-mod mysql_support;
-mod tls_support;
+use crate::mysql_support;
+use crate::tls_support;
 
 use std::time::{Duration, Instant};
 

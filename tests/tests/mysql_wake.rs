@@ -10,7 +10,7 @@
 //! session's end also frees the lock, waking the follower early) must
 //! still be taken only at the row's expiry. The figures are printed.
 //!
-//! `cargo test -p picolease-tests --test mysql_wake -- --nocapture`
+//! `cargo test -p picolease-tests --test integration mysql_wake:: -- --nocapture`
 
 use std::time::{Duration, Instant};
 

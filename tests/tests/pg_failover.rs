@@ -34,10 +34,10 @@
 //!   directory with a's lapsed term. The same guarantees, and b's driver
 //!   counts the new server (`picolease_server_changes_total`).
 //!
-//! `PICOLEASE_ROUNDS=10 cargo test -p picolease-tests --test pg_failover -- --nocapture`
+//! `PICOLEASE_ROUNDS=10 cargo test -p picolease-tests --test integration pg_failover:: -- --nocapture`
 
-mod failover_support;
-mod pg_support;
+use crate::failover_support;
+use crate::pg_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

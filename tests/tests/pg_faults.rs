@@ -5,7 +5,7 @@
 //! competes again, never hangs past its timeouts, and no two nodes ever
 //! claim leadership at the same time.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::time::{Duration, Instant};
 

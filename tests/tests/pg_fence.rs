@@ -19,7 +19,7 @@
 //! against generous bounds; waits are on conditions seen in the server
 //! (`pg_stat_activity`), never on sleeps.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 //! the successor was already leading by then) — and, more tellingly, from
 //! the old leader's own demotion (`released`) to the successor's update.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::time::{Duration, Instant};
 

@@ -23,9 +23,9 @@
 //!   liveness row `FOR KEY SHARE`) orders the takeover after its commit:
 //!   the epoch bump of the lease row waits for it.
 //!
-//! `cargo test -p picolease-tests --test pg_liveness_race`
+//! `cargo test -p picolease-tests --test integration pg_liveness_race::`
 
-mod pg_support;
+use crate::pg_support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! Notifications are off here: 50 drivers with a LISTEN connection each
 //! would need 100 of the server's 100 connections. Handovers are by polling.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::time::{Duration, Instant};
 

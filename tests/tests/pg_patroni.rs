@@ -11,10 +11,10 @@
 //! server is a new incarnation: the row is nobody's for a ttl first;
 //! DESIGN §3 "Failover").
 //!
-//! `cargo test -p picolease-tests --test pg_patroni -- --nocapture`
+//! `cargo test -p picolease-tests --test integration pg_patroni:: -- --nocapture`
 
-mod failover_support;
-mod pg_support;
+use crate::failover_support;
+use crate::pg_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

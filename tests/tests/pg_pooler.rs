@@ -7,10 +7,10 @@
 //! killed when the test ends, also on failure. These tests fail when
 //! `pgbouncer` or the server is missing.
 //!
-//! `cargo test -p picolease-tests --test pg_pooler`
+//! `cargo test -p picolease-tests --test integration pg_pooler::`
 
-mod pg_support;
-mod tls_support;
+use crate::pg_support;
+use crate::tls_support;
 
 use std::time::{Duration, Instant};
 

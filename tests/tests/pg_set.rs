@@ -5,7 +5,7 @@
 //! nodes share 1,000 leases, and a set that released lingers before
 //! closing its connections.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

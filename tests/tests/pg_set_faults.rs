@@ -22,7 +22,7 @@
 //! The test creates and drops its own database (a guard drops it on
 //! failure too); the shared server is never reconfigured.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! lone lease's `LeaderContext`, whose fenced transactions land inside the
 //! term and are refused after it; the set handle fences per lease too.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -45,7 +45,7 @@
 //! rounds: `PICOLEASE_ROUNDS=10 cargo test -p picolease-tests --test
 //! pg_term_end -- --nocapture`.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

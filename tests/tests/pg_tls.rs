@@ -5,10 +5,10 @@
 //! (`cert clientcert=verify-full`). The server is removed when the test
 //! ends, also on failure.
 //!
-//! `cargo test -p picolease-tests --test pg_tls`
+//! `cargo test -p picolease-tests --test integration pg_tls::`
 
-mod pg_support;
-mod tls_support;
+use crate::pg_support;
+use crate::tls_support;
 
 use std::time::{Duration, Instant};
 

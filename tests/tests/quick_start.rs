@@ -5,11 +5,11 @@
 //! the default table, expires the stale job in a fenced transaction at
 //! its term's epoch, and on its stop releases the lease.
 //!
-//! `cargo test -p picolease-tests --test quick_start`
+//! `cargo test -p picolease-tests --test integration quick_start::`
 
 #[path = "../../drivers/examples/quick_start_sqlx.rs"]
 #[allow(dead_code)] // its `main`
-mod quick_start;
+mod example;
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use sqlx::Row;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quick_start_leads_and_expires_a_job_in_a_fenced_transaction() {
-    let pool = PgPool::connect(quick_start::LOCAL)
+    let pool = PgPool::connect(example::LOCAL)
         .await
         .expect("PostgreSQL at 127.0.0.1:5432");
     // A job to expire, and no row of "maintenance" left by an earlier run
@@ -50,7 +50,7 @@ async fn the_quick_start_leads_and_expires_a_job_in_a_fenced_transaction() {
     };
     tokio::time::timeout(
         Duration::from_secs(30),
-        quick_start::run(quick_start::LOCAL, expired),
+        example::run(example::LOCAL, expired),
     )
     .await
     .expect("the quick start expired the job within 30 s")

@@ -6,7 +6,7 @@
 //!
 //! Real time: the bounds are generous and the figures are printed.
 //!
-//! `cargo test -p picolease-tests --test sqlite_blocked -- --nocapture`
+//! `cargo test -p picolease-tests --test integration sqlite_blocked:: -- --nocapture`
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

@@ -13,7 +13,7 @@
 //!
 //! Real time: the bounds are generous (`MARGIN`) and the figures are
 //! printed. More rounds for the worst case: `PICOLEASE_ROUNDS=20 cargo
-//! test -p picolease-tests --test sqlite_term_end -- --nocapture
+//! test -p picolease-tests --test integration sqlite_term_end:: -- --nocapture
 //! --test-threads 1`.
 
 use std::collections::BTreeMap;

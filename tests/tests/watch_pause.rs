@@ -14,7 +14,7 @@
 //!
 //! PostgreSQL (127.0.0.1:5432) and MariaDB (127.0.0.1:3306) must be up:
 //! these fail, not skip, without them. Figures:
-//! `cargo test -p picolease-tests --test watch_pause -- --nocapture`.
+//! `cargo test -p picolease-tests --test integration watch_pause:: -- --nocapture`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

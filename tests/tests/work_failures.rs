@@ -19,7 +19,7 @@
 //! The times are printed: `cargo test -p picolease-tests --test
 //! work_failures -- --nocapture`.
 
-mod pg_support;
+use crate::pg_support;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;

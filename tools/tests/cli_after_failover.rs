@@ -20,7 +20,7 @@
 //! PostgreSQL at 127.0.0.1:5432 and MariaDB at 127.0.0.1:3306 must be up
 //! (fail, not skip).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! stderr naming the problem, exit 2 (usage/configuration) or 1 (run time),
 //! no panic, and nothing in the database changed.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

@@ -4,7 +4,7 @@
 //! database). The figures themselves are not judged here: they are
 //! measurements, printed by the command for a human to read.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 

@@ -11,10 +11,10 @@
 //! interval late) showed 0.30–0.49 s overlaps several times per run.
 //!
 //! CI runs 30 s; the long run is ignored:
-//! `cargo test -p picolease-cli --test cli_chaos -- --ignored --nocapture`
+//! `cargo test -p picolease-cli --test cli cli_chaos:: -- --ignored --nocapture`
 //! (180 s). The seed is printed; `PICOLEASE_CHAOS_SEED=N` repeats one.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

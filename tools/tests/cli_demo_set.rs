@@ -3,7 +3,7 @@
 //! between the others, a clean shutdown hands over, and no lease's work
 //! ever ran on two nodes at once (exit 0).
 
-mod support;
+use crate::support;
 
 use support::picolease;
 

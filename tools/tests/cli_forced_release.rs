@@ -12,7 +12,7 @@
 //! there the old leader hears it at its next renewal, as documented.
 //! PostgreSQL at 127.0.0.1:5432 must be up (fail, not skip).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::Command;

@@ -24,10 +24,10 @@
 //!
 //! The leaderless time of each handover (from the old CMD's exit to the
 //! successor's CMD's start, by the `child_exit` and `child` events) is
-//! printed: `cargo test -p picolease-cli --test cli_handover --
+//! printed: `cargo test -p picolease-cli --test cli cli_handover:: --
 //! --nocapture --test-threads 1`.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

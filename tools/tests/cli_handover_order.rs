@@ -15,7 +15,7 @@
 
 #![cfg(all(feature = "postgres", feature = "mysql"))]
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

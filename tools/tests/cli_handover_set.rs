@@ -19,7 +19,7 @@
 //! line for L) is printed: `cargo test -p picolease-cli --test
 //! cli_handover_set -- --nocapture --test-threads 1`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! hidden test seam), and bad addresses are refused (exit 2 malformed,
 //! exit 1 in use).
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::Path;

@@ -6,7 +6,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@
 
 #![cfg(feature = "mysql")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};

@@ -12,11 +12,11 @@
 //! the cut, and the test failed (negative control, 2026-12-03). Needs root (namespaces) and `nft`
 //! (`.ci/run` installs nftables); it fails, not skips, without them.
 //!
-//! `cargo test -p picolease-cli --test cli_partition -- --nocapture`
+//! `cargo test -p picolease-cli --test cli cli_partition:: -- --nocapture`
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use crate::support;
 
 #[path = "../../tests/tests/pg_support/cluster.rs"]
 mod cluster;

@@ -17,9 +17,9 @@
 //! PostgreSQL at 127.0.0.1:5432 and MariaDB at 127.0.0.1:3306 must be up:
 //! these tests fail, not skip, without them. Each uses a table of its own.
 //! The figures (p50 and max per case) are printed:
-//! `cargo test -p picolease-cli --test cli_pause -- --nocapture`.
+//! `cargo test -p picolease-cli --test cli cli_pause:: -- --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

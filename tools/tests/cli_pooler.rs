@@ -8,11 +8,11 @@
 //! time, epochs increase. Through the pooler alone a follower hears of no
 //! release and takes a released lease at its next poll; with a direct
 //! notice connection (`picolease_notify_url`) at once. The figures are
-//! printed: `cargo test -p picolease-cli --test cli_pooler -- --nocapture`.
+//! printed: `cargo test -p picolease-cli --test cli cli_pooler:: -- --nocapture`.
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use crate::support;
 
 #[path = "../../tests/tests/pg_support/bouncer.rs"]
 mod bouncer;

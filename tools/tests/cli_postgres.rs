@@ -5,7 +5,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 use std::sync::Arc;

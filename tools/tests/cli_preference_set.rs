@@ -10,10 +10,10 @@
 //! is unreachable).
 //!
 //! The time from the joiner's start to its sixth `leader` line is
-//! printed: `cargo test -p picolease-cli --test cli_preference_set --
+//! printed: `cargo test -p picolease-cli --test cli cli_preference_set:: --
 //! --nocapture --test-threads 1`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

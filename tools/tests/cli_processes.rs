@@ -4,7 +4,7 @@
 //! leaders at once, epochs strictly increasing, takeover within generous
 //! bounds, the paused node reports `follower` right after it resumes.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

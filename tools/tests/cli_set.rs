@@ -4,7 +4,7 @@
 //! environment, a CMD that exits by itself giving its lease up while run
 //! goes on, `/leader` for a set, `status --members`, and exit 0 on SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

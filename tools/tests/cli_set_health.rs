@@ -3,7 +3,7 @@
 //! time since the last step) once the loop is blocked through the hidden
 //! test seam, as the single lease's does (`cli_listen`).
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! the others at the next epoch within ttl + an interval of the kill (and
 //! a poll), and no lease is ever led by two processes.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

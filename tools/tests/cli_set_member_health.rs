@@ -13,7 +13,7 @@
 //! elsewhere is printed: `cargo test -p picolease-cli --test
 //! cli_set_member_health -- --nocapture --test-threads 1`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! share rebalances to 67/67/66; no lease is ever led by two processes.
 #![cfg(feature = "postgres")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! (nodes × virtual time / interval, at most 2 million) before starting
 //! them: exit 2, one line naming the flags. Runs within it still work.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::picolease;

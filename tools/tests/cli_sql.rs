@@ -7,7 +7,7 @@
 //! as printed on SQLite (rusqlite) and on the PostgreSQL server, binding
 //! parameters in the printed order (the batch as JSON text).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::process::Output;

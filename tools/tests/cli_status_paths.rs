@@ -2,7 +2,7 @@
 //! directory reads as no leases (exit 0, nothing created); a path whose
 //! directory does not exist is a mistake, reported in one line (exit 2).
 
-mod support;
+use crate::support;
 
 use support::picolease;
 

@@ -16,10 +16,10 @@
 //! Each CMD records its pid and its grandchild's pid, and on start checks
 //! that no earlier term's process is still alive (a live one writes an
 //! `overlap` file). The figures (how long after the signal the old CMD was
-//! dead) are printed: `cargo test -p picolease-cli --test cli_term_end --
+//! dead) are printed: `cargo test -p picolease-cli --test cli cli_term_end:: --
 //! --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;

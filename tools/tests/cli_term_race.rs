@@ -28,7 +28,7 @@
 //! The gaps measured are printed: `cargo test -p picolease-cli --test
 //! cli_term_race -- --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::any::Any;
 use std::path::PathBuf;
@@ -424,7 +424,7 @@ fn on_mysql_in_the_race_at_a_terms_planned_end_run_never_exits() {
 }
 
 /// The race, 100 rounds on a SQLite file:
-/// `cargo test -p picolease-cli --test cli_term_race -- --ignored --nocapture --test-threads 1`.
+/// `cargo test -p picolease-cli --test cli cli_term_race:: -- --ignored --nocapture --test-threads 1`.
 #[test]
 #[ignore = "about 100 s; run by hand"]
 fn in_100_races_at_a_terms_planned_end_run_never_exits() {
@@ -432,7 +432,7 @@ fn in_100_races_at_a_terms_planned_end_run_never_exits() {
 }
 
 /// The race, 100 rounds on PostgreSQL:
-/// `cargo test -p picolease-cli --test cli_term_race -- --ignored --nocapture --test-threads 1`.
+/// `cargo test -p picolease-cli --test cli cli_term_race:: -- --ignored --nocapture --test-threads 1`.
 #[cfg(feature = "postgres")]
 #[test]
 #[ignore = "about 100 s; run by hand"]
@@ -441,7 +441,7 @@ fn on_postgres_in_100_races_at_a_terms_planned_end_run_never_exits() {
 }
 
 /// The race, 100 rounds on MariaDB:
-/// `cargo test -p picolease-cli --test cli_term_race -- --ignored --nocapture --test-threads 1`.
+/// `cargo test -p picolease-cli --test cli cli_term_race:: -- --ignored --nocapture --test-threads 1`.
 #[cfg(feature = "mysql")]
 #[test]
 #[ignore = "about 100 s; run by hand"]

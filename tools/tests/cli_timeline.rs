@@ -14,7 +14,7 @@
 //! The time to draw the last: `cargo test -p picolease-cli --test
 //! cli_timeline -- --nocapture ten_thousand`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! again whenever its holder, epoch or free/held state changes, and exit 0
 //! on SIGINT or SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

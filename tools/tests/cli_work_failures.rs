@@ -17,10 +17,10 @@
 //!   the lease is free (it counts as unhealthy until its first verdict).
 //!
 //! The figures (the escalation's and the yield's times, the gaps) are
-//! printed: `cargo test -p picolease-cli --test cli_work_failures --
+//! printed: `cargo test -p picolease-cli --test cli cli_work_failures:: --
 //! --nocapture --test-threads 1`.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! and render call) with a SQLite leader renewing every 100 ms: renew
 //! latency percentiles for a window without scrapes, then for a window of
 //! 1,000 scrapes. Prints the figures:
-//! `cargo test -p picolease-cli --test scrape_cost -- --nocapture`.
+//! `cargo test -p picolease-cli --test cli scrape_cost:: -- --nocapture`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -962,28 +962,28 @@ pub fn case_11_work_added_while_leading_starts_in_the_current_term<B: Backend>()
     assert_eq!(rows[0].holder, None);
 }
 
-/// One `#[test]` per shared case for `$backend` (bring it in with
-/// `#[macro_use] mod conformance;`).
+/// One `#[test]` per shared case for `$backend`, a type in scope where the
+/// macro is called (`conformance` is `#[macro_use]` in `main.rs`).
 macro_rules! conformance_tests {
     ($backend:ty) => {
         conformance_tests!(@all $backend);
     };
     (set: $backend:ident) => {
         mod set_of_1 {
-            conformance_tests!(@all crate::conformance::set::AsSet<crate::$backend, 1>);
+            conformance_tests!(@all crate::conformance::set::AsSet<super::$backend, 1>);
         }
         mod set_of_3 {
-            conformance_tests!(@all crate::conformance::set::AsSet<crate::$backend, 3>);
+            conformance_tests!(@all crate::conformance::set::AsSet<super::$backend, 3>);
         }
         #[test]
         fn a_set_lease_handed_over_goes_to_the_named_node() {
-            crate::conformance::set::a_set_lease_handed_over_goes_to_the_named_node::<
-                crate::$backend,
-            >(stringify!($backend));
+            crate::conformance::set::a_set_lease_handed_over_goes_to_the_named_node::<$backend>(
+                stringify!($backend),
+            );
         }
         #[test]
         fn a_preferred_member_is_handed_every_lease() {
-            crate::conformance::set::a_preferred_member_is_handed_every_lease::<crate::$backend>(
+            crate::conformance::set::a_preferred_member_is_handed_every_lease::<$backend>(
                 stringify!($backend),
             );
         }

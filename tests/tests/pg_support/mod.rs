@@ -9,8 +9,7 @@
 
 pub mod bouncer;
 pub mod cluster;
-#[path = "../forward_support/mod.rs"]
-pub mod forward;
+pub(crate) use crate::forward_support as forward;
 pub mod patroni;
 
 use std::net::SocketAddr;
