@@ -114,6 +114,12 @@ pub struct LeaseState {
     release_by: Option<Instant>,
     /// A planned handover decided and not yet answered.
     hand_over: Option<HandOver>,
+    /// A lease of a set renewing by liveness (DESIGN §10): a term that
+    /// ends at its deadline is released (`Release { epoch }`) before the
+    /// machine tries again. Its row stays linked to the node's liveness,
+    /// which the node's other renewals keep extending, so nobody else
+    /// could take it while the node lives (`LeaseState::release_lapsed_terms`).
+    releases_lapsed_terms: bool,
     /// After a handover, until when release notices are ignored
     /// (`stepped_aside`).
     aside_until: Option<Instant>,
@@ -192,6 +198,7 @@ impl LeaseState {
             notice_pending: false,
             release_by: None,
             hand_over: None,
+            releases_lapsed_terms: false,
             aside_until: None,
             reservation,
             announcement,
@@ -640,6 +647,20 @@ impl LeaseState {
         holder.is_some_and(|h| h == self.config.holder.as_str() || h == self.reservation)
     }
 
+    /// Makes a term that ends at its deadline end with a release of its
+    /// epoch, sent before the machine's next acquire (a lease of a set
+    /// renewing by liveness, DESIGN §10). Such a lease's row is linked to
+    /// its node's membership row: when its own renewals failed for a ttl
+    /// while the node's others went through, the row stays linked to a
+    /// liveness that lives on, which no survey lists and no other node
+    /// takes. Without the release, a node that then stopped trying for it
+    /// (its share shrank) kept it from everyone for as long as it lived.
+    /// The release is conditioned on the holder and the epoch, as every
+    /// release is: a row taken meanwhile is left alone.
+    pub(crate) fn release_lapsed_terms(&mut self) {
+        self.releases_lapsed_terms = true;
+    }
+
     /// Turns a follower's acquires on or off (a lease set's fair share). A
     /// leader is not affected: a set gives a lease up through
     /// [`LeaseState::handle_shutdown`], the normal stop → release path.
@@ -862,10 +883,21 @@ impl LeaseState {
                 });
             }
         }
-        if let Standing::Leader { deadline, .. } = self.standing {
+        if let Standing::Leader {
+            epoch, deadline, ..
+        } = self.standing
+        {
             if now >= deadline {
                 self.demote(Demotion::Expired);
                 self.next_attempt = self.next_attempt.min(now);
+                if self.releases_lapsed_terms
+                    && self.phase == Phase::Electing
+                    && self.hand_over.is_none()
+                {
+                    // Sent before any acquire (`advance`), answered like a
+                    // plain release: the others get the first try.
+                    self.hand_over = Some(HandOver { epoch, to: None });
+                }
             }
         }
     }

@@ -145,6 +145,61 @@ fn a_clean_shutdown_hands_its_leases_over_at_once() {
     assert!(moved.iter().all(|&d| d < secs(0.1)), "{moved:?}");
 }
 
+/// A member whose probe fails keeps its membership row, the liveness its
+/// leases are linked to, and holds its unhealthy row beside it: its
+/// leases move to the healthy members by its own handovers, never taken
+/// while it still leads them, and once healthy again it takes its share
+/// back. While it is unhealthy the database still writes a row or two per
+/// node per interval. (Giving the membership row up, as a set renewing
+/// every row does, ended every linked lease at once: taken by the others
+/// while the sick node still led them.)
+#[test]
+fn an_unhealthy_member_keeps_its_liveness_and_hands_its_leases_over() {
+    let mut config = by_liveness(3, 30, 11);
+    let sick = secs(6.0);
+    let span = secs(6.0);
+    config.unhealthy = vec![(sick, 1, span)];
+    config.duration = secs(18.0);
+    let report = run(config.clone());
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let before = report.samples.iter().rfind(|s| s.at < sick).unwrap();
+    assert_eq!(before.held, vec![Some(10), Some(10), Some(10)]);
+    // Out of the share within two intervals of its probe failing, every
+    // lease held by the others.
+    let out = report
+        .samples
+        .iter()
+        .find(|s| s.at > sick && s.held[1] == Some(0) && s.unheld == 0)
+        .expect("node 1's leases all move")
+        .at;
+    println!(
+        "node 1's leases all led elsewhere {:?} after its probe failed",
+        out - sick
+    );
+    assert!(out <= sick + config.interval * 2, "{out:?}");
+    let during: Vec<_> = report
+        .samples
+        .iter()
+        .filter(|s| s.at >= out && s.at < sick + span)
+        .collect();
+    assert!(during
+        .iter()
+        .all(|s| !s.healthy[1] && s.held[1] == Some(0) && s.unheld == 0));
+    let writes = during
+        .windows(2)
+        .map(|w| w[1].row_writes - w[0].row_writes)
+        .max()
+        .expect("samples");
+    assert!(
+        writes <= 6,
+        "{writes} rows written in an interval while node 1 is unhealthy"
+    );
+    // Healthy again: its share back, and then nothing moves.
+    let last = report.samples.last().unwrap();
+    assert_eq!(last.held, vec![Some(10), Some(10), Some(10)]);
+    assert!(last.healthy[1]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
 

@@ -43,7 +43,7 @@
 //! Real time: the bounds are generous (`MARGIN`) and the figures printed.
 //! Tests run one at a time (they measure time on a 2-core machine). More
 //! rounds: `PICOLEASE_ROUNDS=10 cargo test -p picolease-tests --test
-//! pg_term_end -- --nocapture`.
+//! integration pg_term_end:: -- --nocapture`.
 
 use crate::pg_support;
 

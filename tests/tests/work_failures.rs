@@ -17,7 +17,7 @@
 //!   two intervals (DESIGN §9 "Members' health").
 //!
 //! The times are printed: `cargo test -p picolease-tests --test
-//! work_failures -- --nocapture`.
+//! integration work_failures:: -- --nocapture`.
 
 use crate::pg_support;
 

@@ -17,7 +17,7 @@
 //!
 //! The handover's time (the holder's `handover` line to NODE's `leader`
 //! line for L) is printed: `cargo test -p picolease-cli --test
-//! cli_handover_set -- --nocapture --test-threads 1`.
+//! cli cli_handover_set:: -- --nocapture --test-threads 1`.
 
 use crate::support;
 

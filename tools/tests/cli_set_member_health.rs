@@ -9,9 +9,12 @@
 //! 127.0.0.1:5432 and on the MariaDB server at 127.0.0.1:3306 (a table
 //! per test; FAILS, not skips, when a server is unreachable).
 //!
+//! Renewing by liveness (`run --by-liveness`, DESIGN §10) the same holds
+//! on SQLite and PostgreSQL, the sick node keeping its membership row.
+//!
 //! The time from the probe's failure to the last of node 1's leases led
 //! elsewhere is printed: `cargo test -p picolease-cli --test
-//! cli_set_member_health -- --nocapture --test-threads 1`.
+//! cli cli_set_member_health:: -- --nocapture --test-threads 1`.
 
 use crate::support;
 
@@ -50,7 +53,15 @@ fn member_healthy(db: &str, table: &str, node: usize) -> Option<bool> {
     })
 }
 
-fn unhealthy_member_hands_its_leases_over(db: &str, table: &str, dir: &Path, database: &str) {
+/// The scenario on `db`; `shape` is `run`'s extra flags (`--by-liveness`,
+/// or none).
+fn unhealthy_member_hands_its_leases_over(
+    db: &str,
+    table: &str,
+    dir: &Path,
+    database: &str,
+    shape: &[&str],
+) {
     let log: Log = Arc::default();
     let global = ["--table", table];
     let ok = |node: usize| dir.join(format!("ok{node}"));
@@ -68,7 +79,7 @@ fn unhealthy_member_hands_its_leases_over(db: &str, table: &str, dir: &Path, dat
             TTL,
             node,
             &log,
-            &["--health-cmd", &probe],
+            &[&["--health-cmd", probe.as_str()][..], shape].concat(),
         ));
     }
     let none = BTreeSet::new();
@@ -159,7 +170,7 @@ fn unhealthy_member_hands_its_leases_over(db: &str, table: &str, dir: &Path, dat
 fn an_unhealthy_member_hands_its_leases_to_the_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("leases.db").display());
-    unhealthy_member_hands_its_leases_over(&db, "pl_set_health", dir.path(), "SQLite");
+    unhealthy_member_hands_its_leases_over(&db, "pl_set_health", dir.path(), "SQLite", &[]);
 }
 
 #[cfg(feature = "postgres")]
@@ -169,7 +180,7 @@ fn on_postgres_an_unhealthy_member_hands_its_leases_to_the_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let table = format!("pl_set_health_{}", std::process::id());
     support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
-    unhealthy_member_hands_its_leases_over(POSTGRES, &table, dir.path(), "PostgreSQL");
+    unhealthy_member_hands_its_leases_over(POSTGRES, &table, dir.path(), "PostgreSQL", &[]);
     support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
 }
 
@@ -180,6 +191,40 @@ fn on_mysql_an_unhealthy_member_hands_its_leases_to_the_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let table = format!("pl_set_health_{}", std::process::id());
     support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
-    unhealthy_member_hands_its_leases_over(MYSQL, &table, dir.path(), "MariaDB");
+    unhealthy_member_hands_its_leases_over(MYSQL, &table, dir.path(), "MariaDB", &[]);
     support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
+}
+
+/// Renewing by liveness (DESIGN §10, `run --by-liveness`): the sick node
+/// keeps its membership row, the liveness its leases are linked to, and
+/// holds its unhealthy row beside it; the same moves, each by its own
+/// handover, never led twice.
+#[test]
+fn renewing_by_liveness_an_unhealthy_member_hands_its_leases_to_the_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("leases.db").display());
+    unhealthy_member_hands_its_leases_over(
+        &db,
+        "pl_set_health",
+        dir.path(),
+        "SQLite by liveness",
+        &["--by-liveness"],
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn on_postgres_renewing_by_liveness_an_unhealthy_member_hands_its_leases_to_the_healthy() {
+    const POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+    let dir = tempfile::tempdir().unwrap();
+    let table = format!("pl_set_health_liveness_{}", std::process::id());
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
+    unhealthy_member_hands_its_leases_over(
+        POSTGRES,
+        &table,
+        dir.path(),
+        "PostgreSQL by liveness",
+        &["--by-liveness"],
+    );
+    support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
 }

@@ -26,7 +26,7 @@
 //! session holds the lease row's lock (`SELECT … FOR UPDATE` in an open
 //! transaction). Times are compared by the events' stamps (`unix_ms`).
 //! The gaps measured are printed: `cargo test -p picolease-cli --test
-//! cli_term_race -- --nocapture`.
+//! cli cli_term_race:: -- --nocapture`.
 
 use crate::support;
 

@@ -12,7 +12,7 @@
 //! 10 processes × 10,000 leases.
 //!
 //! The time to draw the last: `cargo test -p picolease-cli --test
-//! cli_timeline -- --nocapture ten_thousand`.
+//! cli cli_timeline::ten_thousand -- --nocapture`.
 
 use crate::support;
 

@@ -16,6 +16,9 @@
 //! first and the other released once it is held, so the node never drops
 //! out of the members' list; the node counts itself unhealthy only once
 //! its unhealthy row is written (the others cannot read it sooner).
+//! Renewing by liveness (DESIGN §10), the membership row is never given
+//! up for health: it is the liveness everything the node holds is linked
+//! to, so the unhealthy row is held beside it.
 
 use super::{LeaseSet, Slot};
 use crate::time::Instant;
@@ -74,6 +77,16 @@ impl LeaseSet {
             self.wakeups.insert(at, known);
         } else if self.is_healthy() {
             self.marked_at = None;
+        }
+        // Renewing by liveness, the membership row is the liveness the
+        // node's leases (and its unhealthy row) are linked to: released,
+        // it would end them all at once, each takeable while this node
+        // still led it. The node keeps it and holds its unhealthy row
+        // beside it; the others read a member with both rows as
+        // unhealthy (`standings`). Healthy again, it gives the unhealthy
+        // row up as before.
+        if self.template.by_liveness && other == self.member {
+            return;
         }
         let rest = &mut self.slots[other];
         if rest.machine.leadership().is_leader() {

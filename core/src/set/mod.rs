@@ -234,6 +234,11 @@ impl LeaseSet {
             slots.push(Slot::new(&template, i, name, now)?);
         }
         let member = slots.len() - 1;
+        if template.by_liveness {
+            for slot in &mut slots[..member] {
+                slot.machine.release_lapsed_terms();
+            }
+        }
         if let Some(slot) = slots[..member]
             .iter()
             .find(|s| crate::config::is_reserved(&s.name))
@@ -673,6 +678,9 @@ impl LeaseSet {
             config.seed = config.seed.wrapping_add(1);
             if let Ok(mut machine) = LeaseState::own_row(config, now) {
                 machine.set_contending(now, false);
+                if self.template.by_liveness && i < self.member {
+                    machine.release_lapsed_terms();
+                }
                 #[cfg(feature = "mutants")]
                 machine.set_mutation(self.mutation);
                 slot.machine = machine;
