@@ -182,10 +182,11 @@ pub struct LeaseSet {
     /// Instants at which a row seen by the last survey lapses: the share
     /// is planned again then.
     wakeups: Vec<Instant>,
-    /// Per lease: whether this node ranks first for it among `ranked_among`
-    /// (rendezvous hashing). Nodes try the free leases they rank first for
-    /// before any other, so nodes short of their share at the same time
-    /// reach for different leases instead of colliding on the same rows.
+    /// Per lease: whether it is assigned to this node among `ranked_among`
+    /// (rendezvous hashing with bounded loads, `share::assign`). Nodes try
+    /// the free leases assigned to them before any other, so nodes short
+    /// of their share at the same time reach for different leases instead
+    /// of colliding on the same rows, and together for every lease.
     ranks_first: Vec<bool>,
     /// The live members `ranks_first` was computed for.
     ranked_among: Vec<HolderId>,

@@ -225,22 +225,22 @@ impl LeaseSet {
         }
     }
 
-    /// Recomputes which leases this node ranks first for among the
-    /// contenders, when they changed: O(leases × members), once per
-    /// membership change.
+    /// Recomputes which leases are assigned to this node among the
+    /// contenders ([`share::assign`]), when they changed: O(leases ×
+    /// members), once per membership change.
     fn rank_first_for(&mut self, now: Instant) {
         let live = self.contenders(now);
         if live == self.ranked_among && self.ranks_first.len() == self.member {
             return;
         }
-        let me = &self.template.holder;
-        self.ranks_first = self.slots[..self.member]
+        let me = live.iter().position(|h| *h == self.template.holder);
+        let names: Vec<&str> = self.slots[..self.member]
             .iter()
-            .map(|slot| {
-                live.iter()
-                    .filter(|h| *h != me)
-                    .all(|h| share::preference(h, slot.name.as_str()) < slot.preference)
-            })
+            .map(|slot| slot.name.as_str())
+            .collect();
+        self.ranks_first = share::assign(&live, &names)
+            .into_iter()
+            .map(|k| Some(k) == me)
             .collect();
         self.ranked_among = live;
     }
