@@ -647,9 +647,10 @@ impl LeaseState {
         holder.is_some_and(|h| h == self.config.holder.as_str() || h == self.reservation)
     }
 
-    /// Makes a term that ends at its deadline end with a release of its
-    /// epoch, sent before the machine's next acquire (a lease of a set
-    /// renewing by liveness, DESIGN §10). Such a lease's row is linked to
+    /// With `on`, makes a term that ends at its deadline end with a
+    /// release of its epoch, sent before the machine's next acquire (each
+    /// lease of a set renewing by liveness, DESIGN §10; set on every
+    /// machine a set makes for a lease). Such a lease's row is linked to
     /// its node's membership row: when its own renewals failed for a ttl
     /// while the node's others went through, the row stays linked to a
     /// liveness that lives on, which no survey lists and no other node
@@ -657,8 +658,8 @@ impl LeaseState {
     /// (its share shrank) kept it from everyone for as long as it lived.
     /// The release is conditioned on the holder and the epoch, as every
     /// release is: a row taken meanwhile is left alone.
-    pub(crate) fn release_lapsed_terms(&mut self) {
-        self.releases_lapsed_terms = true;
+    pub(crate) fn release_lapsed_terms(&mut self, on: bool) {
+        self.releases_lapsed_terms = on;
     }
 
     /// Turns a follower's acquires on or off (a lease set's fair share). A

@@ -182,14 +182,14 @@ pub struct LeaseSet {
     /// Instants at which a row seen by the last survey lapses: the share
     /// is planned again then.
     wakeups: Vec<Instant>,
-    /// Per lease: whether it is assigned to this node among `ranked_among`
+    /// Per lease: whether it is assigned to this node among `assigned_among`
     /// (rendezvous hashing with bounded loads, `share::assign`). Nodes try
     /// the free leases assigned to them before any other, so nodes short
     /// of their share at the same time reach for different leases instead
     /// of colliding on the same rows, and together for every lease.
-    ranks_first: Vec<bool>,
-    /// The live members `ranks_first` was computed for.
-    ranked_among: Vec<HolderId>,
+    assigned_here: Vec<bool>,
+    /// The live members `assigned_here` was computed for.
+    assigned_among: Vec<HolderId>,
     shutting_down: bool,
     finished: bool,
     /// What the driver was last told of watching for changes
@@ -235,10 +235,8 @@ impl LeaseSet {
             slots.push(Slot::new(&template, i, name, now)?);
         }
         let member = slots.len() - 1;
-        if template.by_liveness {
-            for slot in &mut slots[..member] {
-                slot.machine.release_lapsed_terms();
-            }
+        for slot in &mut slots[..member] {
+            slot.machine.release_lapsed_terms(template.by_liveness);
         }
         if let Some(slot) = slots[..member]
             .iter()
@@ -265,8 +263,8 @@ impl LeaseSet {
             resurvey: false,
             members: Vec::new(),
             wakeups: Vec::new(),
-            ranks_first: Vec::new(),
-            ranked_among: Vec::new(),
+            assigned_here: Vec::new(),
+            assigned_among: Vec::new(),
             shutting_down: false,
             finished: false,
             watching: false,
@@ -679,9 +677,7 @@ impl LeaseSet {
             config.seed = config.seed.wrapping_add(1);
             if let Ok(mut machine) = LeaseState::own_row(config, now) {
                 machine.set_contending(now, false);
-                if self.template.by_liveness && i < self.member {
-                    machine.release_lapsed_terms();
-                }
+                machine.release_lapsed_terms(self.template.by_liveness && i < self.member);
                 #[cfg(feature = "mutants")]
                 machine.set_mutation(self.mutation);
                 slot.machine = machine;

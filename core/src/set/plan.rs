@@ -156,8 +156,8 @@ impl LeaseSet {
         if need == 0 || self.resurvey {
             return;
         }
-        self.rank_first_for(now);
-        // The leases this node ranks first for, then the others; within
+        self.assign_among_contenders(now);
+        // The leases assigned to this node, then the others; within
         // each, free or lapsed rows before rows never seen, the most
         // preferred first.
         let mut candidates: Vec<(u8, std::cmp::Reverse<u64>, usize)> = (0..leases)
@@ -169,7 +169,7 @@ impl LeaseSet {
                     Seen::Unknown => 1,
                     Seen::Held { .. } => return None,
                 };
-                let rank = if self.ranks_first.get(i).copied().unwrap_or(false) {
+                let rank = if self.assigned_here.get(i).copied().unwrap_or(false) {
                     rank
                 } else {
                     rank + 2
@@ -228,9 +228,9 @@ impl LeaseSet {
     /// Recomputes which leases are assigned to this node among the
     /// contenders ([`share::assign`]), when they changed: O(leases ×
     /// members), once per membership change.
-    fn rank_first_for(&mut self, now: Instant) {
+    fn assign_among_contenders(&mut self, now: Instant) {
         let live = self.contenders(now);
-        if live == self.ranked_among && self.ranks_first.len() == self.member {
+        if live == self.assigned_among && self.assigned_here.len() == self.member {
             return;
         }
         let me = live.iter().position(|h| *h == self.template.holder);
@@ -238,10 +238,10 @@ impl LeaseSet {
             .iter()
             .map(|slot| slot.name.as_str())
             .collect();
-        self.ranks_first = share::assign(&live, &names)
+        self.assigned_here = share::assign(&live, &names)
             .into_iter()
             .map(|k| Some(k) == me)
             .collect();
-        self.ranked_among = live;
+        self.assigned_among = live;
     }
 }

@@ -1,7 +1,7 @@
 //! What the model checker reads of a lease set to tell states apart
 //! (feature `sim`): every field that can change what the set does next,
 //! borrowed, so fingerprinting allocates nothing. The caches derived from
-//! other fields (`ranks_first`, `index`) and the preferences and members'
+//! other fields (`assigned_here`, `index`) and the preferences and members'
 //! ranks (fixed by the holder id) are left out.
 
 use super::{BatchKind, LeaseSet, Member, Seen};
