@@ -117,15 +117,6 @@ pub enum ConfigError {
         /// What is wrong with it.
         problem: &'static str,
     },
-    /// A feature the chosen database's statements do not have yet (a
-    /// lease set's renewal by liveness on MySQL, DESIGN §10).
-    #[error("{feature} is not available on {database} yet")]
-    NotOnThisDatabase {
-        /// What was asked for.
-        feature: &'static str,
-        /// The database.
-        database: &'static str,
-    },
     /// A table name that is not a plain (optionally schema-qualified) identifier.
     #[error("table name {value:?} {problem}")]
     BadTableName {

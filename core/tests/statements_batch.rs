@@ -10,7 +10,7 @@ use picolease_core::{Epoch, HolderId, Operation, Reply, RowError, TableName};
 
 fn placeholders(sql: &str, dialect: Dialect) -> usize {
     match dialect {
-        Dialect::Sqlite => sql.matches('?').count(),
+        Dialect::Sqlite | Dialect::Mysql => sql.matches('?').count(),
         _ => (1..20)
             .filter(|n| {
                 let p = format!("${n}");
@@ -465,14 +465,20 @@ fn on_mysql_a_row_released_during_the_acquire_is_free_not_unsound() {
 // A lease set's statements renewing by liveness (DESIGN §10), as text:
 // one placeholder per parameter, the link written as `LINK_BASE` + the
 // caller's term, PostgreSQL's kill and its lookups by key, SQLite's two
-// statements, the reads of a linked row's expiry through its liveness,
-// and no such statements on MySQL. What they do is checked against the
-// model on the databases (`tests/tests/model_vs_{sqlite,postgres}.rs`).
+// statements, MySQL's chains (the kill before the take), and the reads of
+// a linked row's expiry through its liveness. What they do is checked
+// against the model on the databases
+// (`tests/tests/model_vs_{sqlite,postgres,mysql}.rs`).
+
+const DIALECTS: [Dialect; 3] = [Dialect::Sqlite, Dialect::Postgres, Dialect::Mysql];
 
 fn by_liveness(dialect: Dialect) -> Statements {
-    Statements::new(dialect, &TableName::new("app.leases").unwrap())
-        .renewing_by_liveness()
-        .expect("SQLite and PostgreSQL renew by liveness")
+    Statements::new(dialect, &TableName::new("app.leases").unwrap()).renewing_by_liveness()
+}
+
+/// The SQL of every step of `st`, in the order a driver runs them.
+fn steps(st: &Statement) -> Vec<&str> {
+    st.in_order().0.iter().map(|step| step.sql()).collect()
 }
 
 fn each(s: &Statements) -> Vec<(&'static str, &Statement)> {
@@ -490,34 +496,35 @@ fn each(s: &Statements) -> Vec<(&'static str, &Statement)> {
 fn the_link_is_a_term_past_two_to_the_sixty_second() {
     assert_eq!(LINK_BASE, 1 << 62);
     assert_eq!(LINK_BASE.to_string(), "4611686018427387904");
-    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+    for dialect in DIALECTS {
         let s = by_liveness(dialect);
-        let upsert = match s.acquire_batch().read_back() {
-            Some(then) => then.statement().sql().to_string(),
-            None => s.acquire_batch().sql().to_string(),
-        };
+        let acquire = steps(s.acquire_batch());
         assert!(
-            upsert.contains("COALESCE(4611686018427387904 + "),
-            "{dialect:?} links what it takes: {upsert}"
+            acquire
+                .iter()
+                .any(|step| step.contains("COALESCE(4611686018427387904 + ")),
+            "{dialect:?} links what it takes: {acquire:?}"
         );
     }
 }
 
 #[test]
 fn every_statement_has_one_placeholder_per_parameter() {
-    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+    for dialect in DIALECTS {
         let s = by_liveness(dialect);
+        let table = match dialect {
+            Dialect::Mysql => "`app`.`leases`",
+            _ => "\"app\".\"leases\"",
+        };
         for (name, st) in each(&s) {
-            let mut all = vec![st];
-            all.extend(st.read_back().map(|r| r.statement()));
-            for st in all {
+            for st in st.in_order().0 {
                 assert_eq!(
                     placeholders(st.sql(), dialect),
                     st.params().len(),
                     "{dialect:?} {name}: {}",
                     st.sql()
                 );
-                assert!(st.sql().contains("\"app\".\"leases\""), "{name}");
+                assert!(st.sql().contains(table), "{name}");
             }
         }
         let kinds = |st: &Statement| {
@@ -535,12 +542,9 @@ fn every_statement_has_one_placeholder_per_parameter() {
         assert_eq!(kinds(s.lease_row()), [Param::Lease], "{dialect:?}");
         assert!(s.status().params().is_empty(), "{dialect:?}");
         for st in [s.acquire_batch(), s.renew_batch()] {
-            let mut all = kinds(st);
-            if let Some(then) = st.read_back() {
-                all.extend(kinds(then.statement()));
-                all.sort_by_key(|p| format!("{p:?}"));
-                all.dedup();
-            }
+            let mut all: Vec<Param> = st.in_order().0.into_iter().flat_map(kinds).collect();
+            all.sort_by_key(|p| format!("{p:?}"));
+            all.dedup();
             assert_eq!(
                 all,
                 [Param::Batch, Param::Holder, Param::TtlMillis],
@@ -572,6 +576,107 @@ fn sqlite_runs_two_statements_in_one_transaction_and_postgres_one() {
     let pg = by_liveness(Dialect::Postgres);
     assert!(pg.acquire_batch().read_back().is_none());
     assert!(pg.renew_batch().read_back().is_none());
+}
+
+#[test]
+fn mysql_runs_a_chain_in_one_transaction_the_kill_before_the_take() {
+    let s = by_liveness(Dialect::Mysql);
+    let acquire = steps(s.acquire_batch());
+    assert_eq!(acquire.len(), 8, "{acquire:#?}");
+    assert_eq!(s.acquire_batch().in_order().1, 7, "the read is the reply");
+    let starts: Vec<&str> = acquire
+        .iter()
+        .map(|step| step.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(
+        starts,
+        ["UPDATE", "UPDATE", "UPDATE", "UPDATE", "INSERT", "UPDATE", "UPDATE", "SELECT"]
+    );
+    // 1. the kill, committed alone first: another holder's lapsed
+    //    liveness, conditioned on its lapse (InnoDB rechecks it on the
+    //    latest version once locked);
+    assert_eq!(s.acquire_batch().committed_first(), 1);
+    assert_eq!(
+        s.acquire_batch().read_back().map(|r| r.order()),
+        Some(ReadOrder::AfterCommit)
+    );
+    let kill = acquire[0];
+    assert!(kill.contains("SET `k`.`holder` = NULL"), "{kill}");
+    assert!(kill.contains("`k`.`expires_at` <= ("), "{kill}");
+    assert!(
+        kill.contains("`k`.`holder` <> ?"),
+        "its own is not the caller's to end: {kill}"
+    );
+    assert!(
+        kill.starts_with("UPDATE `app`.`leases` AS `k` SET "),
+        "one table: {kill}"
+    );
+    // 2. the caller's live liveness extended, found by a key range;
+    assert!(acquire[1].contains("`expires_at` > "), "{}", acquire[1]);
+    assert!(
+        acquire[1].contains(" >= CONCAT('picolease.member:', ?)"),
+        "{}",
+        acquire[1]
+    );
+    // 3. another server's rows adopted, from their effective expiry;
+    assert!(
+        acquire[2].contains("NOT (`leases`.`incarnation` <=> @@server_id)"),
+        "{}",
+        acquire[2]
+    );
+    assert!(
+        acquire[2].contains("SET `leases`.`expires_at` = GREATEST("),
+        "{}",
+        acquire[2]
+    );
+    // 4. the take: a linked row only once its liveness is ended;
+    let take = acquire[3];
+    assert!(take.contains("IS NOT NULL AND NOT EXISTS ("), "{take}");
+    assert!(
+        take.contains("`leases`.`epoch` = `leases`.`epoch` + 1"),
+        "{take}"
+    );
+    // every step from the batch (the insert's in name order), the
+    // writes of existing rows and the read through the primary key.
+    for (at, step) in acquire.iter().enumerate() {
+        if at == 1 || at == 0 {
+            continue;
+        }
+        assert!(step.contains("JSON_TABLE(?, '$[*]'"), "{step}");
+        if at != 4 {
+            assert!(step.contains("FORCE INDEX (PRIMARY)"), "{step}");
+        }
+    }
+    assert!(
+        acquire[4].contains("ORDER BY CAST(`j`.`name` AS BINARY)"),
+        "{}",
+        acquire[4]
+    );
+    assert!(acquire[7].ends_with(" FOR UPDATE"), "{}", acquire[7]);
+
+    let renew = steps(s.renew_batch());
+    assert_eq!(renew.len(), 3, "{renew:#?}");
+    assert_eq!(s.renew_batch().committed_first(), 0, "one transaction");
+    assert!(
+        renew[0].starts_with("UPDATE `app`.`leases` SET `expires_at` = "),
+        "{}",
+        renew[0]
+    );
+    assert!(
+        renew[1].contains("< 4611686018427387904 AND NOT "),
+        "plain rows: {}",
+        renew[1]
+    );
+    assert!(
+        renew[2].starts_with("SELECT "),
+        "confirmed by reading: {}",
+        renew[2]
+    );
+
+    let fence = s.fence().sql();
+    assert!(fence.ends_with(" LOCK IN SHARE MODE)"), "{fence}");
+    assert!(fence.contains("@@server_id"), "{fence}");
+    assert!(!fence.contains('"'), "{fence}");
 }
 
 #[test]
@@ -619,8 +724,8 @@ fn postgres_ends_a_lapsed_liveness_with_a_write_and_finds_it_by_key() {
 }
 
 #[test]
-fn readers_see_a_linked_row_through_its_liveness_on_sqlite_and_postgres() {
-    for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+fn readers_see_a_linked_row_through_its_liveness() {
+    for dialect in DIALECTS {
         // Whichever way the set renews: the status, a lease's row, and
         // adoption (the runbook, a forced release, the acquire's).
         let plain = Statements::new(dialect, &TableName::default());
@@ -632,15 +737,12 @@ fn readers_see_a_linked_row_through_its_liveness_on_sqlite_and_postgres() {
             );
         }
         let s = by_liveness(dialect);
+        let liv = match dialect {
+            Dialect::Mysql => "WITH `liv` AS (SELECT ",
+            _ => "WITH \"liv\" AS (SELECT ",
+        };
         for st in [s.survey(), s.status()] {
-            assert!(
-                st.sql().contains("WITH \"liv\" AS (SELECT "),
-                "{}",
-                st.sql()
-            );
+            assert!(st.sql().contains(liv), "{}", st.sql());
         }
     }
-    let mysql = Statements::new(Dialect::Mysql, &TableName::default());
-    assert!(!mysql.status().sql().contains("4611686018427387904"));
-    assert!(mysql.renewing_by_liveness().is_none());
 }

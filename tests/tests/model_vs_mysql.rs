@@ -22,7 +22,9 @@ use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use model_vs::batch::{
-    batch_ops, check_awkward_names, renew_many, BatchMutant, BatchOp, BatchSql, BATCH_MUTANTS,
+    assert_linked_rows_met, batch_ops, check_awkward_names,
+    check_runbook_keeps_a_linked_rows_grace, renew_many, BatchMutant, BatchOp, BatchSql,
+    BATCH_MUTANTS,
 };
 use model_vs::{
     check_concurrent_acquires, check_hand_over_script, check_real_expiry, ops, Bound, Comparison,
@@ -31,6 +33,7 @@ use model_vs::{
 use mysql_async::consts::ColumnType;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, Value};
+use picolease_core::sim::ModelDb;
 use picolease_core::sql::{Cell, Dialect, ReadOrder, Statement, Statements};
 use picolease_core::{Epoch, HolderId, Operation, Reply, TableName};
 use proptest::test_runner::{
@@ -357,6 +360,7 @@ fn run_retrying_deadlocks(
                     db.try_execute(statement.sql(), values)?;
                     rows
                 }
+                ReadOrder::AfterCommit => panic!("the acquire commits nothing first"),
             };
             db.try_batch("COMMIT")?;
             Ok::<_, mysql_async::Error>(rows)
@@ -517,21 +521,131 @@ fn random_batch_sequences(
     mode: RowCounts,
     mutant: Option<BatchMutant>,
 ) -> Result<(), TestError<Vec<BatchOp>>> {
+    random_batch_sequences_of(runner, test, mode, mutant, None)
+}
+
+/// [`random_batch_sequences`]; by liveness when `linked` is given (the
+/// statements of `Statements::renewing_by_liveness`, each batch a chain
+/// of statements in one transaction, against `ModelDb::by_liveness`, the
+/// kill included), adding to it how many linked rows the model's batch
+/// acquires took and its renewals confirmed.
+fn random_batch_sequences_of(
+    runner: &mut TestRunner,
+    test: &str,
+    mode: RowCounts,
+    mutant: Option<BatchMutant>,
+    linked: Option<&std::cell::RefCell<(u64, u64)>>,
+) -> Result<(), TestError<Vec<BatchOp>>> {
     let db = std::cell::RefCell::new(Mysql::connect_with(mode));
     let lease_table = table(test);
     let app_table = table(&format!("{test}_app"));
     runner.run(&batch_ops(30), |ops| {
         let mut db = db.borrow_mut();
-        let s = statements(&lease_table);
+        let mut s = statements(&lease_table);
+        let mut model = ModelDb::new();
+        if linked.is_some() {
+            s = s.renewing_by_liveness();
+            model = ModelDb::by_liveness();
+        }
         let mut sql = BatchSql::new(&s);
         if let Some(mutant) = mutant {
             mutant(&mut sql, &lease_table);
         }
-        let mut c = Comparison::new(&mut *db, Sql::new(&s), &app_table);
+        let mut c = Comparison::new(&mut *db, Sql::new(&s), &app_table).with_model(model);
         let verdict = c.run_batch_with(&ops, &sql);
+        if let Some(linked) = linked {
+            let mut linked = linked.borrow_mut();
+            linked.0 += c.linked_taken;
+            linked.1 += c.linked_confirmed;
+        }
         c.drop_tables();
         verdict.map_err(proptest::test_runner::TestCaseError::fail)
     })
+}
+
+/// Renewing by liveness (DESIGN §10), the model's set statements
+/// (`ModelDb::by_liveness`, the kill of a lapsed liveness included) and
+/// MariaDB's (`Statements::renewing_by_liveness`: each batch a chain of
+/// statements in one transaction) agree on every outcome and on the whole
+/// table after every step. In MySQL's default row-count mode only: no
+/// step's row count is read (both modes run the plain batches above).
+#[test]
+fn model_and_mysql_agree_on_random_batch_sequences_by_liveness() {
+    let linked = std::cell::RefCell::new((0, 0));
+    let mut runner = TestRunner::new(persisted(cases(256)));
+    if let Err(e) = random_batch_sequences_of(
+        &mut runner,
+        "batch_live",
+        RowCounts::Changed,
+        None,
+        Some(&linked),
+    ) {
+        panic!("{e}");
+    }
+    assert_linked_rows_met(linked.into_inner());
+}
+
+/// The by-liveness comparison is sharp on MariaDB: a linked row taken
+/// while its liveness lives (the acquire's takeover reading a lapsed
+/// liveness as ended, without the kill), and a renewal confirming rows
+/// linked to a lapsed liveness, are each found.
+#[test]
+fn the_by_liveness_comparison_catches_mutated_sql_on_mysql() {
+    for (name, mutant) in MYSQL_LIVENESS_MUTANTS {
+        let config = Config {
+            cases: 256,
+            max_shrink_iters: 64,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut runner =
+            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        let linked = std::cell::RefCell::new((0, 0));
+        match random_batch_sequences_of(
+            &mut runner,
+            "batch_live_mutant",
+            RowCounts::Changed,
+            Some(mutant),
+            Some(&linked),
+        ) {
+            Err(TestError::Fail(why, ops)) if why.to_string().contains("disagree") => {
+                eprintln!("{name}: caught by {} operations: {why}", ops.len())
+            }
+            other => panic!("{name}: not caught ({other:?})"),
+        }
+    }
+}
+
+/// The mutants of MySQL's statements renewing by liveness, by name.
+const MYSQL_LIVENESS_MUTANTS: [(&str, BatchMutant); 2] = [
+    ("a linked row taken while its liveness lives", |sql, _| {
+        // The takes' test of an ended liveness made always true.
+        let ended = "IS NOT NULL AND NOT EXISTS (";
+        assert!(sql.acquire.iter().any(|step| step.contains(ended)));
+        for step in &mut sql.acquire {
+            *step = step.replace(ended, "IS NOT NULL AND true OR NOT EXISTS (");
+        }
+    }),
+    (
+        "a renewal confirming rows linked to a lapsed liveness",
+        |sql, _| {
+            let read = sql.renew.last_mut().expect("the read");
+            assert!(read.contains("END) > ("), "{read}");
+            *read = read.replace("END) > (", "END) + 1000000000 > (");
+        },
+    ),
+];
+
+/// After the runbook's statement (`after_failover`), a linked row is
+/// nobody's for a ttl, read through its liveness (DESIGN §10), on
+/// MariaDB.
+#[test]
+fn the_runbook_keeps_a_linked_rows_grace_on_mysql() {
+    let mut db = Mysql::connect();
+    let s = statements(&table("runbook_live")).renewing_by_liveness();
+    let mut c = Comparison::new(&mut db, Sql::new(&s), &table("runbook_live_app"));
+    check_runbook_keeps_a_linked_rows_grace(&mut c);
+    c.drop_tables();
 }
 
 /// The model's batch methods and MariaDB's batch statements (JSON_TABLE,

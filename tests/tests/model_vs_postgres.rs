@@ -359,7 +359,7 @@ fn random_batch_sequences_of(
         let mut s = statements(&lease_table);
         let mut model = ModelDb::new();
         if linked.is_some() {
-            s = s.renewing_by_liveness().expect("PostgreSQL's statements");
+            s = s.renewing_by_liveness();
             model = ModelDb::by_liveness();
         }
         let mut sql = BatchSql::new(&s);
@@ -488,9 +488,7 @@ fn a_planned_handover_agrees_with_the_model_on_postgres() {
 #[test]
 fn the_runbook_keeps_a_linked_rows_grace_on_postgres() {
     let mut db = Postgres::connect();
-    let s = statements(&table("runbook_live"))
-        .renewing_by_liveness()
-        .unwrap();
+    let s = statements(&table("runbook_live")).renewing_by_liveness();
     let mut c = Comparison::new(&mut db, Sql::new(&s), &table("runbook_live_app"));
     check_runbook_keeps_a_linked_rows_grace(&mut c);
     c.drop_tables();

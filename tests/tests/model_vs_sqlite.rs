@@ -361,7 +361,7 @@ fn random_batch_sequences_counting(
         let mut s = statements(&table);
         let mut model = ModelDb::new();
         if by_liveness {
-            s = s.renewing_by_liveness().expect("SQLite's statements");
+            s = s.renewing_by_liveness();
             model = ModelDb::by_liveness_without_kill();
         }
         let mut sql = BatchSql::new(&s);
@@ -511,7 +511,7 @@ fn the_runbook_keeps_a_linked_rows_grace_on_sqlite() {
     let mut db = Sqlite {
         conn: Connection::open_in_memory().unwrap(),
     };
-    let s = statements("mvs_runbook").renewing_by_liveness().unwrap();
+    let s = statements("mvs_runbook").renewing_by_liveness();
     let mut c = Comparison::new(&mut db, Sql::new(&s), "mvs_runbook_app");
     check_runbook_keeps_a_linked_rows_grace(&mut c);
     c.drop_tables();

@@ -1,8 +1,10 @@
-//! DESIGN §10 "A set's renewal by liveness" (issue 45, designed, not yet
-//! built): its one race on the MariaDB server at 127.0.0.1:3306 (FAILS,
-//! not skips, when it is down), with the shape's statements written here
-//! by hand, as `pg_liveness_race.rs` does on PostgreSQL. MySQL has no
-//! `UPDATE … RETURNING`, so each side is a transaction of two statements:
+//! DESIGN §10 "A set's renewal by liveness": its one race on the MariaDB
+//! server at 127.0.0.1:3306 (FAILS, not skips, when it is down), first
+//! with the shape's statements written by hand (as `pg_liveness_race.rs`
+//! does on PostgreSQL), then with the library's own
+//! (`Statements::renewing_by_liveness`: each batch a chain of statements
+//! in one transaction). MySQL has no `UPDATE … RETURNING`, so each side
+//! is a transaction of several statements:
 //!
 //! - the holder's renewal: its liveness row extended (`UPDATE`, one row
 //!   affected while it lives), then its lease read (a plain read, after
@@ -17,7 +19,7 @@
 //! kill-write the taker still waits here, unlike on PostgreSQL: InnoDB
 //! reads the liveness row in the take's subquery with a shared lock, so
 //! its own condition orders it after the renewal (measured below). The
-//! library will write the kill anyway, so one argument holds on every
+//! library writes the kill anyway, so one argument holds on every
 //! database.
 //!
 //! `cargo test -p picolease-tests --test integration mysql_liveness_race::`
@@ -26,9 +28,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, TxOpts};
+use mysql_async::{Conn, Params, TxOpts};
 use picolease::mysql::{init, MysqlConnector};
-use picolease::sql::{db_now_millis, Dialect};
+use picolease::sql::{
+    db_now_millis, BatchBindings, Dialect, Statement, Statements, Value, MYSQL_BEGIN,
+};
 use picolease::TableName;
 use tokio::time::Instant;
 
@@ -222,6 +226,208 @@ async fn a_takeover_in_flight_makes_the_renewal_wait_and_it_confirms_nothing() {
         .unwrap()
         .unwrap();
     assert!(renewed.is_empty(), "the liveness is over: {renewed:?}");
+    assert_eq!(lease(&mut admin, &t).await, (Some("h2".into()), 6));
+    drop_table(&mut admin, &table).await;
+}
+
+/// The library's statements renewing by liveness for `table`.
+fn by_liveness(table: &TableName) -> Statements {
+    Statements::new(Dialect::Mysql, table).renewing_by_liveness()
+}
+
+/// The rows of `statement`'s chain run on `conn` as the driver runs it
+/// (`drivers/src/mysql/link.rs::run`), but for its last commit: the
+/// first `committed_first` steps each committed in a transaction of its
+/// own, the rest in one left open for the caller to commit. Its rows as
+/// `(name, holder or epoch)` text.
+async fn run_chain(
+    conn: &mut Conn,
+    statement: &Statement,
+    holder: &str,
+    batch: &str,
+) -> Vec<(String, String)> {
+    let bindings = BatchBindings {
+        holder,
+        ttl_millis: 10_000,
+        batch,
+        stale_millis: 0,
+    };
+    let (steps, reply) = statement.in_order();
+    let alone = statement.committed_first();
+    let mut rows = Vec::new();
+    for (at, step) in steps.iter().enumerate() {
+        if at <= alone {
+            conn.query_drop(MYSQL_BEGIN).await.unwrap();
+        }
+        let values: Vec<mysql_async::Value> = step
+            .bind_batch(&bindings)
+            .map(|v| match v {
+                Value::Text(s) => mysql_async::Value::Bytes(s.as_bytes().to_vec()),
+                Value::Int(n) => mysql_async::Value::Int(n),
+            })
+            .collect();
+        let got: Vec<mysql_async::Row> = conn
+            .exec(step.sql(), Params::Positional(values))
+            .await
+            .unwrap_or_else(|e| panic!("step {at} failed: {e}"));
+        if at == reply {
+            rows = got;
+        }
+        if at < alone {
+            conn.query_drop("COMMIT").await.unwrap();
+        }
+    }
+    rows.iter()
+        .map(|row| {
+            let text = |i: usize| match row.as_ref(i) {
+                Some(mysql_async::Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(mysql_async::Value::Int(n)) => n.to_string(),
+                Some(mysql_async::Value::UInt(n)) => n.to_string(),
+                _ => String::new(),
+            };
+            (text(0), text(1))
+        })
+        .collect()
+}
+
+/// [`ground`], the rows written by this server (as the library writes
+/// them), for the library's statements.
+async fn ground_here(test: &str, liveness_ms: i64) -> (Conn, TableName, String) {
+    let (mut admin, table, t) = ground(test, liveness_ms).await;
+    admin
+        .query_drop(format!("UPDATE {t} SET incarnation = @@server_id"))
+        .await
+        .unwrap();
+    (admin, table, t)
+}
+
+const RENEWAL: &str = r#"[["picolease.member:h1",3],["s0",5]]"#;
+const TAKEN: &str = r#"["s0"]"#;
+
+/// `statement`'s chain run as `holder` on a connection of its own, then
+/// committed, in a task; returns once that connection waits for a row
+/// lock (failing the test if it never does).
+async fn waiting_chain(
+    admin: &mut Conn,
+    statement: &Statement,
+    holder: &'static str,
+    batch: &'static str,
+) -> tokio::task::JoinHandle<Vec<(String, String)>> {
+    let mut conn = connect().await;
+    let id = conn.id();
+    let statement = statement.clone();
+    let running = tokio::spawn(async move {
+        let rows = run_chain(&mut conn, &statement, holder, batch).await;
+        conn.query_drop("COMMIT").await.unwrap();
+        rows
+    });
+    waits_on_a_lock(admin, id).await;
+    running
+}
+
+/// The rows of a [`waiting_chain`], once it is let through.
+async fn its_rows(
+    running: tokio::task::JoinHandle<Vec<(String, String)>>,
+) -> Vec<(String, String)> {
+    tokio::time::timeout(PATIENCE, running)
+        .await
+        .expect("the chain finishes once let through")
+        .unwrap()
+}
+
+/// The library's renewal in flight (h1's lapsed liveness in its batch at
+/// its epoch, extended, `s0` confirmed), then the library's acquire of
+/// `s0` by h2: the acquire's kill waits for the renewal's commit, finds
+/// the liveness extended, ends nothing and takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_librarys_renewal_in_flight_makes_its_acquire_wait_and_take_nothing() {
+    let (mut admin, table, t) = ground_here("lib_renew_first", -1000).await;
+    let s = by_liveness(&table);
+    let mut holder = connect().await;
+    let renewed = run_chain(&mut holder, s.renew_batch(), "h1", RENEWAL).await;
+    assert!(
+        renewed
+            .iter()
+            .any(|(name, epoch)| name == "s0" && epoch == "5"),
+        "the holder renews: {renewed:?}"
+    );
+
+    let taking = waiting_chain(&mut admin, s.acquire_batch(), "h2", TAKEN).await;
+    holder.query_drop("COMMIT").await.unwrap();
+    let rows = its_rows(taking).await;
+    assert_eq!(rows, [("s0".to_string(), "h1".to_string())], "still h1's");
+    assert_eq!(lease(&mut admin, &t).await, (Some("h1".into()), 5));
+    drop_table(&mut admin, &table).await;
+}
+
+/// The library's acquire of `s0` by h2 in flight (h1's lapsed liveness
+/// ended by the kill, committed on its own; `s0` taken at epoch 6, not
+/// committed yet), then h1's renewal: its liveness is ended, so it
+/// extends nothing; its write of the plain rows of its batch waits for
+/// `s0`'s lock, and once the acquire commits it confirms nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_librarys_acquire_in_flight_makes_the_renewal_wait_and_confirm_nothing() {
+    let (mut admin, table, t) = ground_here("lib_take_first", -1000).await;
+    let s = by_liveness(&table);
+    let mut taker = connect().await;
+    let rows = run_chain(&mut taker, s.acquire_batch(), "h2", TAKEN).await;
+    assert_eq!(rows, [("s0".to_string(), "h2".to_string())], "taken");
+
+    let renewing = waiting_chain(&mut admin, s.renew_batch(), "h1", RENEWAL).await;
+    taker.query_drop("COMMIT").await.unwrap();
+    let renewed = its_rows(renewing).await;
+    assert!(renewed.is_empty(), "the liveness is over: {renewed:?}");
+    assert_eq!(lease(&mut admin, &t).await, (Some("h2".into()), 6));
+    drop_table(&mut admin, &table).await;
+}
+
+/// A fenced transaction of h1's linked `s0` (the library's fence, its
+/// liveness live) holds the row `LOCK IN SHARE MODE`; once the liveness
+/// lapses, h2's acquire kills it but waits for the fenced transaction
+/// before it takes `s0`, so the fenced write commits first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_librarys_fence_orders_a_takeover_after_the_fenced_transaction() {
+    let (mut admin, table, t) = ground_here("lib_fence", 1_500).await;
+    let s = by_liveness(&table);
+    let mut user = connect().await;
+    let mut fenced = user.start_transaction(TxOpts::default()).await.unwrap();
+    let (fence, values) = s.fence_bound(
+        &picolease::LeaseName::new("s0").unwrap(),
+        &picolease::HolderId::new("h1").unwrap(),
+        picolease::Epoch::new(5),
+        |v| match v {
+            Value::Text(s) => mysql_async::Value::Bytes(s.as_bytes().to_vec()),
+            Value::Int(n) => mysql_async::Value::Int(n),
+        },
+    );
+    let holds: Option<i64> = fenced
+        .exec_first(format!("SELECT {fence}"), Params::Positional(values))
+        .await
+        .unwrap();
+    assert_eq!(holds, Some(1), "the term holds when the fence is checked");
+    // The liveness lapses (its expiry is on the database clock, 1.5 s
+    // after `ground`), with the fenced transaction still open.
+    let now = db_now_millis(Dialect::Mysql);
+    let lapse = Instant::now() + PATIENCE;
+    loop {
+        let left: Option<i64> = admin
+            .query_first(format!(
+                "SELECT expires_at - {now} FROM {t} WHERE name = 'picolease.member:h1'"
+            ))
+            .await
+            .unwrap();
+        if left.unwrap() < 0 {
+            break;
+        }
+        assert!(Instant::now() < lapse, "the liveness never lapsed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Waiting on `s0`, which the fenced transaction holds shared (the
+    // kill, committed on its own, waited for nothing).
+    let taking = waiting_chain(&mut admin, s.acquire_batch(), "h2", TAKEN).await;
+    fenced.commit().await.unwrap();
+    let rows = its_rows(taking).await;
+    assert_eq!(rows, [("s0".to_string(), "h2".to_string())], "taken after");
     assert_eq!(lease(&mut admin, &t).await, (Some("h2".into()), 6));
     drop_table(&mut admin, &table).await;
 }

@@ -724,31 +724,17 @@ impl Builder<'_> {
             .to_owned()
     }
 
-    /// Every row with its expiry as every reader sees it: on SQLite and
-    /// PostgreSQL a linked row's (DESIGN §10) through its holder's
-    /// membership row, whichever way the set renews, so `picolease
-    /// status` reads a fleet part of which renews by liveness.
+    /// Every row with its expiry as every reader sees it: a linked row's
+    /// (DESIGN §10) through its holder's membership row, whichever way the
+    /// set renews, so `picolease status` reads a fleet part of which renews
+    /// by liveness.
     fn status(&self) -> Statement {
-        if self.dialect != Dialect::Mysql {
-            return self.liveness_status();
-        }
-        let query = self
-            .rows()
-            .order_by(
-                (Alias::new(self.table.table()), Alias::new(NAME)),
-                sea_query::Order::Asc,
-            )
-            .to_owned();
-        self.render(&query)
+        self.liveness_status()
     }
 
     /// One lease's row, read as [`Builder::status`] reads them.
     fn lease_row(&self) -> Statement {
-        if self.dialect != Dialect::Mysql {
-            return self.liveness_lease_row();
-        }
-        let query = self.rows().and_where(self.col(NAME).eq(LEASE)).to_owned();
-        self.render(&query)
+        self.liveness_lease_row()
     }
 
     fn fence(&self) -> Statement {

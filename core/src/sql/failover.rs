@@ -57,16 +57,16 @@ impl Builder<'_> {
         .into()
     }
 
-    /// The row's expiry as every statement reads it: on SQLite and
-    /// PostgreSQL a linked row's (a set renewing by liveness, DESIGN §10)
-    /// is its holder's liveness's, so that adopting it keeps the lost
-    /// term's grace and writes a plain row; MySQL has no linked rows.
+    /// The row's expiry as every statement reads it: a linked row's (a set
+    /// renewing by liveness, DESIGN §10) is its holder's liveness's, so
+    /// that adopting it writes a plain row, nobody's for a ttl at least.
     pub(super) fn current_expiry(&self) -> Expr {
-        let table = format!("\"{}\"", self.table.table());
-        match self.dialect {
-            Dialect::Sqlite | Dialect::Postgres => Expr::cust(self.effective_expiry(&table)),
-            Dialect::Mysql => Expr::cust(self.quoted(EXPIRES_AT)),
-        }
+        let sql = self.effective_expiry(&format!("\"{}\"", self.table.table()));
+        Expr::cust(match self.dialect {
+            // Written with `"` around identifiers, as `fill` takes them.
+            Dialect::Mysql => sql.replace('"', "`"),
+            Dialect::Sqlite | Dialect::Postgres => sql,
+        })
     }
 
     /// The operators' statement after a failover the servers could not

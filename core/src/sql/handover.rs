@@ -53,17 +53,20 @@ impl Builder<'_> {
     /// -1)` is the part after the last `#` (all of `h` without one).
     pub(super) fn reservation_of_excluded(&self) -> Expr {
         match self.dialect {
-            Dialect::Mysql => {
-                let h = "VALUES(`holder`)";
-                Expr::cust(format!(
-                    "CONCAT(LEFT({h}, CHAR_LENGTH({h}) - CHAR_LENGTH(SUBSTRING_INDEX({h}, '#', -1))), \
-                     IF(LOCATE('#', {h}) = 0, CONCAT({h}, '#'), ''))"
-                ))
-            }
+            Dialect::Mysql => Expr::cust(Self::mysql_reservation_of("VALUES(`holder`)")),
             Dialect::Sqlite | Dialect::Postgres => {
                 Expr::cust(Self::reservation_of("\"excluded\".\"holder\""))
             }
         }
+    }
+
+    /// MySQL: the reservation of the holder id `h` (an SQL expression), as
+    /// [`Builder::reservation_of_excluded`] computes it.
+    pub(super) fn mysql_reservation_of(h: &str) -> String {
+        format!(
+            "CONCAT(LEFT({h}, CHAR_LENGTH({h}) - CHAR_LENGTH(SUBSTRING_INDEX({h}, '#', -1))), \
+             IF(LOCATE('#', {h}) = 0, CONCAT({h}, '#'), ''))"
+        )
     }
 
     /// SQLite and PostgreSQL: the reservation of the holder id `h` (an SQL

@@ -15,15 +15,17 @@
 //!
 //! The statements are [`Statements::renewing_by_liveness`]'s and mirror
 //! `sim::ModelDb::by_liveness` rule for rule; `tests/tests/model_vs_*`
-//! run both on random sequences. MySQL's are not written yet.
+//! run both on random sequences. MySQL's batches, which cannot write and
+//! read in one statement, are `sql::liveness_mysql`'s.
 //!
 //! [`Statements::renewing_by_liveness`]: super::Statements::renewing_by_liveness
 
-use sea_query::{Expr, PostgresQueryBuilder, Query, SqliteQueryBuilder};
+use sea_query::{Expr, MysqlQueryBuilder, PostgresQueryBuilder, Query, SqliteQueryBuilder};
 
 use super::batch::MEMBER_PREFIX_END;
 use super::build::{
-    db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, HOLDER_COL, INCARNATION, NAME, PG_INCARNATION,
+    db_now_millis, Builder, EPOCH_COL, EXPIRES_AT, HOLDER_COL, INCARNATION, MYSQL_INCARNATION,
+    NAME, PG_INCARNATION,
 };
 use super::first_row::TABLE_MARKER;
 use super::handover::HANDOVER_PREFIX;
@@ -39,9 +41,19 @@ pub const LINK_BASE: i64 = 1 << 62;
 /// ttl, `@B` the batch, `@S` the stale threshold, `@L` the lease, `@E`
 /// the epoch. On PostgreSQL each kind is one numbered parameter (`$N`,
 /// numbered in order of first appearance), bound once however often the
-/// text names it; on SQLite each occurrence is a positional `?` (so the
-/// fence can follow a caller's own `?`s).
-fn fill(dialect: Dialect, template: &str) -> Statement {
+/// text names it; on SQLite and MySQL each occurrence is a positional `?`
+/// (so the fence can follow a caller's own `?`s). `@@` (MySQL's system
+/// variables, `@@server_id`) is left as it is. The templates quote
+/// identifiers with `"`, and no text literal in them holds one: on MySQL
+/// each becomes a backtick.
+pub(super) fn fill(dialect: Dialect, template: &str) -> Statement {
+    let translated;
+    let template = if dialect == Dialect::Mysql {
+        translated = template.replace('"', "`");
+        translated.as_str()
+    } else {
+        template
+    };
     const KINDS: [(&str, Param); 6] = [
         ("@H", Param::Holder),
         ("@T", Param::TtlMillis),
@@ -55,6 +67,11 @@ fn fill(dialect: Dialect, template: &str) -> Statement {
     let mut rest = template;
     while let Some(at) = rest.find('@') {
         sql.push_str(&rest[..at]);
+        if rest[at..].starts_with("@@") {
+            sql.push_str("@@");
+            rest = &rest[at + 2..];
+            continue;
+        }
         let token = rest.get(at..at + 2).unwrap_or("@");
         let (_, param) = KINDS
             .iter()
@@ -89,31 +106,41 @@ fn fill(dialect: Dialect, template: &str) -> Statement {
 
 impl Builder<'_> {
     /// `(NOW)`: the database clock in milliseconds.
-    fn now(&self) -> String {
+    pub(super) fn now(&self) -> String {
         format!("({})", db_now_millis(self.dialect))
     }
 
     /// PostgreSQL compares names byte-wise under the `C` collation.
-    fn c(&self) -> &'static str {
+    pub(super) fn c(&self) -> &'static str {
         match self.dialect {
             Dialect::Postgres => " COLLATE \"C\"",
             Dialect::Sqlite | Dialect::Mysql => "",
         }
     }
 
+    /// `parts` (SQL) joined into one text: `||`, on MySQL `CONCAT`.
+    pub(super) fn concat(&self, parts: &[&str]) -> String {
+        match self.dialect {
+            Dialect::Mysql => format!("CONCAT({})", parts.join(", ")),
+            Dialect::Sqlite | Dialect::Postgres => parts.join(" || "),
+        }
+    }
+
     /// The name `name` (SQL) is a membership row's of the holder `holder`
     /// (SQL): the prefix and the id, then nothing or a space and a rank.
-    fn is_liveness_name(&self, name: &str, holder: &str) -> String {
-        let p = MEMBER_PREFIX;
+    pub(super) fn is_liveness_name(&self, name: &str, holder: &str) -> String {
+        let p = format!("'{MEMBER_PREFIX}'");
         format!(
-            "({name} = '{p}' || {holder} OR substr({name}, 1, length({holder}) + {n}) = '{p}' || {holder} || ' ')",
-            n = p.len() + 1,
+            "({name} = {exact} OR substr({name}, 1, length({holder}) + {n}) = {ranked})",
+            exact = self.concat(&[&p, holder]),
+            ranked = self.concat(&[&p, holder, "' '"]),
+            n = MEMBER_PREFIX.len() + 1,
         )
     }
 
     /// The row `r` (an alias or the table) is one of its holder's liveness
     /// rows: a membership row named for its holder, plain.
-    fn is_liveness_row(&self, r: &str) -> String {
+    pub(super) fn is_liveness_row(&self, r: &str) -> String {
         let c = self.c();
         format!(
             "({r}.\"{NAME}\"{c} >= '{MEMBER_PREFIX}' AND {r}.\"{NAME}\"{c} < '{MEMBER_PREFIX_END}' \
@@ -124,7 +151,7 @@ impl Builder<'_> {
 
     /// The row `r` is linked (on SQLite, only an integer expiry is: an
     /// unsound row's is left for decoding to report).
-    fn is_linked(&self, r: &str) -> String {
+    pub(super) fn is_linked(&self, r: &str) -> String {
         match self.dialect {
             Dialect::Sqlite => format!(
                 "(typeof({r}.\"{EXPIRES_AT}\") = 'integer' AND {r}.\"{EXPIRES_AT}\" >= {LINK_BASE})"
@@ -151,10 +178,11 @@ impl Builder<'_> {
         format!(
             "(CASE WHEN {linked} THEN COALESCE(\
              (SELECT CASE WHEN {exact_live} THEN \"e\".\"{EXPIRES_AT}\" ELSE {now} END FROM {table} AS \"e\" \
-             WHERE \"e\".\"{NAME}\" = '{MEMBER_PREFIX}' || {r}.\"{HOLDER_COL}\"), \
+             WHERE \"e\".\"{NAME}\" = {exact_name}), \
              (SELECT MAX(\"l\".\"{EXPIRES_AT}\") FROM {table} AS \"l\" WHERE {ranked_live} AND {liveness}), {now}) \
              ELSE {r}.\"{EXPIRES_AT}\" END)",
             linked = self.is_linked(r),
+            exact_name = self.concat(&[&format!("'{MEMBER_PREFIX}'"), &format!("{r}.\"{HOLDER_COL}\"")]),
             exact_live = live("\"e\""),
             ranked_live = live("\"l\""),
             table = self.qualified_table(),
@@ -237,7 +265,10 @@ impl Builder<'_> {
     /// The fence by liveness: the row is ours at our epoch (and this
     /// server incarnation's) and its effective expiry is ahead. PostgreSQL
     /// holds the lease row `FOR KEY SHARE`: a takeover bumps its epoch, a
-    /// key update, which waits for the fenced transaction.
+    /// key update, which waits for the fenced transaction. MySQL holds it
+    /// `LOCK IN SHARE MODE`, as its plain fence does: every write to the
+    /// row waits, a takeover's included (its liveness killed first, the
+    /// lease row's epoch bumped after).
     pub(super) fn liveness_fence(&self) -> Statement {
         let t = format!("\"{}\"", self.table.table());
         let (incarnation, lock) = match self.dialect {
@@ -245,7 +276,11 @@ impl Builder<'_> {
                 format!(" AND {t}.\"{INCARNATION}\" = {PG_INCARNATION}"),
                 " FOR KEY SHARE",
             ),
-            Dialect::Sqlite | Dialect::Mysql => (String::new(), ""),
+            Dialect::Mysql => (
+                format!(" AND {t}.\"{INCARNATION}\" = {MYSQL_INCARNATION}"),
+                " LOCK IN SHARE MODE",
+            ),
+            Dialect::Sqlite => (String::new(), ""),
         };
         fill(
             self.dialect,
@@ -261,7 +296,7 @@ impl Builder<'_> {
 
     /// The renewal's handover request for the row `r`, as
     /// `Builder::asked_hand_over_sql` reads it for the table's row.
-    fn asked_for(&self, r: &str) -> String {
+    pub(super) fn asked_for(&self, r: &str) -> String {
         let q = |column: &str| format!("\"picolease_request\".\"{column}\"");
         format!(
             "(SELECT COALESCE({holder}, '') FROM {table} AS \"picolease_request\" \
@@ -275,12 +310,12 @@ impl Builder<'_> {
     }
 
     /// A sea-query expression as SQL text (it binds no value).
-    fn text_of(&self, expr: Expr) -> String {
+    pub(super) fn text_of(&self, expr: Expr) -> String {
         let select = Query::select().expr(expr).to_owned();
         let sql = match self.dialect {
             Dialect::Sqlite => select.to_string(SqliteQueryBuilder),
             Dialect::Postgres => select.to_string(PostgresQueryBuilder),
-            Dialect::Mysql => unreachable!("MySQL's liveness statements are not written"),
+            Dialect::Mysql => select.to_string(MysqlQueryBuilder),
         };
         sql.strip_prefix("SELECT ")
             .expect("a SELECT renders with its keyword")
@@ -303,7 +338,9 @@ impl Builder<'_> {
                 "json_array_elements_text(CAST(CAST(@B AS text) AS json))".to_string(),
                 format!(" ORDER BY {item} COLLATE \"C\""),
             ),
-            Dialect::Mysql => unreachable!("MySQL's liveness statements are not written"),
+            Dialect::Mysql => {
+                unreachable!("MySQL takes in statements of its own (`sql::liveness_mysql`)")
+            }
         };
         format!(
             "(SELECT {item} AS \"{NAME}\", {fresh_holder} AS \"{HOLDER_COL}\", {fresh_epoch} AS \"{EPOCH_COL}\" \
@@ -317,7 +354,7 @@ impl Builder<'_> {
     /// epoch and is extended; a takeable row (`takeable`, SQL on the
     /// table's row `t`) is taken, at the next epoch, linked as the source
     /// row says; anything else is kept.
-    fn liveness_on_conflict(&self, t: &str, takeable: &str) -> String {
+    pub(super) fn liveness_on_conflict(&self, t: &str, takeable: &str) -> String {
         let now = self.now();
         let x = |column: &str| format!("\"excluded\".\"{column}\"");
         let col = |column: &str| format!("{t}.\"{column}\"");
@@ -380,7 +417,7 @@ impl Builder<'_> {
     /// row and the caller's own liveness row expire a ttl from now; any
     /// other row is linked to `term` (SQL: the caller's live liveness
     /// term, NULL when it has none, which leaves the row plain).
-    fn acquire_expiry(&self, term: &str) -> String {
+    pub(super) fn acquire_expiry(&self, term: &str) -> String {
         let now = self.now();
         format!(
             "CASE WHEN \"c\".\"{HOLDER_COL}\" IS NULL OR {own} THEN {now} + @T \
@@ -414,13 +451,13 @@ impl Builder<'_> {
         match self.dialect {
             Dialect::Sqlite => self.sqlite_liveness_acquire_batch(),
             Dialect::Postgres => self.pg_liveness_acquire_batch(),
-            Dialect::Mysql => unreachable!("MySQL's liveness statements are not written"),
+            Dialect::Mysql => self.mysql_liveness_acquire_batch(),
         }
     }
 
     /// `UPDATE` of the caller's live liveness rows (this server
     /// incarnation's) to a ttl from now; `more` adds to its condition.
-    fn extend_liveness(&self, more: &str) -> String {
+    pub(super) fn extend_liveness(&self, more: &str) -> String {
         let t = format!("\"{}\"", self.table.table());
         let incarnation = match self.dialect {
             Dialect::Postgres => format!(
@@ -588,6 +625,9 @@ impl Builder<'_> {
     /// kill in flight makes `live` wait and extend nothing, so nothing
     /// linked is confirmed).
     pub(super) fn liveness_renew_batch(&self) -> Statement {
+        if self.dialect == Dialect::Mysql {
+            return self.mysql_liveness_renew_batch();
+        }
         let t = format!("\"{}\"", self.table.table());
         let table = self.qualified_table();
         let now = self.now();
@@ -600,7 +640,7 @@ impl Builder<'_> {
                 "(SELECT \"p\".\"value\" ->> 0 AS \"{NAME}\", CAST(\"p\".\"value\" ->> 1 AS bigint) AS \"{EPOCH_COL}\" \
                  FROM json_array_elements(CAST(CAST(@B AS text) AS json)) AS \"p\")"
             ),
-            Dialect::Mysql => unreachable!("MySQL's liveness statements are not written"),
+            Dialect::Mysql => unreachable!("MySQL renews in statements of its own (`sql::liveness_mysql`)"),
         };
         let in_batch = |r: &str| {
             format!(

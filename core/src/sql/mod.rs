@@ -18,6 +18,7 @@ mod failover;
 mod first_row;
 mod handover;
 mod liveness;
+mod liveness_mysql;
 mod mysql;
 
 // A replay's timeline lines (`check::timeline`, feature `sim`).
@@ -217,6 +218,16 @@ pub enum ReadOrder {
     /// Before the write: the read finds and locks the rows the write will
     /// change (release: once freed, a row no longer shows it was ours).
     BeforeWrite,
+    /// After the write has committed, in a transaction of its own:
+    /// MySQL's acquire by liveness ends a lapsed liveness (DESIGN §10) in
+    /// a transaction of its own, so the takers of one crashed node's
+    /// leases wait on its liveness row for that one statement each, not
+    /// one after another for each other's whole acquire (on MariaDB the
+    /// last of 9 takers of 1,000 leases took its share 2.8 s after the
+    /// kill, past ttl + interval, with the kill inside the acquire's
+    /// transaction). An ended liveness never lives again, so what a later
+    /// transaction takes because of it is as safe as in the same one.
+    AfterCommit,
 }
 
 impl Statement {
@@ -236,6 +247,45 @@ impl Statement {
     /// statements that only read.
     pub fn read_back(&self) -> Option<&ReadBack> {
         self.read_back.as_deref()
+    }
+
+    /// The statements a driver runs for this one, in the order it runs
+    /// them (in one transaction when there are more than one), and the
+    /// position of the one whose rows are the result. A statement without
+    /// a [`ReadBack`] stands alone; one with a read-back runs it before or
+    /// after itself ([`ReadOrder`]), and a read-back may have a read-back
+    /// of its own: MySQL's batches renewing by liveness (DESIGN §10) write
+    /// several times before they read, the acquire ending a lapsed
+    /// liveness, taking and linking rows, each in a statement of its own.
+    pub fn in_order(&self) -> (Vec<&Statement>, usize) {
+        match self.read_back() {
+            None => (vec![self], 0),
+            Some(read) => {
+                let (mut steps, reply) = read.statement.in_order();
+                match read.order {
+                    ReadOrder::AfterWrite | ReadOrder::AfterCommit => {
+                        steps.insert(0, self);
+                        (steps, reply + 1)
+                    }
+                    ReadOrder::BeforeWrite => {
+                        steps.push(self);
+                        (steps, reply)
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many of the first steps of [`Statement::in_order`] run each in
+    /// a transaction of its own, committed before the rest's begins
+    /// ([`ReadOrder::AfterCommit`]); 0 for most statements.
+    pub fn committed_first(&self) -> usize {
+        match self.read_back() {
+            Some(read) if read.order == ReadOrder::AfterCommit => {
+                1 + read.statement.committed_first()
+            }
+            _ => 0,
+        }
     }
 
     /// The same statement with its PostgreSQL placeholders numbered from
@@ -325,14 +375,10 @@ impl Statements {
     /// what it takes to the caller's membership row and its batch renewal
     /// writes that row alone, confirming linked rows by reading them; the
     /// survey and the fence read a linked row's expiry as its liveness's
-    /// (the status and a lease's row always do on SQLite and PostgreSQL).
-    /// Everything else is unchanged. MySQL's
-    /// statements are not written yet: `None` there.
+    /// (the status and a lease's row always do).
+    /// Everything else is unchanged.
     #[doc(hidden)]
-    pub fn renewing_by_liveness(mut self) -> Option<Self> {
-        if self.dialect == Dialect::Mysql {
-            return None;
-        }
+    pub fn renewing_by_liveness(mut self) -> Self {
         let b = build::Builder {
             dialect: self.dialect,
             table: &self.table,
@@ -343,7 +389,7 @@ impl Statements {
         self.renew_batch = renew_batch;
         self.survey = survey;
         self.fence = fence;
-        Some(self)
+        self
     }
 
     /// The dialect rendered for.

@@ -32,7 +32,7 @@ const ID_BYTES: u32 = 255;
 /// too: four sets starting together deadlocked (1213) on each other's
 /// rows in `tests/tests/conformance_mysql.rs`. Both servers accept the
 /// hint.
-const BY_KEY: &str = "FORCE INDEX (PRIMARY)";
+pub(super) const BY_KEY: &str = "FORCE INDEX (PRIMARY)";
 
 impl Builder<'_> {
     /// The table as SQL, schema-qualified (`database.table`) when it has one.

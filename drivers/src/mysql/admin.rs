@@ -81,7 +81,7 @@ impl AdminSession for Session<'_> {
 }
 
 /// Runs one protocol statement on `conn` as the driver runs it: with its
-/// read-back in one transaction when it has one (MySQL has no
+/// read-backs in one transaction when it has any (MySQL has no
 /// `RETURNING`), returning the rows to decode (`Statements::decode_reply`
 /// and the others): for tools that measure or inspect the statements on a
 /// plain connection.
@@ -91,9 +91,11 @@ pub async fn run_statement(
     bindings: &Bindings<'_>,
     epoch: Option<Epoch>,
 ) -> Result<Vec<Vec<Cell>>, mysql_async::Error> {
-    let values: Vec<_> = statement.bind(bindings, epoch).collect();
-    let read_values = statement
-        .read_back()
-        .map(|read| read.statement().bind(bindings, epoch).collect());
-    run(conn, statement, values, read_values).await
+    let values = statement
+        .in_order()
+        .0
+        .iter()
+        .map(|step| step.bind(bindings, epoch).collect())
+        .collect();
+    run(conn, statement, values).await
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use picolease_core::sql::Statements;
-use picolease_core::{ConfigError, LeaseName, TableName};
+use picolease_core::{LeaseName, TableName};
 
 use super::contender::Contender;
 use super::database::{Connects, Database, Listen};
@@ -63,7 +63,7 @@ impl<D: Database, S: Scope> Builder<D, S> {
             connector,
             mut options,
         } = self;
-        let statements = Arc::new(statements_for::<D, S>(&plan, &options.table)?);
+        let statements = Arc::new(statements_for::<D, S>(&plan, &options.table));
         let holder = S::planned_holder(&plan).clone();
         let listen = Listen::for_lease(S::notice_lease(&plan));
         options.restart.validate()?;
@@ -101,23 +101,14 @@ impl<D: Database, S: Scope> Builder<D, S> {
 }
 
 /// The statements a driver of `plan` runs on `table`: a set renewing by
-/// liveness (DESIGN §10) runs `Statements::renewing_by_liveness`, which
-/// MySQL does not have yet.
-fn statements_for<D: Database, S: Scope>(
-    plan: &S::Plan,
-    table: &TableName,
-) -> Result<Statements, D::Error> {
+/// liveness (DESIGN §10) runs `Statements::renewing_by_liveness`.
+fn statements_for<D: Database, S: Scope>(plan: &S::Plan, table: &TableName) -> Statements {
     let statements = Statements::new(D::DIALECT, table);
-    if !S::renews_by_liveness(plan) {
-        return Ok(statements);
+    if S::renews_by_liveness(plan) {
+        statements.renewing_by_liveness()
+    } else {
+        statements
     }
-    statements.renewing_by_liveness().ok_or_else(|| {
-        ConfigError::NotOnThisDatabase {
-            feature: "a lease set's renewal by liveness",
-            database: D::NAME,
-        }
-        .into()
-    })
 }
 
 /// The options every server database's builder takes alike.

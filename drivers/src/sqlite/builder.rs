@@ -64,9 +64,7 @@ impl<S: Scope> Builder<S> {
         } = self;
         let mut statements = Statements::new(Dialect::Sqlite, &database.table);
         if S::renews_by_liveness(&plan) {
-            statements = statements
-                .renewing_by_liveness()
-                .expect("SQLite's statements renew by liveness");
+            statements = statements.renewing_by_liveness();
         }
         let statements = Arc::new(statements);
         let holder = S::planned_holder(&plan).clone();

@@ -289,18 +289,23 @@ impl LeaseTable {
             batch: &json,
             stale_millis,
         };
-        let ran = match statement.read_back() {
-            None => run(&self.conn, statement.sql(), statement.bind_batch(&bindings)),
+        // SQLite's statements commit nothing first: one transaction.
+        debug_assert_eq!(statement.committed_first(), 0);
+        let (steps, reply) = statement.in_order();
+        let ran = match &steps[..] {
+            [alone] => run(&self.conn, alone.sql(), alone.bind_batch(&bindings)),
             // Renewing by liveness (DESIGN §10): the write, then the
             // statement whose rows are the reply, in one transaction
             // holding the writer lock from the start.
-            Some(then) => self.in_transaction(|conn| {
-                run(conn, statement.sql(), statement.bind_batch(&bindings))?;
-                run(
-                    conn,
-                    then.statement().sql(),
-                    then.statement().bind_batch(&bindings),
-                )
+            _ => self.in_transaction(|conn| {
+                let mut rows = Vec::new();
+                for (at, step) in steps.iter().enumerate() {
+                    let ran = run(conn, step.sql(), step.bind_batch(&bindings))?;
+                    if at == reply {
+                        rows = ran;
+                    }
+                }
+                Ok(rows)
             }),
         };
         match ran {

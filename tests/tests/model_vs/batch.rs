@@ -197,8 +197,9 @@ pub fn bind_batch(
     statement.bind_batch(&b).map(Bound::from).collect()
 }
 
-/// Runs a batch statement (with its read-back, in one transaction, on
-/// MySQL) bound by [`Statement::bind_batch`]; returns its rows.
+/// Runs a batch statement (with its read-backs, in one transaction, on
+/// MySQL and SQLite's by liveness) bound by [`Statement::bind_batch`];
+/// returns its rows.
 pub fn run_batch<R: RealDb + ?Sized>(
     real: &mut R,
     statement: &Statement,
@@ -207,62 +208,82 @@ pub fn run_batch<R: RealDb + ?Sized>(
     batch: &str,
     stale_ms: i64,
 ) -> Vec<Vec<Cell>> {
-    let read = statement.read_back().map(|r| r.statement().sql());
     run_batch_text(
         real,
         statement,
-        (statement.sql(), read),
+        &steps_of(statement),
         (holder, ttl_ms, batch, stale_ms),
     )
 }
 
-/// [`run_batch`] with the texts `(write, read)` in place of the
-/// statement's own (a mutant's), bound as the statement's are.
+/// The SQL text of each statement `statement` stands for, in the order a
+/// driver runs them ([`Statement::in_order`]).
+fn steps_of(statement: &Statement) -> Vec<String> {
+    let (steps, _) = statement.in_order();
+    steps.iter().map(|step| step.sql().to_string()).collect()
+}
+
+/// [`run_batch`] with the texts `steps` in place of the statement's own
+/// (a mutant's), bound as the statement's are: alone, or every step in
+/// one transaction (the first [`Statement::committed_first`] each in one
+/// of its own before it), the reply's rows returned and no row count
+/// read.
 fn run_batch_text<R: RealDb + ?Sized>(
     real: &mut R,
     statement: &Statement,
-    (write, read): (&str, Option<&str>),
+    steps: &[String],
     (holder, ttl_ms, batch, stale_ms): (&str, i64, &str, i64),
 ) -> Vec<Vec<Cell>> {
-    let values = bind_batch(statement, holder, ttl_ms, batch, stale_ms);
-    let read = statement.read_back().map(|r| {
-        (
-            r.order(),
-            read.expect("a read-back's text"),
-            bind_batch(r.statement(), holder, ttl_ms, batch, stale_ms),
-        )
-    });
-    run_with(real, write, &values, read)
+    let (real_steps, reply) = statement.in_order();
+    assert_eq!(steps.len(), real_steps.len(), "a text for every step");
+    let values: Vec<Vec<Bound>> = real_steps
+        .iter()
+        .map(|step| bind_batch(step, holder, ttl_ms, batch, stale_ms))
+        .collect();
+    if let ([alone], [values]) = (steps, &values[..]) {
+        return real.query(alone, values);
+    }
+    let alone = statement.committed_first();
+    let mut rows = Vec::new();
+    for (at, (step, values)) in steps.iter().zip(&values).enumerate() {
+        if at <= alone {
+            real.begin();
+        }
+        if at == reply {
+            rows = real.query(step, values);
+        } else {
+            real.execute(step, values);
+        }
+        if at < alone {
+            real.commit();
+        }
+    }
+    real.commit();
+    rows
 }
 
 /// The SQL text of the batch statements a comparison runs: the real
 /// statements', unless mutated (a mutant keeps every placeholder, so the
-/// real statements' parameters still bind). On MySQL the writes come with
-/// their read-backs' text (`*_read`), run in the same transaction.
+/// real statements' parameters still bind). Each is its steps in the order
+/// they run ([`Statement::in_order`]): on MySQL a write and its read-back,
+/// or a chain of them; on SQLite by liveness a write and its read.
 #[derive(Clone, Debug)]
 pub struct BatchSql {
     pub dialect: Dialect,
-    pub acquire: String,
-    pub renew: String,
-    pub release: String,
+    pub acquire: Vec<String>,
+    pub renew: Vec<String>,
+    pub release: Vec<String>,
     pub survey: String,
-    pub acquire_read: Option<String>,
-    pub renew_read: Option<String>,
-    pub release_read: Option<String>,
 }
 
 impl BatchSql {
     pub fn new(s: &Statements) -> Self {
-        let read = |st: &Statement| st.read_back().map(|r| r.statement().sql().to_string());
         BatchSql {
             dialect: s.dialect(),
-            acquire: s.acquire_batch().sql().to_string(),
-            renew: s.renew_batch().sql().to_string(),
-            release: s.release_batch().sql().to_string(),
+            acquire: steps_of(s.acquire_batch()),
+            renew: steps_of(s.renew_batch()),
+            release: steps_of(s.release_batch()),
             survey: s.survey().sql().to_string(),
-            acquire_read: read(s.acquire_batch()),
-            renew_read: read(s.renew_batch()),
-            release_read: read(s.release_batch()),
         }
     }
 
@@ -278,12 +299,21 @@ fn replace_all(sql: &mut String, from: &str, to: &str) {
     *sql = sql.replace(from, to);
 }
 
-/// [`replace_all`] in a write, and in its read-back wherever it occurs
-/// there: the mutant is of the whole operation.
-fn replace_op(sql: &mut String, read: &mut Option<String>, from: &str, to: &str) {
-    replace_all(sql, from, to);
-    if let Some(read) = read {
-        *read = read.replace(from, to);
+/// Replaces every occurrence of `from` (at least one, in some step) in
+/// the steps of an operation by `to`: the mutant is of the whole
+/// operation.
+fn replace_op(steps: &mut [String], from: &str, to: &str) {
+    assert!(
+        steps.iter().any(|step| step.contains(from)),
+        "{from:?} must occur in {steps:?}"
+    );
+    replace_any(steps, from, to);
+}
+
+/// Replaces every occurrence of `from`, if any, in the steps by `to`.
+fn replace_any(steps: &mut [String], from: &str, to: &str) {
+    for step in steps {
+        *step = step.replace(from, to);
     }
 }
 
@@ -296,12 +326,12 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
         let holder = sql.col(t, "holder");
         replace_op(
             &mut sql.renew,
-            &mut sql.renew_read,
             &format!("{holder} = "),
             &format!("{holder} IS NOT NULL AND '' <> "),
         );
         // PostgreSQL checks the holder again where it locks the rows.
-        sql.renew = sql.renew.replace(
+        replace_any(
+            &mut sql.renew,
             "\"locked\".\"holder\" = ",
             "\"locked\".\"holder\" IS NOT NULL AND '' <> ",
         );
@@ -310,12 +340,12 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
         let holder = sql.col(t, "holder");
         replace_op(
             &mut sql.release,
-            &mut sql.release_read,
             &format!("{holder} = "),
             &format!("{holder} IS NOT NULL AND '' <> "),
         );
         // PostgreSQL checks the holder again where it locks the rows.
-        sql.release = sql.release.replace(
+        replace_any(
+            &mut sql.release,
             "\"locked\".\"holder\" = ",
             "\"locked\".\"holder\" IS NOT NULL AND '' <> ",
         );
@@ -326,15 +356,11 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
         // where the row is `locked`; MySQL joins its JSON_TABLE `j`.)
         if sql.dialect == Dialect::Mysql {
             let row_epoch = sql.col(t, "epoch");
-            replace_op(
-                &mut sql.renew,
-                &mut sql.renew_read,
-                "`j`.`epoch`",
-                &row_epoch,
-            );
+            replace_op(&mut sql.renew, "`j`.`epoch`", &row_epoch);
             return;
         }
-        let row_epoch = if sql.renew.contains("\"locked\"") {
+        let write = &mut sql.renew[0];
+        let row_epoch = if write.contains("\"locked\"") {
             "\"locked\".\"epoch\"".to_string()
         } else {
             format!("\"{t}\".\"epoch\"")
@@ -343,20 +369,21 @@ pub const BATCH_MUTANTS: [(&str, BatchMutant); 5] = [
             "json_extract(\"j\".\"value\", '$[1]')",
             "CAST(\"j\".\"value\" ->> 1 AS bigint)",
         ] {
-            sql.renew = sql.renew.replace(epoch, &row_epoch);
+            *write = write.replace(epoch, &row_epoch);
         }
-        assert!(!sql.renew.contains("'$[1]'") && !sql.renew.contains("->> 1"));
+        assert!(!write.contains("'$[1]'") && !write.contains("->> 1"));
     }),
     ("batch acquire without the expiry condition", |sql, t| {
         let expires = sql.col(t, "expires_at");
         replace_all(
-            &mut sql.acquire,
+            &mut sql.acquire[0],
             &format!("{expires} <= ("),
             &format!("{expires} - 1000000000 <= ("),
         );
         // PostgreSQL first reads the rows others hold, unexpired, to leave
         // them out of the upsert: that read loses its expiry check too.
-        sql.acquire = sql.acquire.replace(
+        replace_any(
+            &mut sql.acquire,
             "\"h\".\"expires_at\" > (",
             "\"h\".\"expires_at\" - 1000000000 > (",
         );
@@ -398,14 +425,14 @@ pub const LIVENESS_MUTANTS: [(&str, BatchMutant); 2] = [
     ("a linked row taken while its liveness lives", |sql, _| {
         // The upsert's takeable test: the effective expiry a long way
         // sooner than it is.
-        let read = sql.acquire_read.as_mut().expect("SQLite's upsert");
-        replace_all(read, "END) <= (", "END) - 1000000000 <= (");
+        assert_eq!(sql.acquire.len(), 2, "SQLite's extension, then its upsert");
+        replace_all(&mut sql.acquire[1], "END) <= (", "END) - 1000000000 <= (");
     }),
     (
         "a renewal confirming rows linked to a lapsed liveness",
         |sql, _| {
-            let read = sql.renew_read.as_mut().expect("SQLite's read");
-            replace_all(read, "END) > (", "END) + 1000000000 > (");
+            assert_eq!(sql.renew.len(), 2, "SQLite's write, then its read");
+            replace_all(&mut sql.renew[1], "END) > (", "END) + 1000000000 > (");
         },
     ),
 ];
@@ -462,7 +489,7 @@ impl<R: RealDb> Comparison<'_, R> {
                 let real = run_batch_text(
                     self.real,
                     s.acquire_batch(),
-                    (&sql.acquire, sql.acquire_read.as_deref()),
+                    &sql.acquire,
                     (holder, ttl_ms, &json, 0),
                 );
                 (
@@ -520,16 +547,12 @@ impl<R: RealDb> Comparison<'_, R> {
                         .iter()
                         .filter(|row| matches!(&row[0], Cell::Text(name) if linked.contains(&name.as_str())))
                         .count() as u64;
-                    (
-                        rows,
-                        s.renew_batch(),
-                        (sql.renew.as_str(), sql.renew_read.as_deref()),
-                    )
+                    (rows, s.renew_batch(), &sql.renew)
                 } else {
                     (
                         self.model.release_batch(&pairs, holder, now),
                         s.release_batch(),
-                        (sql.release.as_str(), sql.release_read.as_deref()),
+                        &sql.release,
                     )
                 };
                 let real = run_batch_text(self.real, statement, text, (holder, ttl_ms, &json, 0));

@@ -121,6 +121,7 @@ pub fn run_with<R: RealDb + ?Sized>(
             real.execute(write, values);
             rows
         }
+        ReadOrder::AfterCommit => panic!("a single-lease statement commits nothing first"),
     };
     real.commit();
     rows

@@ -29,7 +29,7 @@
 //! write, as `order` says; `COMMIT`, or `ROLLBACK` on any error) and decode
 //! the read-back's rows, never the write's affected-row count (DESIGN §3).
 //!
-//! `--by-liveness` (hidden while MySQL lacks it) prints a lease set's
+//! `--by-liveness` (hidden) prints a lease set's
 //! statements renewing by liveness (DESIGN §10) instead: `acquire_batch`
 //! links what it takes to the caller's membership row (`expires_at` =
 //! 2^62 + the membership row's epoch), `renew_batch` writes that row and
@@ -37,8 +37,13 @@
 //! `status` and `fence` read a linked row's expiry as its liveness's. On
 //! SQLite the batch acquire and renewal then carry a `read_back` too (two
 //! statements in one `BEGIN IMMEDIATE` transaction, the read-back's rows
-//! the result). A contender that renews every row must never take a
-//! linked row: read any `expires_at` at or past 2^62 as held.
+//! the result); on MySQL they are chains: each `read_back` may carry a
+//! `read_back` of its own, every statement of the chain run in order in one
+//! transaction and the last one's rows the result, but for an `order` of
+//! `"after_commit"`: the statements before it commit first, each in a
+//! transaction of its own (the acquire's end of a lapsed liveness). A contender that renews
+//! every row must never take a linked row: read any `expires_at` at or
+//! past 2^62 as held.
 //!
 //! The last four are a lease set's batch statements (DESIGN §9). Their
 //! `batch` is one JSON array bound as text: the names for `acquire_batch`
@@ -122,12 +127,39 @@ struct Printed {
     read_back: Option<PrintedRead>,
 }
 
-/// A MySQL read-back as printed.
+/// A read-back as printed, with its own read-back when it has one
+/// (MySQL's batches renewing by liveness are chains of statements).
 struct PrintedRead {
     sql: String,
     params: Vec<&'static str>,
     /// `after` or `before` the write.
     order: &'static str,
+    read_back: Option<Box<PrintedRead>>,
+}
+
+impl PrintedRead {
+    fn of(statement: &Statement) -> Option<Self> {
+        statement.read_back().map(|r| PrintedRead {
+            sql: r.statement().sql().to_string(),
+            params: param_names(r.statement()),
+            order: match r.order() {
+                ReadOrder::AfterWrite => "after",
+                ReadOrder::BeforeWrite => "before",
+                ReadOrder::AfterCommit => "after_commit",
+            },
+            read_back: PrintedRead::of(r.statement()).map(Box::new),
+        })
+    }
+
+    /// `{"sql", "params", "order"}` and its own `read_back`, if any.
+    fn json(&self) -> serde_json::Value {
+        let mut read =
+            serde_json::json!({ "sql": self.sql, "params": self.params, "order": self.order });
+        if let Some(next) = &self.read_back {
+            read["read_back"] = next.json();
+        }
+        read
+    }
 }
 
 fn param_names(statement: &Statement) -> Vec<&'static str> {
@@ -141,14 +173,7 @@ impl Printed {
             what,
             sql: statement.sql().to_string(),
             params: param_names(statement),
-            read_back: statement.read_back().map(|r| PrintedRead {
-                sql: r.statement().sql().to_string(),
-                params: param_names(r.statement()),
-                order: match r.order() {
-                    ReadOrder::AfterWrite => "after",
-                    ReadOrder::BeforeWrite => "before",
-                },
-            }),
+            read_back: PrintedRead::of(statement),
         }
     }
 }
@@ -162,7 +187,7 @@ const AFTER_FAILOVER: &str = "after_failover";
 const BY_LIVENESS: [(&str, &str); 5] = [
     ("status", "every lease: name, holder, epoch, expires_in_ms; a linked row (expires_at >= 2^62) expires with its holder's liveness, the membership row picolease.member:<holder id>[ <rank>] at epoch expires_at - 2^62 (now, once that term is over)"),
     ("fence", "a boolean SQL expression: AND it into your own WHERE so a stale leader's write changes nothing; a linked row's expiry read through its holder's liveness"),
-    ("acquire_batch", "lease sets renewing by liveness: extend the caller's live membership row (its liveness), then take each name in batch that is free, lapsed, ours, reserved for our node or linked to another holder's liveness that is over (PostgreSQL first ends a lapsed one with a write), at epoch + 1, linked to the caller's liveness (expires_at = 2^62 + its epoch) or plain without one; returns name, holder, epoch, expires_in_ms for each"),
+    ("acquire_batch", "lease sets renewing by liveness: extend the caller's live membership row (its liveness), then take each name in batch that is free, lapsed, ours, reserved for our node or linked to another holder's liveness that is over (PostgreSQL and MySQL first end a lapsed one with a write), at epoch + 1, linked to the caller's liveness (expires_at = 2^62 + its epoch) or plain without one; returns name, holder, epoch, expires_in_ms for each"),
     ("renew_batch", "lease sets renewing by liveness: extend the caller's membership rows of batch at their epochs and any live one, and every plain row of batch ours at its epoch; a linked row of batch ours at its epoch is confirmed without a write when its liveness was just extended; returns name, epoch, handover request of each renewed or confirmed"),
     ("survey", "lease sets: as without liveness, each linked row's expiry read through its holder's liveness"),
 ];
@@ -283,12 +308,7 @@ pub fn run(
     let dialect = dialect(dialect_flag, db)?;
     let mut statements = Statements::new(dialect, &table);
     if by_liveness {
-        statements = statements.renewing_by_liveness().ok_or_else(|| {
-            CliError::usage(format!(
-                "--by-liveness: a lease set's renewal by liveness is not available on {} yet",
-                dialect_name(dialect)
-            ))
-        })?;
+        statements = statements.renewing_by_liveness();
     }
     let printed = printed_by(&statements, by_liveness);
     if json {
@@ -296,8 +316,7 @@ pub fn run(
         for p in printed.iter().filter(|p| p.key != AFTER_FAILOVER) {
             let mut statement = serde_json::json!({ "sql": p.sql, "params": p.params });
             if let Some(r) = &p.read_back {
-                statement["read_back"] =
-                    serde_json::json!({ "sql": r.sql, "params": r.params, "order": r.order });
+                statement["read_back"] = r.json();
             }
             map.insert(p.key.to_string(), statement);
         }
@@ -323,17 +342,25 @@ pub fn run(
         } else {
             line(&format!("{};", p.sql));
         }
-        if let Some(r) = &p.read_back {
+        let mut read = p.read_back.as_ref();
+        while let Some(r) = read {
+            let result = if r.read_back.is_some() {
+                ""
+            } else {
+                " (its rows are the result)"
+            };
             line(&format!(
-                "-- {} the statement above, in the same transaction (its rows are the result):",
-                if r.order == "after" {
-                    "then, after"
-                } else {
-                    "first, before"
+                "-- {}{result}:",
+                match r.order {
+                    "after" => "then, after the statement above, in the same transaction",
+                    "after_commit" =>
+                        "then, once the statement above committed, in a new transaction",
+                    _ => "first, before the statement above, in the same transaction",
                 }
             ));
             line(&format!("-- {}", describe(dialect, &r.params)));
             line(&format!("{};", r.sql));
+            read = r.read_back.as_deref();
         }
     }
     Ok(ExitCode::SUCCESS)
