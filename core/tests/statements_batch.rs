@@ -582,19 +582,19 @@ fn sqlite_runs_two_statements_in_one_transaction_and_postgres_one() {
 fn mysql_runs_a_chain_in_one_transaction_the_kill_before_the_take() {
     let s = by_liveness(Dialect::Mysql);
     let acquire = steps(s.acquire_batch());
-    assert_eq!(acquire.len(), 8, "{acquire:#?}");
-    assert_eq!(s.acquire_batch().in_order().1, 7, "the read is the reply");
+    assert_eq!(acquire.len(), 9, "{acquire:#?}");
+    assert_eq!(s.acquire_batch().in_order().1, 8, "the read is the reply");
     let starts: Vec<&str> = acquire
         .iter()
         .map(|step| step.split_whitespace().next().unwrap())
         .collect();
     assert_eq!(
         starts,
-        ["UPDATE", "UPDATE", "UPDATE", "UPDATE", "INSERT", "UPDATE", "UPDATE", "SELECT"]
+        ["UPDATE", "SET", "UPDATE", "UPDATE", "UPDATE", "INSERT", "UPDATE", "UPDATE", "SELECT"]
     );
     // 1. the kill, committed alone first: another holder's lapsed
     //    liveness, conditioned on its lapse (InnoDB rechecks it on the
-    //    latest version once locked);
+    //    latest version once locked), one table's key range;
     assert_eq!(s.acquire_batch().committed_first(), 1);
     assert_eq!(
         s.acquire_batch().read_back().map(|r| r.order()),
@@ -611,48 +611,60 @@ fn mysql_runs_a_chain_in_one_transaction_the_kill_before_the_take() {
         kill.starts_with("UPDATE `app`.`leases` AS `k` SET "),
         "one table: {kill}"
     );
-    // 2. the caller's live liveness extended, found by a key range;
-    assert!(acquire[1].contains("`expires_at` > "), "{}", acquire[1]);
+    // 2. the judgment of ended livenesses, a plain read into a session
+    //    variable;
+    let judge = acquire[1];
     assert!(
-        acquire[1].contains(" >= CONCAT('picolease.member:', ?)"),
-        "{}",
-        acquire[1]
+        judge.starts_with("SET @picolease_judged = (SELECT JSON_ARRAYAGG("),
+        "{judge}"
     );
-    // 3. another server's rows adopted, from their effective expiry;
+    assert!(judge.contains("IS NOT NULL AND NOT EXISTS ("), "{judge}");
     assert!(
-        acquire[2].contains("NOT (`leases`.`incarnation` <=> @@server_id)"),
+        !judge.contains(" FOR UPDATE") && !judge.contains("SHARE MODE"),
+        "{judge}"
+    );
+    // 3. the caller's live liveness extended, found by a key range;
+    assert!(acquire[2].contains("`expires_at` > "), "{}", acquire[2]);
+    assert!(
+        acquire[2].contains(" >= CONCAT('picolease.member:', ?)"),
         "{}",
         acquire[2]
     );
+    // 4. another server's rows adopted, from their effective expiry;
     assert!(
-        acquire[2].contains("SET `leases`.`expires_at` = GREATEST("),
+        acquire[3].contains("NOT (`leases`.`incarnation` <=> @@server_id)"),
         "{}",
-        acquire[2]
+        acquire[3]
     );
-    // 4. the take: a linked row only once its liveness is ended;
-    let take = acquire[3];
-    assert!(take.contains("IS NOT NULL AND NOT EXISTS ("), "{take}");
+    assert!(
+        acquire[3].contains("SET `leases`.`expires_at` = GREATEST("),
+        "{}",
+        acquire[3]
+    );
+    // 5. the take: a linked row only as judged ended;
+    let take = acquire[4];
+    assert!(
+        take.contains("JSON_CONTAINS(@picolease_judged, JSON_QUOTE("),
+        "{take}"
+    );
     assert!(
         take.contains("`leases`.`epoch` = `leases`.`epoch` + 1"),
         "{take}"
     );
     // every step from the batch (the insert's in name order), the
     // writes of existing rows and the read through the primary key.
-    for (at, step) in acquire.iter().enumerate() {
-        if at == 1 || at == 0 {
-            continue;
-        }
+    for (at, step) in acquire.iter().enumerate().skip(3) {
         assert!(step.contains("JSON_TABLE(?, '$[*]'"), "{step}");
-        if at != 4 {
+        if at != 5 {
             assert!(step.contains("FORCE INDEX (PRIMARY)"), "{step}");
         }
     }
     assert!(
-        acquire[4].contains("ORDER BY CAST(`j`.`name` AS BINARY)"),
+        acquire[5].contains("ORDER BY CAST(`j`.`name` AS BINARY)"),
         "{}",
-        acquire[4]
+        acquire[5]
     );
-    assert!(acquire[7].ends_with(" FOR UPDATE"), "{}", acquire[7]);
+    assert!(acquire[8].ends_with(" FOR UPDATE"), "{}", acquire[8]);
 
     let renew = steps(s.renew_batch());
     assert_eq!(renew.len(), 3, "{renew:#?}");

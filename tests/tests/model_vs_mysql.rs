@@ -572,7 +572,13 @@ fn random_batch_sequences_of(
 #[test]
 fn model_and_mysql_agree_on_random_batch_sequences_by_liveness() {
     let linked = std::cell::RefCell::new((0, 0));
-    let mut runner = TestRunner::new(persisted(cases(256)));
+    // A fixed seed: the sequences that take a linked row from another
+    // holder are rare (1 to 7 in 256 random cases), and the count must not
+    // come out 0 by chance.
+    let mut runner = TestRunner::new_with_rng(
+        persisted(cases(256)),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
     if let Err(e) = random_batch_sequences_of(
         &mut runner,
         "batch_live",

@@ -866,7 +866,7 @@ fn by_liveness_prints_the_statements_renewing_by_liveness() {
         let (acquire, renew) = match name {
             "sqlite" => (2, 2),
             "postgres" => (1, 1),
-            _ => (8, 3),
+            _ => (9, 3),
         };
         assert_eq!(
             (chain("acquire_batch"), chain("renew_batch")),

@@ -42,8 +42,9 @@ pub const LINK_BASE: i64 = 1 << 62;
 /// the epoch. On PostgreSQL each kind is one numbered parameter (`$N`,
 /// numbered in order of first appearance), bound once however often the
 /// text names it; on SQLite and MySQL each occurrence is a positional `?`
-/// (so the fence can follow a caller's own `?`s). `@@` (MySQL's system
-/// variables, `@@server_id`) is left as it is. The templates quote
+/// (so the fence can follow a caller's own `?`s). `@@` and `@` before a
+/// lowercase letter (MySQL's system and session variables, `@@server_id`)
+/// are left as they are. The templates quote
 /// identifiers with `"`, and no text literal in them holds one: on MySQL
 /// each becomes a backtick.
 pub(super) fn fill(dialect: Dialect, template: &str) -> Statement {
@@ -67,9 +68,11 @@ pub(super) fn fill(dialect: Dialect, template: &str) -> Statement {
     let mut rest = template;
     while let Some(at) = rest.find('@') {
         sql.push_str(&rest[..at]);
-        if rest[at..].starts_with("@@") {
-            sql.push_str("@@");
-            rest = &rest[at + 2..];
+        // `@@server_id`, and MySQL's session variables (`@picolease_…`):
+        // not parameters.
+        if rest[at + 1..].starts_with(|c: char| c == '@' || c.is_ascii_lowercase()) {
+            sql.push('@');
+            rest = &rest[at + 1..];
             continue;
         }
         let token = rest.get(at..at + 2).unwrap_or("@");

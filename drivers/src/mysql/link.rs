@@ -178,10 +178,10 @@ impl Link {
         // first, a kill, stays done and is a no-op the second time): it
         // runs again at once, within the operation's deadline, where the
         // set would otherwise wait an interval for its next try. Renewing
-        // by liveness on MariaDB, two takers each holding their own
-        // liveness row and reading the other's deadlocked often enough
-        // (19 to 28 times in one 10 x 10,000 takeover) that a few percent
-        // of a crashed node's leases were taken an interval late.
+        // by liveness on MariaDB, the acquires of a takeover of 10 x 10,000
+        // still deadlock 4 to 8 times (19 to 64 before the acquire judged
+        // ended livenesses without a lock, when a few percent of a crashed
+        // node's leases were taken an interval late).
         let mut retries = 0;
         while statement.read_back().is_some()
             && retries < DEADLOCK_RETRIES
