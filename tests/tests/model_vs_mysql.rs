@@ -305,6 +305,19 @@ fn model_and_mysql_agree_on_random_operation_sequences_in_both_row_count_modes()
     }
 }
 
+/// A runner for a mutant's random sequences: 256 cases on a fixed seed,
+/// a short shrink, nothing persisted (a caught mutant is the expected
+/// outcome, not a regression to replay).
+fn mutant_runner() -> TestRunner {
+    let config = Config {
+        cases: 256,
+        max_shrink_iters: 64,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha))
+}
+
 /// The comparison is sharp enough on MySQL too: each mutant of the SQL —
 /// the renew without its epoch condition, the acquire that never takes
 /// over a lapsed lease, the fence without its expiry check, the release
@@ -314,14 +327,7 @@ fn model_and_mysql_agree_on_random_operation_sequences_in_both_row_count_modes()
 #[test]
 fn the_comparison_catches_mutated_sql_on_mysql() {
     for (name, mutant) in SQL_MUTANTS {
-        let config = Config {
-            cases: 256,
-            max_shrink_iters: 64,
-            failure_persistence: None,
-            ..Config::default()
-        };
-        let mut runner =
-            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        let mut runner = mutant_runner();
         match random_sequences(&mut runner, "mutant", RowCounts::Changed, |t| {
             mutant(Sql::new(&statements(t)))
         }) {
@@ -598,14 +604,7 @@ fn model_and_mysql_agree_on_random_batch_sequences_by_liveness() {
 #[test]
 fn the_by_liveness_comparison_catches_mutated_sql_on_mysql() {
     for (name, mutant) in MYSQL_LIVENESS_MUTANTS {
-        let config = Config {
-            cases: 256,
-            max_shrink_iters: 64,
-            failure_persistence: None,
-            ..Config::default()
-        };
-        let mut runner =
-            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        let mut runner = mutant_runner();
         let linked = std::cell::RefCell::new((0, 0));
         match random_batch_sequences_of(
             &mut runner,
@@ -675,14 +674,7 @@ fn model_and_mysql_agree_on_random_batch_sequences_in_both_row_count_modes() {
 #[test]
 fn the_batch_comparison_catches_mutated_sql_on_mysql() {
     for (name, mutant) in BATCH_MUTANTS {
-        let config = Config {
-            cases: 256,
-            max_shrink_iters: 64,
-            failure_persistence: None,
-            ..Config::default()
-        };
-        let mut runner =
-            TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        let mut runner = mutant_runner();
         match random_batch_sequences(
             &mut runner,
             "batch_mutant",

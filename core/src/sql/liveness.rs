@@ -114,7 +114,7 @@ impl Builder<'_> {
     }
 
     /// PostgreSQL compares names byte-wise under the `C` collation.
-    pub(super) fn c(&self) -> &'static str {
+    fn c(&self) -> &'static str {
         match self.dialect {
             Dialect::Postgres => " COLLATE \"C\"",
             Dialect::Sqlite | Dialect::Mysql => "",
@@ -357,7 +357,7 @@ impl Builder<'_> {
     /// epoch and is extended; a takeable row (`takeable`, SQL on the
     /// table's row `t`) is taken, at the next epoch, linked as the source
     /// row says; anything else is kept.
-    pub(super) fn liveness_on_conflict(&self, t: &str, takeable: &str) -> String {
+    fn liveness_on_conflict(&self, t: &str, takeable: &str) -> String {
         let now = self.now();
         let x = |column: &str| format!("\"excluded\".\"{column}\"");
         let col = |column: &str| format!("{t}.\"{column}\"");
@@ -420,7 +420,7 @@ impl Builder<'_> {
     /// row and the caller's own liveness row expire a ttl from now; any
     /// other row is linked to `term` (SQL: the caller's live liveness
     /// term, NULL when it has none, which leaves the row plain).
-    pub(super) fn acquire_expiry(&self, term: &str) -> String {
+    fn acquire_expiry(&self, term: &str) -> String {
         let now = self.now();
         format!(
             "CASE WHEN \"c\".\"{HOLDER_COL}\" IS NULL OR {own} THEN {now} + @T \
@@ -460,7 +460,7 @@ impl Builder<'_> {
 
     /// `UPDATE` of the caller's live liveness rows (this server
     /// incarnation's) to a ttl from now; `more` adds to its condition.
-    pub(super) fn extend_liveness(&self, more: &str) -> String {
+    fn extend_liveness(&self, more: &str) -> String {
         let t = format!("\"{}\"", self.table.table());
         let incarnation = match self.dialect {
             Dialect::Postgres => format!(
