@@ -1,11 +1,16 @@
 //! Simulation of lease sets (DESIGN §9): several nodes, each a
 //! [`LeaseSet`] over the same leases, on virtual time against the model
-//! database, with network delay, late joins, crashes, shutdowns and
-//! release notifications.
+//! database, with network delay, late joins, crashes, shutdowns, pauses,
+//! an operator's forced releases and release notifications.
 //!
 //! After every event the simulator checks safety on the database's truth:
 //! a node whose work runs for a lease holds that lease's row at the work's
-//! epoch, unexpired, so no lease is ever worked by two nodes. It samples
+//! epoch, unexpired, so no lease is ever worked by two nodes. Two
+//! exceptions, both what DESIGN promises and no more: a paused node's work
+//! is frozen (it cannot act, and its set checks its deadline first when it
+//! thaws), and a term an operator forced free (`release --force`) may run
+//! on until the deadline its holder had then, fenced out from the release
+//! on (DESIGN §4b "A term taken away is heard at once"). It samples
 //! the share once per interval for the property tests (every lease held,
 //! shares within one, no lease moving without cause).
 
@@ -44,6 +49,14 @@ pub struct SetSimConfig {
     pub crashes: Vec<(Duration, usize)>,
     /// Clean shutdowns: (when, node).
     pub shutdowns: Vec<(Duration, usize)>,
+    /// Pauses: (when, node, for how long). The process is frozen (SIGSTOP):
+    /// its timers, replies, notices and requests wait until it resumes,
+    /// while the database and the other nodes go on.
+    pub pauses: Vec<(Duration, usize, Duration)>,
+    /// An operator's forced releases: (when, lease index)
+    /// (`picolease release --force`, [`ModelDb::force_release`]), with a
+    /// release notice to every running node when `notify` is on.
+    pub forced_releases: Vec<(Duration, usize)>,
     /// Planned handovers: (when, node, lease index, successor node): the
     /// node hands the lease over to the successor's node if it leads it
     /// then ([`LeaseSet::handle_hand_over`]).
@@ -89,6 +102,8 @@ impl SetSimConfig {
                 .collect(),
             crashes: Vec::new(),
             shutdowns: Vec::new(),
+            pauses: Vec::new(),
+            forced_releases: Vec::new(),
             hand_overs: Vec::new(),
             leaves: Vec::new(),
             priorities: Vec::new(),
@@ -132,6 +147,9 @@ pub struct SetReport {
     pub samples: Vec<ShareSample>,
     /// Every start of work: (time, lease index, node).
     pub starts: Vec<(Duration, usize, usize)>,
+    /// Every stop of work (`StopWork` carried out): (time, lease index,
+    /// node).
+    pub stops: Vec<(Duration, usize, usize)>,
     /// Statements sent per node.
     pub statements: Vec<u64>,
 }
@@ -202,6 +220,11 @@ enum Event {
     Start(usize),
     Crash(usize),
     Shutdown(usize),
+    /// A node is frozen for the duration (nanoseconds).
+    Pause(usize, u64),
+    Resume(usize),
+    /// An index into `forced_releases`.
+    ForceRelease(usize),
     /// An index into `hand_overs`.
     HandOver(usize),
     Leave(usize),
@@ -241,6 +264,20 @@ struct Node {
     working: Vec<Option<Epoch>>,
     /// What its probe last said (`None`: it has no probe).
     probe: Option<bool>,
+    /// Frozen: its events wait in `pending` until it resumes.
+    paused: bool,
+    /// What reached the frozen process, in order.
+    pending: Vec<Event>,
+}
+
+/// A term an operator forced free while its holder still led it: the
+/// holder's work may run on, fenced out, until the deadline it had then
+/// (at most the row's expiry on the database's clock at the release).
+struct ForcedTerm {
+    lease: usize,
+    holder: String,
+    epoch: i64,
+    until_ms: i64,
 }
 
 /// A lease-set simulation.
@@ -258,6 +295,11 @@ pub struct SetSimulation {
     replies: Vec<BatchReply>,
     /// Names released, for notices in flight.
     notices: Vec<String>,
+    /// Terms forced free, for the safety check.
+    forced: Vec<ForcedTerm>,
+    /// A bug planted in every node's set (feature `mutants`).
+    #[cfg(feature = "mutants")]
+    node_mutation: crate::state::Mutation,
     report: SetReport,
 }
 
@@ -280,6 +322,8 @@ impl SetSimulation {
                         life: 0,
                         working: vec![None; config.leases],
                         probe: None,
+                        paused: false,
+                        pending: Vec::new(),
                     })
                 })
                 .collect::<Result<_, ConfigError>>()?,
@@ -293,6 +337,9 @@ impl SetSimulation {
             batches: Vec::new(),
             replies: Vec::new(),
             notices: Vec::new(),
+            forced: Vec::new(),
+            #[cfg(feature = "mutants")]
+            node_mutation: crate::state::Mutation::None,
             report: SetReport {
                 statements: vec![0; config.nodes],
                 ..SetReport::default()
@@ -309,6 +356,15 @@ impl SetSimulation {
         for &(at, node) in &sim.config.shutdowns.clone() {
             sim.schedule(at.as_nanos() as u64, Event::Shutdown(node));
         }
+        for &(at, node, span) in &sim.config.pauses.clone() {
+            sim.schedule(
+                at.as_nanos() as u64,
+                Event::Pause(node, span.as_nanos() as u64),
+            );
+        }
+        for (index, &(at, _)) in sim.config.forced_releases.clone().iter().enumerate() {
+            sim.schedule(at.as_nanos() as u64, Event::ForceRelease(index));
+        }
         for (index, &(at, ..)) in sim.config.hand_overs.clone().iter().enumerate() {
             sim.schedule(at.as_nanos() as u64, Event::HandOver(index));
         }
@@ -323,6 +379,16 @@ impl SetSimulation {
         // Check the template once, so a bad configuration fails here.
         sim.template(0)?.validate()?;
         Ok(sim)
+    }
+
+    /// Plants a bug in every node's set, from its start on (feature
+    /// `mutants`): the simulator's own tests show its safety check catches
+    /// what a pause or a forced release exposes. Call it before
+    /// [`SetSimulation::run`].
+    #[cfg(feature = "mutants")]
+    #[doc(hidden)]
+    pub fn set_node_mutation(&mut self, mutation: crate::state::Mutation) {
+        self.node_mutation = mutation;
     }
 
     fn template(&self, node: usize) -> Result<SetConfig, ConfigError> {
@@ -363,6 +429,7 @@ impl SetSimulation {
                 .nodes
                 .iter()
                 .enumerate()
+                .filter(|(_, n)| !n.paused)
                 .filter_map(|(i, n)| {
                     n.set
                         .as_ref()
@@ -398,7 +465,28 @@ impl SetSimulation {
         self.report
     }
 
+    /// The node an event reaches as an input of its process (what waits
+    /// while it is frozen), if any.
+    fn input_of(&self, event: &Event) -> Option<usize> {
+        match *event {
+            Event::Shutdown(node)
+            | Event::Leave(node)
+            | Event::Health(node, _)
+            | Event::Reply { node, .. }
+            | Event::WorkStopped { node, .. }
+            | Event::Notice { node, .. } => Some(node),
+            Event::HandOver(index) => Some(self.config.hand_overs[index].1),
+            _ => None,
+        }
+    }
+
     fn handle(&mut self, event: Event) {
+        if let Some(node) = self.input_of(&event) {
+            if self.nodes[node].paused {
+                self.nodes[node].pending.push(event);
+                return;
+            }
+        }
         let now = Instant::from_nanos(self.now);
         match event {
             Event::Start(node) => {
@@ -410,6 +498,8 @@ impl SetSimulation {
                 let mut template = template;
                 template.holder = self.nodes[node].holder.clone();
                 let mut set = LeaseSet::new(template, self.names.clone(), now).expect("valid set");
+                #[cfg(feature = "mutants")]
+                set.set_mutation(self.node_mutation);
                 // A restarted node's probe says what it said before.
                 if let Some(healthy) = self.nodes[node].probe {
                     set.handle_health(now, healthy);
@@ -425,6 +515,58 @@ impl SetSimulation {
                 n.set = None;
                 n.life += 1;
                 n.working.iter_mut().for_each(|w| *w = None);
+                n.paused = false;
+                n.pending.clear();
+            }
+            Event::Pause(node, span) => {
+                let n = &mut self.nodes[node];
+                if n.set.is_some() && !n.paused {
+                    n.paused = true;
+                    self.schedule(self.now + span, Event::Resume(node));
+                }
+            }
+            Event::Resume(node) => {
+                if !std::mem::take(&mut self.nodes[node].paused) {
+                    return;
+                }
+                // The thawed process finds its timer due and its socket
+                // full: the timer first (the set checks its deadline on
+                // every input either way), then what arrived, in order.
+                if let Some(set) = self.nodes[node].set.as_mut() {
+                    set.handle_timeout(now);
+                }
+                self.carry_out(node);
+                for event in std::mem::take(&mut self.nodes[node].pending) {
+                    self.handle(event);
+                }
+            }
+            Event::ForceRelease(index) => {
+                let (_, lease) = self.config.forced_releases[index];
+                let name = self.names[lease].clone();
+                let now_ms = self.db_ms();
+                if let Some(row) = self.db.row(name.as_str()) {
+                    let until_ms = self.db.expiry(row, now_ms);
+                    if let Some(holder) = row.holder.clone().filter(|_| until_ms > now_ms) {
+                        self.forced.push(ForcedTerm {
+                            lease,
+                            holder,
+                            epoch: row.epoch,
+                            until_ms,
+                        });
+                    }
+                }
+                let ttl_ms = self.config.ttl.as_millis() as i64;
+                if self
+                    .db
+                    .force_release(name.as_str(), ttl_ms, now_ms)
+                    .is_empty()
+                    || !self.config.notify
+                {
+                    return;
+                }
+                // Notified like a release, to every running node: the
+                // holder too, which renews at once and hears its loss.
+                self.notify_released(name.as_str(), None);
             }
             Event::Shutdown(node) => {
                 if let Some(set) = self.nodes[node].set.as_mut() {
@@ -476,22 +618,7 @@ impl SetSimulation {
                 ) = (batch.kind, self.config.notify, &reply)
                 {
                     for name in names.clone() {
-                        for other in 0..self.nodes.len() {
-                            if other != node && self.nodes[other].set.is_some() {
-                                let at = self.now + self.delay();
-                                let life = self.nodes[other].life;
-                                self.notices.push(name.clone());
-                                let notice = self.notices.len() - 1;
-                                self.schedule(
-                                    at,
-                                    Event::Notice {
-                                        node: other,
-                                        life,
-                                        notice,
-                                    },
-                                );
-                            }
-                        }
+                        self.notify_released(&name, Some(node));
                     }
                 }
                 self.replies.push(reply);
@@ -575,6 +702,27 @@ impl SetSimulation {
         }
     }
 
+    /// Sends the release notice of `name` to every running node but
+    /// `except`, each after its own network delay.
+    fn notify_released(&mut self, name: &str, except: Option<usize>) {
+        for other in 0..self.nodes.len() {
+            if Some(other) != except && self.nodes[other].set.is_some() {
+                let at = self.now + self.delay();
+                let life = self.nodes[other].life;
+                self.notices.push(name.to_string());
+                let notice = self.notices.len() - 1;
+                self.schedule(
+                    at,
+                    Event::Notice {
+                        node: other,
+                        life,
+                        notice,
+                    },
+                );
+            }
+        }
+    }
+
     /// Runs a batch on the model database, through the real decoders.
     fn execute(&mut self, node: usize, batch: &Batch) -> BatchReply {
         let holder = self.nodes[node].holder.clone();
@@ -653,6 +801,9 @@ impl SetSimulation {
                 SetCommand::StopWork { lease, .. } => {
                     let i = self.lease_index(&lease);
                     self.nodes[node].working[i] = None;
+                    self.report
+                        .stops
+                        .push((Duration::from_nanos(self.now), i, node));
                     let at = self.now + self.config.work_stop.as_nanos() as u64;
                     self.schedule(
                         at,
@@ -679,20 +830,36 @@ impl SetSimulation {
             .expect("the simulator's own names")
     }
 
-    /// Safety on the database's truth: running work holds its row.
+    /// Safety on the database's truth: running work holds its row. A
+    /// frozen node's work is not checked (it cannot act, and its set
+    /// checks its deadline first when it thaws); a term forced free runs
+    /// on, fenced out, until the deadline its holder had, and no later.
     fn check(&mut self) {
         let now_ms = self.db_ms();
         let mut by_lease: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (node, n) in self.nodes.iter().enumerate() {
+            if n.paused {
+                continue;
+            }
             for (lease, epoch) in n.working.iter().enumerate() {
                 let Some(epoch) = epoch else { continue };
-                by_lease.entry(lease).or_default().push(node);
                 let row = self.db.row(self.names[lease].as_str());
                 let holds = row.is_some_and(|r| {
                     r.holder.as_deref() == Some(n.holder.as_str())
                         && r.epoch == epoch.to_i64()
                         && self.db.expiry(r, now_ms) > now_ms
                 });
+                let forced_free = !holds
+                    && self.forced.iter().any(|f| {
+                        f.lease == lease
+                            && f.holder == n.holder.as_str()
+                            && f.epoch == epoch.to_i64()
+                            && now_ms < f.until_ms
+                    });
+                if forced_free {
+                    continue;
+                }
+                by_lease.entry(lease).or_default().push(node);
                 if !holds {
                     self.report.violations.push(format!(
                         "at {:?}: node {node} works lease s{lease} at epoch {epoch} but the row is {row:?}",
