@@ -863,5 +863,6 @@ pub(super) fn statements(dialect: Dialect, table: &TableName) -> Statements {
         renew_batch: b.renew_batch(),
         release_batch: b.release_batch(),
         survey: b.survey(),
+        by_liveness: false,
     }
 }

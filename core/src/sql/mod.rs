@@ -362,6 +362,9 @@ pub struct Statements {
     renew_batch: Statement,
     release_batch: Statement,
     survey: Statement,
+    /// Whether the set's batches renew by liveness
+    /// ([`Statements::renewing_by_liveness`]).
+    by_liveness: bool,
 }
 
 impl Statements {
@@ -389,7 +392,16 @@ impl Statements {
         self.renew_batch = renew_batch;
         self.survey = survey;
         self.fence = fence;
+        self.by_liveness = true;
         self
+    }
+
+    /// Whether these are [`Statements::renewing_by_liveness`]'s: a driver
+    /// refuses a server that cannot run them (MySQL's error 1093, where
+    /// MariaDB runs them).
+    #[doc(hidden)]
+    pub fn renews_by_liveness(&self) -> bool {
+        self.by_liveness
     }
 
     /// The dialect rendered for.

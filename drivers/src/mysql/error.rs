@@ -123,6 +123,18 @@ pub enum MysqlError {
         /// What ended it.
         reason: String,
     },
+    /// The server cannot run what this contender needs: a lease set
+    /// renewing by liveness needs MariaDB, since MySQL refuses a subquery
+    /// on the table an `UPDATE` writes (its error 1093), which the set's
+    /// statements by liveness have. Checked once a connection is made, so
+    /// nothing runs half-way.
+    #[error("server version {version:?}: {reason}")]
+    UnsupportedServer {
+        /// What `SELECT VERSION()` answered.
+        version: String,
+        /// What it cannot run, and what can.
+        reason: String,
+    },
     /// The driver task ended without reporting (it panicked or its runtime
     /// shut down).
     #[error("the lease driver task stopped unexpectedly: {reason}")]
