@@ -110,12 +110,14 @@ fn a_set_check_with_handovers_says_so_and_completes_clean() {
 /// exit 1, the depth whose every path it checked, and a peak within the
 /// budget (and the few megabytes the search may add between two readings),
 /// as the command prints it from the kernel's own figure (`VmHWM`).
-/// Without the budget this search takes more than the machine has.
+/// Without the budget this search completes in 1.2 GiB (DESIGN §6
+/// "Memory"; it took more than the machine has before the states to
+/// explore were rebuilt from their paths).
 #[test]
 fn a_check_that_outgrows_its_memory_budget_stops_cleanly_within_it() {
     let out = picolease(&[
         "check", "--nodes", "2", "--leases", "2", "--depth", "26", "--faults", "1", "--memory",
-        "256MiB",
+        "64MiB",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -129,14 +131,14 @@ fn a_check_that_outgrows_its_memory_budget_stops_cleanly_within_it() {
         .unwrap_or_else(|| panic!("no completed depth: {stdout}"));
     assert!((1..26).contains(&completed), "{stdout}");
     assert!(stdout.contains("stopped at the memory budget"), "{stdout}");
-    assert!(stderr.contains("memory budget 256 MiB"), "{stderr}");
+    assert!(stderr.contains("memory budget 64 MiB"), "{stderr}");
     let peak_mib: u64 = stderr
         .split("peak memory ")
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no peak printed: {stderr}"));
-    assert!(peak_mib <= 256 + 32, "peak {peak_mib} MiB: {stderr}");
+    assert!(peak_mib <= 64 + 32, "peak {peak_mib} MiB: {stderr}");
 }
 
 #[test]

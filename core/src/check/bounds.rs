@@ -339,7 +339,8 @@ impl Bounds {
     /// lead), depth 30 and no fault.
     ///
     /// The whole space is out of reach (2 nodes × 2 leases grow about 1.4×
-    /// per level past depth 25, at about 5 KB a state of the frontier):
+    /// per level past depth 25; about 80 bytes a state are kept, the
+    /// states to explore rebuilt from their paths):
     /// depth 30 is 2,640,968 states, about a minute; 2 nodes × 1 lease grow as
     /// fast. By depth 30 a path reaches 6 or 7 database ticks, so the
     /// liveness bound is not reached by the search (see `check`'s docs).

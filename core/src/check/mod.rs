@@ -129,8 +129,9 @@
 //! set ranks members and prefers leases by holder id, so nodes are not
 //! interchangeable (see `set/canon.rs`). That, and a set's larger state,
 //! make the space far larger than a lone lease's: 2 nodes × 2 leases
-//! without faults grow by about 1.4× per level past depth 25 and about
-//! 5 KB per state of the frontier, so the check is bounded by depth, not
+//! without faults grow by about 1.4× per level past depth 25 (the search
+//! keeps about 80 bytes a state: the states to explore are rebuilt from
+//! their paths, `search.rs`), so the check is bounded by depth, not
 //! exhausted. Depth 30 (both nodes survey twice, plan and acquire; a node
 //! that took both leases before it saw the other starts giving one up:
 //! 2,640,968 states, 5,778,240 transitions, about a minute) runs in
@@ -303,7 +304,8 @@ impl Eq for MemoryBudget {}
 
 /// How many states the search expands between two readings of the memory
 /// in use: a reading costs microseconds, and the successors of 256 states
-/// of a two-lease set are a few megabytes (a state is about 14 KB).
+/// of a two-lease set add a few hundred states (about 80 bytes each: the
+/// states to explore are rebuilt from their paths, not kept).
 pub const MEMORY_CHECK_EVERY: usize = 256;
 
 impl fmt::Display for Stopped {
