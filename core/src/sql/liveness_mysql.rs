@@ -33,7 +33,7 @@
 //! `tests/tests/mysql_liveness_race.rs`). MySQL 8 refuses a subquery on
 //! the table an `UPDATE` writes (error 1093), which these statements have:
 //! the driver refuses such a server at its first connection
-//! (`drivers/src/mysql/link.rs`).
+//! (`drivers/src/mysql/version.rs`).
 
 use super::build::{
     Builder, EPOCH_COL, EXPIRES_AT, HOLDER_COL, INCARNATION, MYSQL_INCARNATION, NAME,

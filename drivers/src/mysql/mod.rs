@@ -83,6 +83,7 @@ mod handle;
 mod link;
 mod tls;
 mod transaction;
+mod version;
 mod wake;
 
 pub use crate::server::admin::{
