@@ -135,8 +135,8 @@ impl Tree {
 /// along the last path are kept (at most one per level), and only the
 /// steps past the shared prefix are replayed. Over a level that replays
 /// each ancestor of the level once: in a space whose levels grow by a
-/// factor r, about 1/(r − 1) of the states found so far (2.3 for the
-/// 2 × 2 set check's r ≈ 1.44), each a clone and an apply without a
+/// factor r, about 1/(r − 1) of the states found so far (2.1 for the
+/// 2 × 2 set check's r ≈ 1.47), each a clone and an apply without a
 /// fingerprint. The model is deterministic, so a replayed world is the
 /// one first found, bit for bit (`replay` relies on the same).
 struct PathCursor<M> {
