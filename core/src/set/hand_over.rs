@@ -3,7 +3,7 @@
 //! leaving ("hand over, then exit"), and what the set does around a
 //! lease being handed over. The statement itself is the lone lease's
 //! single-row hand-over, sent as a [`BatchKind::HandOver`] (`batch.rs`);
-//! the node a lease is handed to takes it in `plan.rs::take_offered`.
+//! the node a lease is handed to takes it in `plan.rs::take_outside_share`.
 
 use super::{share, BatchKind, LeaseSet, Seen};
 

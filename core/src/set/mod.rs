@@ -98,6 +98,13 @@ struct Slot {
     /// When this node took a lease handed to it (its offer is used up
     /// then): the share gives such a lease up last for a ttl after.
     handed_at: Option<Instant>,
+    /// Renewing by liveness: the term (epoch) the surveys have read lapsed
+    /// under a holder, untaken, and when they first read it so. A lease
+    /// left lapsed a whole ttl past that is an orphan nobody's share
+    /// takes (a linked row, in a fleet where some nodes renew every row
+    /// and cannot take it, DESIGN §10), and any node takes it
+    /// (`plan.rs::take_orphans`).
+    untaken: Option<(Epoch, Instant)>,
     preference: u64,
 }
 
@@ -127,6 +134,7 @@ impl Slot {
             rest_until: None,
             offered_until: None,
             handed_at: None,
+            untaken: None,
         })
     }
 }
@@ -673,6 +681,7 @@ impl LeaseSet {
             // An offer taken and given up again is used up: taking it
             // back at once would start and stop its work in a loop.
             slot.offered_until = None;
+            slot.untaken = None;
             let mut config = slot.machine.config().clone();
             config.seed = config.seed.wrapping_add(1);
             if let Ok(mut machine) = LeaseState::own_row(config, now) {

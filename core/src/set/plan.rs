@@ -97,7 +97,7 @@ impl LeaseSet {
             return;
         }
         self.steer_membership(now);
-        self.take_offered(now);
+        self.take_outside_share(now);
         let Some(target) = self.target(now) else {
             return;
         };
@@ -144,7 +144,10 @@ impl LeaseSet {
                 if extra == 0 {
                     break;
                 }
-                if !self.slots[i].machine.is_busy() && !self.is_offered(now, i) {
+                if !self.slots[i].machine.is_busy()
+                    && !self.is_offered(now, i)
+                    && !self.is_orphan(now, i)
+                {
                     self.slots[i].machine.set_contending(now, false);
                     self.drain(now, i);
                     extra -= 1;
@@ -206,12 +209,31 @@ impl LeaseSet {
                 .is_some_and(|t| now < t + self.template.ttl)
     }
 
-    /// Competes for every lease reserved for this node that it does not
-    /// hold or try for yet (DESIGN §3 "Planned handover").
-    fn take_offered(&mut self, now: Instant) {
+    /// Renewing by liveness (only then is `untaken` kept): a lease the
+    /// surveys have read lapsed under the same term, untaken, for a whole
+    /// ttl. Every node whose share
+    /// wants a lapsed lease tries it at its expiry and takes it within an
+    /// interval, so one left a ttl is in nobody's reach: in a fleet mid-
+    /// upgrade, a linked row of a crashed node that renewed by liveness,
+    /// which the nodes renewing every row read as held far ahead
+    /// (DESIGN §10 "Older versions never take a linked row").
+    fn is_orphan(&self, now: Instant, i: usize) -> bool {
+        self.slots[i]
+            .untaken
+            .is_some_and(|(_, since)| now >= since + self.template.ttl)
+    }
+
+    /// Competes, whatever the share, for every lease reserved for this
+    /// node that it does not hold or try for yet (DESIGN §3 "Planned
+    /// handover"), and for every orphan ([`LeaseSet::is_orphan`]). The
+    /// acquire never steals, so an orphan is only ever taken as a lapsed
+    /// row; once held it is over this node's target, and the share gives
+    /// the surplus back by a release: a plain free row, which every node
+    /// can take, the ones renewing every row too.
+    fn take_outside_share(&mut self, now: Instant) {
         for i in 0..self.member {
             let s = &self.slots[i];
-            if self.is_offered(now, i)
+            if (self.is_offered(now, i) || self.is_orphan(now, i))
                 && !s.yielding
                 && s.rest_until.is_none_or(|t| t <= now)
                 && !s.machine.is_finished()

@@ -82,7 +82,25 @@ impl LeaseSet {
                 continue;
             }
             listed[i] = true;
+            let by_liveness = self.template.by_liveness;
+            let ttl = self.template.ttl;
             let slot = &mut self.slots[i];
+            // Lapsed under a holder (not free, not reserved): how long it
+            // has stayed so decides whether it is an orphan (plan.rs).
+            let lapsed = (by_liveness
+                && left <= 0
+                && row.holder.is_some()
+                && row.reserved_for().is_none()
+                && !slot.machine.leadership().is_leader())
+            .then_some(row.epoch);
+            slot.untaken = match (lapsed, slot.untaken) {
+                (Some(term), Some((seen, since))) if seen == term => Some((term, since)),
+                (Some(term), _) => Some((term, sent_at)),
+                (None, _) => None,
+            };
+            if let Some((_, since)) = slot.untaken {
+                self.wakeups.push(since + ttl);
+            }
             if slot.machine.leadership().is_leader() {
                 // Listed while held: stale (its renewals are late) or
                 // taken away (a forced release, an adoption). Its machine
@@ -111,6 +129,9 @@ impl LeaseSet {
             self.drain(now, i);
         }
         for (i, listed) in listed.into_iter().enumerate() {
+            if !listed {
+                self.slots[i].untaken = None;
+            }
             if !listed && self.slots[i].seen != Seen::Unknown {
                 // Not free and not stale: someone renews it on time.
                 self.slots[i].seen = Seen::Held { until: None };

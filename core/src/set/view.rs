@@ -5,6 +5,7 @@
 //! ranks (fixed by the holder id) are left out.
 
 use super::{BatchKind, LeaseSet, Member, Seen};
+use crate::names::Epoch;
 use crate::protocol::{Operation, RequestId};
 use crate::state::LeaseState;
 use crate::time::Instant;
@@ -45,6 +46,7 @@ pub(crate) struct SlotView<'a> {
     pub(crate) rest_until: Option<Instant>,
     pub(crate) offered_until: Option<Instant>,
     pub(crate) handed_at: Option<Instant>,
+    pub(crate) untaken: Option<(Epoch, Instant)>,
 }
 
 impl LeaseSet {
@@ -91,6 +93,7 @@ impl LeaseSet {
             rest_until: s.rest_until,
             offered_until: s.offered_until,
             handed_at: s.handed_at,
+            untaken: s.untaken,
         }
     }
 }

@@ -64,6 +64,10 @@ pub struct ModelDb {
     /// with a write (PostgreSQL's statements); SQLite's, one writer,
     /// take without it ([`ModelDb::by_liveness_without_kill`]).
     keeps_lapsed: bool,
+    /// The statements now running are a node's that renews every row, on
+    /// a table where others renew by liveness ([`ModelDb::as_every_row`]):
+    /// they read a linked row's `expires_at` as it is, an expiry far ahead.
+    every_row_reader: bool,
     /// Rows written so far (taken, renewed, released, ended, reserved):
     /// what a set's steady state costs the database
     /// ([`ModelDb::row_writes`]).
@@ -124,6 +128,21 @@ impl ModelDb {
     /// Whether the set statements renew by liveness.
     pub fn is_by_liveness(&self) -> bool {
         self.linked
+    }
+
+    /// Runs `statements` as a node renewing every row runs its own on a
+    /// table where others renew by liveness: a fleet mid-upgrade (DESIGN
+    /// §10 "Older versions never take a linked row"). Its statements link
+    /// nothing, and they read a linked row's `expires_at` as it is, an
+    /// expiry far ahead: such a row is never theirs to take, nor stale to
+    /// their survey.
+    pub fn as_every_row<T>(&mut self, statements: impl FnOnce(&mut ModelDb) -> T) -> T {
+        let shape = (self.linked, self.every_row_reader);
+        self.linked = false;
+        self.every_row_reader = true;
+        let out = statements(self);
+        (self.linked, self.every_row_reader) = shape;
+        out
     }
 
     /// Plants a bug (feature `mutants`): only

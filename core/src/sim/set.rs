@@ -77,6 +77,10 @@ pub struct SetSimConfig {
     /// Whether the model database renews sets by liveness (DESIGN §10:
     /// [`ModelDb::by_liveness`]).
     pub by_liveness: bool,
+    /// Renewing by liveness, the nodes that renew every row all the same:
+    /// a fleet mid-upgrade, whose older nodes read a linked row as held
+    /// far ahead ([`ModelDb::as_every_row`]).
+    pub renewing_every_row: Vec<usize>,
     /// How long gated work takes to stop after `StopWork`.
     pub work_stop: Duration,
     /// How long to run.
@@ -110,6 +114,7 @@ impl SetSimConfig {
             unhealthy: Vec::new(),
             notify: true,
             by_liveness: false,
+            renewing_every_row: Vec::new(),
             work_stop: Duration::from_millis(1),
             duration: Duration::from_secs(20),
         }
@@ -396,7 +401,8 @@ impl SetSimulation {
             .interval(self.config.interval);
         config.seed = self.config.seed ^ node as u64;
         config.rank = crate::rank::Rank::new(self.priority(node), None)?;
-        config.by_liveness = self.config.by_liveness;
+        config.by_liveness =
+            self.config.by_liveness && !self.config.renewing_every_row.contains(&node);
         Ok(config)
     }
 
@@ -745,25 +751,38 @@ impl SetSimulation {
                 .set
                 .as_ref()
                 .map_or(0, |set| set.config().reservation_millis());
-            return run_hand_over(
-                &mut self.db,
-                &self.statements,
-                &holder,
-                batch,
-                &successor,
-                reservation_ms,
-                now_ms,
-            );
+            return self.in_shape_of(node, |db, statements| {
+                run_hand_over(
+                    db,
+                    statements,
+                    &holder,
+                    batch,
+                    &successor,
+                    reservation_ms,
+                    now_ms,
+                )
+            });
         }
-        run_batch(
-            &mut self.db,
-            &self.statements,
-            &holder,
-            batch,
-            stale,
-            ttl_ms,
-            now_ms,
-        )
+        self.in_shape_of(node, |db, statements| {
+            run_batch(db, statements, &holder, batch, stale, ttl_ms, now_ms)
+        })
+    }
+
+    /// Runs a node's statements on the model database in the node's shape:
+    /// renewing every row in a fleet that renews by liveness, as such a
+    /// node's statements read the table ([`ModelDb::as_every_row`]).
+    fn in_shape_of<T>(
+        &mut self,
+        node: usize,
+        statements: impl FnOnce(&mut ModelDb, &Statements) -> T,
+    ) -> T {
+        let older = self.db.is_by_liveness() && self.config.renewing_every_row.contains(&node);
+        if older {
+            let shape = &self.statements;
+            self.db.as_every_row(|db| statements(db, shape))
+        } else {
+            statements(&mut self.db, &self.statements)
+        }
     }
 
     /// Carries out a node's commands.

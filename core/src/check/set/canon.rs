@@ -87,6 +87,7 @@ fn collect_epochs(world: &SetWorld, e: &mut Vec<u64>) {
                     e.extend(s.published.epoch.map(Epoch::get));
                 }
                 e.extend(slot.queued.and_then(|(_, op)| op.epoch()).map(Epoch::get));
+                e.extend(slot.untaken.map(|(x, _)| x.get()));
             }
         }
         for r in &n.to_db.queue {
@@ -296,6 +297,10 @@ impl Ctx<'_> {
                 slot.offered_until.map_or(-99, |t| self.local(n, t)),
                 slot.handed_at.map_or(-99, |t| self.local(n, t)),
             ]);
+            match slot.untaken {
+                Some((term, since)) => out.extend([self.epoch(Some(term)), self.local(n, since)]),
+                None => out.push(-99),
+            }
         }
     }
 

@@ -52,7 +52,12 @@ impl ModelDb {
 
     /// When `row` expires on the database's clock: its own expiry, or for
     /// a linked row its liveness row's (`now_ms` once that term is over).
+    /// Read by a node renewing every row ([`ModelDb::as_every_row`]), a
+    /// linked row's own `expires_at`, far ahead.
     pub fn expiry(&self, row: &ModelRow, now_ms: i64) -> i64 {
+        if self.every_row_reader {
+            return row.expires_at;
+        }
         match (Self::link(row), row.holder.as_deref()) {
             (None, _) => row.expires_at,
             (Some(term), Some(holder)) => self
