@@ -23,19 +23,24 @@
 //!   whatever the skew. But after the first term nobody leads at all:
 //!   the two adopt each other's row every interval. Safe, and useless:
 //!   that is why the promise is one node.
+//! - `sets_renewing_by_liveness_on_one_writer_node_take_a_crashed_sets_leases`:
+//!   three lease sets renewing by liveness (DESIGN §10) on the first
+//!   node over 30 leases; one crashes, and its leases are led again at
+//!   the next epoch within ttl + 2 intervals, never by two sets at once.
 //!
 //! `cargo test -p picolease-tests --test integration mysql_galera:: -- --nocapture`
 
 use crate::failover_support;
 use crate::mysql_support;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use failover_support::{outcome, runtime, terms, Seen};
 use mysql_support::galera::{Galera, Node};
-use picolease::mysql::{MysqlConnector, MysqlLease};
-use picolease::{Leadership, TableName};
+use picolease::mysql::{MysqlConnector, MysqlLease, MysqlLeaseSet};
+use picolease::{Epoch, HolderId, Leadership, LeaseName, SetConfig, TableName};
 
 const TABLE: &str = "picolease_galera";
 
@@ -223,4 +228,113 @@ fn contenders_on_nodes_with_their_own_server_ids_never_overlap() {
     assert_eq!(result.overlap, Duration::ZERO, "two leaders at once");
     assert!(result.reused.is_empty(), "{:?}", result.reused);
     assert!(!led.is_empty(), "a led at first");
+}
+
+/// Lease sets renewing by liveness (DESIGN §10) on the cluster's first
+/// node, as docs/operations.md §8 routes every contender: three sets over
+/// 30 leases share 10 each, one crashes (aborted, nothing released), and
+/// each of its 10 leases is led by another set at the next epoch within
+/// ttl + 2 intervals of the crash, its linked rows taken through the
+/// acquire's kill of its liveness, which Galera certifies as any commit.
+/// No lease is ever in two live sets' hands at once (sampled every 5 ms).
+#[test]
+fn sets_renewing_by_liveness_on_one_writer_node_take_a_crashed_sets_leases() {
+    let galera = three_nodes([1, 1, 1]);
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let ttl = Duration::from_secs(2);
+    let names: Vec<LeaseName> = (0..30)
+        .map(|i| LeaseName::new(&format!("g{i}")).unwrap())
+        .collect();
+    let url = format!("mysql://picolease@127.0.0.1:{}/test", galera.node(0).port());
+    let mut sets: Vec<Option<MysqlLeaseSet>> = (0..3)
+        .map(|i| {
+            let mut template = SetConfig::with_ttl(HolderId::new(&format!("g{i}")).unwrap(), ttl);
+            template.by_liveness = true;
+            let set =
+                MysqlLeaseSet::builder(template, names.clone(), MysqlConnector::new(&url).unwrap())
+                    .table(TableName::new("picolease_galera_set").unwrap())
+                    .start()
+                    .unwrap();
+            Some(set)
+        })
+        .collect();
+    let held = |sets: &[Option<MysqlLeaseSet>]| -> Vec<Option<BTreeMap<LeaseName, Epoch>>> {
+        sets.iter()
+            .map(|s| s.as_ref().map(|s| s.watch().borrow().clone()))
+            .collect()
+    };
+    let started = Instant::now();
+    while held(&sets)
+        .iter()
+        .flatten()
+        .map(BTreeMap::len)
+        .collect::<Vec<_>>()
+        != [10, 10, 10]
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never 10 each: {:?}",
+            held(&sets)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "30 leases by liveness, 10 each, {:?} after the start",
+        started.elapsed()
+    );
+    // Every lease row is linked to its holder's liveness, on every node
+    // (`expires_at` = 2^62 + the liveness term).
+    for node in 0..3 {
+        let linked = galera.node(node).sql(&format!(
+            "SELECT COUNT(*) FROM test.picolease_galera_set WHERE name LIKE 'g%' AND expires_at >= {}",
+            picolease_core::sql::LINK_BASE
+        ));
+        assert_eq!(linked.trim(), "30", "linked rows on node {node}");
+    }
+    let crashed = held(&sets)[0].clone().unwrap();
+    sets[0].take().unwrap().abort();
+    let crash = Instant::now();
+    let bound = ttl + 2 * (ttl / 4);
+    let mut taken: BTreeMap<LeaseName, (Duration, Epoch)> = BTreeMap::new();
+    while crash.elapsed() < bound + Duration::from_secs(1) {
+        let now = held(&sets);
+        let mut holders: BTreeMap<&LeaseName, usize> = BTreeMap::new();
+        for set in now.iter().flatten() {
+            for lease in set.keys() {
+                *holders.entry(lease).or_default() += 1;
+            }
+        }
+        if let Some((lease, _)) = holders.iter().find(|(_, &n)| n > 1) {
+            panic!("{lease} held by two sets at once: {now:?}");
+        }
+        for set in now.iter().flatten() {
+            for (lease, &epoch) in set {
+                if crashed.contains_key(lease) {
+                    taken
+                        .entry(lease.clone())
+                        .or_insert((crash.elapsed(), epoch));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let latest = taken.values().map(|(at, _)| *at).max();
+    eprintln!(
+        "the crashed set's {} leases: {} led again, the last {latest:?} after the crash",
+        crashed.len(),
+        taken.len()
+    );
+    assert_eq!(taken.len(), crashed.len(), "every one led again: {taken:?}");
+    for (lease, (at, epoch)) in &taken {
+        assert!(*at <= bound, "{lease} led again {at:?} after the crash");
+        assert_eq!(
+            epoch.get(),
+            crashed[lease].get() + 1,
+            "{lease} at the next epoch"
+        );
+    }
+    for set in sets.into_iter().flatten() {
+        runtime.block_on(set.shutdown()).unwrap();
+    }
 }
