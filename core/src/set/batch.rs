@@ -136,6 +136,12 @@ impl LeaseSet {
         let Some(request) = self.slots[i].sent.take() else {
             return;
         };
+        if matches!(reply, Reply::Acquired { .. } | Reply::Held { .. }) {
+            // The row answered for itself: an orphan this node tried is
+            // taken, by it or by another (tried again, it would be taken
+            // from whoever holds it now once that one gives it back).
+            self.slots[i].untaken = None;
+        }
         match &reply {
             Reply::Acquired { .. } => {
                 let slot = &mut self.slots[i];

@@ -200,6 +200,7 @@ impl LeaseSet {
         let slot = &mut self.slots[i];
         slot.rest_until = Some(until);
         slot.offered_until = None;
+        slot.untaken = None;
         slot.seen = Seen::Held { until: None };
         slot.machine.set_contending(now, false);
         let at = self.wakeups.partition_point(|&t| t < until);

@@ -103,7 +103,7 @@ struct Slot {
     /// left lapsed a whole ttl past that is an orphan nobody's share
     /// takes (a linked row, in a fleet where some nodes renew every row
     /// and cannot take it, DESIGN §10), and any node takes it
-    /// (`plan.rs::take_orphans`).
+    /// (`plan.rs::is_orphan`, `take_outside_share`).
     untaken: Option<(Epoch, Instant)>,
     preference: u64,
 }
@@ -436,6 +436,8 @@ impl LeaseSet {
                     self.slots[i].machine.handle_release_notice(now);
                     self.drain(now, i);
                 } else if i < self.member {
+                    // Released or handed over: no orphan any more.
+                    self.slots[i].untaken = None;
                     // A lease this node does not try for may have been
                     // handed to it (a hand-over notifies as a release
                     // does): the survey tells, now rather than within an

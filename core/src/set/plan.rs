@@ -217,10 +217,13 @@ impl LeaseSet {
     /// upgrade, a linked row of a crashed node that renewed by liveness,
     /// which the nodes renewing every row read as held far ahead
     /// (DESIGN §10 "Older versions never take a linked row").
+    /// A member that a live member outranks (or a healthy one, when this
+    /// one is not) takes no orphan: it would only hand it on.
     fn is_orphan(&self, now: Instant, i: usize) -> bool {
         self.slots[i]
             .untaken
             .is_some_and(|(_, since)| now >= since + self.template.ttl)
+            && !self.is_outranked(now)
     }
 
     /// Competes, whatever the share, for every lease reserved for this

@@ -135,7 +135,10 @@ impl ModelDb {
     /// §10 "Older versions never take a linked row"). Its statements link
     /// nothing, and they read a linked row's `expires_at` as it is, an
     /// expiry far ahead: such a row is never theirs to take, nor stale to
-    /// their survey.
+    /// their survey. Their adoption after a failover and their fence
+    /// read it raw too, as a picolease from before renewal by liveness
+    /// does (this version's adopt through the liveness): the set
+    /// simulator, the one user, runs no failover and no fence.
     pub fn as_every_row<T>(&mut self, statements: impl FnOnce(&mut ModelDb) -> T) -> T {
         let shape = (self.linked, self.every_row_reader);
         self.linked = false;
