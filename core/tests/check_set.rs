@@ -72,7 +72,7 @@ fn by_liveness_two_nodes_two_leases_hold_every_property_to_depth_26() {
 
 /// The same to depth 26 with one fault per path (loss, late delivery,
 /// stray batch, pause, crash, restart or shutdown): 12,751,623 states,
-/// 34,056,523 transitions, 298 s and 603 MiB (release, 2026-12-07; depth
+/// 34,056,523 transitions, 197 s and 602 MiB (release, 2026-12-07; depth
 /// 23 is 4,177,154 states). Depth 24 outgrew the 24 GB machine when the
 /// states to explore were kept whole (before issue 48).
 #[test]
