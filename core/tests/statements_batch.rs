@@ -715,6 +715,16 @@ fn postgres_ends_a_lapsed_liveness_with_a_write_and_finds_it_by_key() {
     assert!(acquire.matches("LIMIT 1) AS").count() >= 3, "{acquire}");
     // Its own lapsed liveness is not the caller's to end.
     assert!(acquire.contains("\"r\".\"holder\" <> $"), "{acquire}");
+    // A ranked holder's liveness, looked up row by row, is found among
+    // the membership rows read once (`"mem"`), not by a scan of the table
+    // per row.
+    assert!(acquire.starts_with("WITH \"mem\" AS (SELECT "), "{acquire}");
+    let judged = &acquire[acquire.find("\"judged\" AS (").unwrap()..];
+    let judged = &judged[..judged.find("), \"killed\"").unwrap()];
+    assert!(judged.contains("FROM \"mem\" AS \"x\""), "{judged}");
+    let held = &acquire[acquire.find("\"held\" AS (").unwrap()..];
+    let held = &held[..held.find("), \"taken\"").unwrap()];
+    assert!(held.contains("FROM \"mem\" AS \"l\""), "{held}");
 
     let renew = s.renew_batch().sql();
     for part in [

@@ -112,11 +112,17 @@ fn bench_measures_through_the_pooler() {
             "renew_floor_p50_ms",
             "clean_handover_p50_ms",
             "clean_handover_floor_p50_ms",
-            "crash_lag_p50_ms",
         ] {
             let value = figures[key].as_f64();
             assert!(value.is_some_and(|v| v > 0.0), "{what}: {key} in {figures}");
         }
+        // A takeover right at the expiry lags by nothing: a CI run's
+        // three rounds measured 0.0, 0.0 and 2.4 ms (2026-12-07).
+        let lag = figures["crash_lag_p50_ms"].as_f64();
+        assert!(
+            lag.is_some_and(|v| v >= 0.0),
+            "{what}: crash_lag_p50_ms in {figures}"
+        );
         eprintln!("bench {what}: {figures}");
     }
 }

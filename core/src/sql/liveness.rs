@@ -170,6 +170,13 @@ impl Builder<'_> {
     /// term; a ranked one's name goes on with its rank, found by a scan
     /// of the membership rows, made only when the probe finds no row.
     pub(super) fn effective_expiry(&self, r: &str) -> String {
+        self.effective_expiry_over(r, &self.qualified_table())
+    }
+
+    /// [`Builder::effective_expiry`], the ranked liveness looked for among
+    /// `members` (SQL: the table, or a statement's `"mem"`,
+    /// [`Builder::pg_members`]).
+    fn effective_expiry_over(&self, r: &str, members: &str) -> String {
         let now = self.now();
         let term = format!("{r}.\"{EXPIRES_AT}\" - {LINK_BASE}");
         let live = |l: &str| {
@@ -182,7 +189,7 @@ impl Builder<'_> {
             "(CASE WHEN {linked} THEN COALESCE(\
              (SELECT CASE WHEN {exact_live} THEN \"e\".\"{EXPIRES_AT}\" ELSE {now} END FROM {table} AS \"e\" \
              WHERE \"e\".\"{NAME}\" = {exact_name}), \
-             (SELECT MAX(\"l\".\"{EXPIRES_AT}\") FROM {table} AS \"l\" WHERE {ranked_live} AND {liveness}), {now}) \
+             (SELECT MAX(\"l\".\"{EXPIRES_AT}\") FROM {members} AS \"l\" WHERE {ranked_live} AND {liveness}), {now}) \
              ELSE {r}.\"{EXPIRES_AT}\" END)",
             linked = self.is_linked(r),
             exact_name = self.concat(&[&format!("'{MEMBER_PREFIX}'"), &format!("{r}.\"{HOLDER_COL}\"")]),
@@ -489,12 +496,38 @@ impl Builder<'_> {
     /// the leases were never taken (`bench --leases 10000 --nodes 3 --ttl
     /// 2s --by-liveness`).
     fn pg_liveness_names(&self, h: &str) -> String {
+        self.pg_liveness_names_over(h, &self.qualified_table())
+    }
+
+    /// [`Builder::pg_liveness_names`], the ranked rows looked for among
+    /// `members` (the table, or a statement's `"mem"`).
+    fn pg_liveness_names_over(&self, h: &str, members: &str) -> String {
         let table = self.qualified_table();
         let p = MEMBER_PREFIX;
         format!(
-            "ARRAY(SELECT '{p}' || {h} UNION ALL SELECT \"x\".\"{NAME}\" FROM {table} AS \"x\" \
+            "ARRAY(SELECT '{p}' || {h} UNION ALL SELECT \"x\".\"{NAME}\" FROM {members} AS \"x\" \
              WHERE NOT EXISTS (SELECT 1 FROM {table} AS \"y\" WHERE \"y\".\"{NAME}\" = '{p}' || {h}) \
              AND \"x\".\"{NAME}\" COLLATE \"C\" >= '{p}' || {h} || ' ' AND \"x\".\"{NAME}\" COLLATE \"C\" < '{p}' || {h} || '!')"
+        )
+    }
+
+    /// PostgreSQL: `"mem" AS (…)`, the membership rows, read once by a
+    /// statement that looks up other holders' liveness row by row. A
+    /// ranked holder's membership row is found by a range of names under
+    /// the `C` collation, which the primary key's collation may not
+    /// order, so each lookup in the table was a sequential scan (0.62 ms
+    /// over 10,010 rows here), one per row linked to that holder: a
+    /// crashed ranked node's 1,000 leases among 10 nodes over 10,000
+    /// were led again up to 2.9 s after the kill, past ttl + interval
+    /// (`scripts/bench-takeover --by-liveness --priority 1`). Read from
+    /// `"mem"` (referenced more than once, so computed once, and only
+    /// when a lookup reaches for it), the table is scanned once at most.
+    fn pg_members(&self) -> String {
+        format!(
+            "\"mem\" AS (SELECT \"m\".\"{NAME}\", \"m\".\"{HOLDER_COL}\", \"m\".\"{EPOCH_COL}\", \"m\".\"{EXPIRES_AT}\" \
+             FROM {table} AS \"m\" WHERE \"m\".\"{NAME}\" COLLATE \"C\" >= '{MEMBER_PREFIX}' \
+             AND \"m\".\"{NAME}\" COLLATE \"C\" < '{MEMBER_PREFIX_END}')",
+            table = self.qualified_table(),
         )
     }
 
@@ -538,6 +571,7 @@ impl Builder<'_> {
         let table = self.qualified_table();
         let now = self.now();
         let batch = "json_array_elements_text(CAST(CAST(@B AS text) AS json))";
+        let mem = self.pg_members();
         let mine = format!(
             "\"mine\" AS ({extend} RETURNING {t}.\"{NAME}\", {t}.\"{HOLDER_COL}\", {t}.\"{EPOCH_COL}\", {t}.\"{EXPIRES_AT}\")",
             extend = self.extend_liveness(&format!("{t}.\"{EXPIRES_AT}\" > {now}")),
@@ -556,7 +590,7 @@ impl Builder<'_> {
              WHERE {linked} AND \"r\".\"{HOLDER_COL}\" IS NOT NULL AND \"r\".\"{HOLDER_COL}\" <> @H \
              AND (\"lv\".\"{NAME}\" IS NULL OR \"lv\".\"{EXPIRES_AT}\" <= {now}))",
             linked = self.is_linked("\"r\""),
-            names = self.pg_liveness_names("\"r\".\"holder\""),
+            names = self.pg_liveness_names_over("\"r\".\"holder\"", "\"mem\""),
         );
         let killed = format!(
             "\"killed\" AS (UPDATE {table} SET \"{HOLDER_COL}\" = NULL, \"{EXPIRES_AT}\" = {now} \
@@ -571,7 +605,7 @@ impl Builder<'_> {
              WHERE \"p\".\"{NAME}\" = \"b\".\"value\" LIMIT 1) AS \"h\" \
              WHERE \"h\".\"{HOLDER_COL}\" IS NOT NULL AND \"h\".\"{HOLDER_COL}\" <> @H \
              AND \"h\".\"{HOLDER_COL}\" <> ({reservation}) AND \"h\".\"{EPOCH_COL}\" >= 0 AND {eff} > {now})",
-            eff = self.effective_expiry("\"h\""),
+            eff = self.effective_expiry_over("\"h\"", "\"mem\""),
             reservation = Self::reservation_of("CAST(@H AS text)"),
         );
         // A linked row is taken only as the row judged, its liveness ended
@@ -590,7 +624,7 @@ impl Builder<'_> {
             "CASE WHEN {linked} AND {t}.\"{HOLDER_COL}\" = @H THEN COALESCE((SELECT MAX(\"mine\".\"{EXPIRES_AT}\") FROM \"mine\" \
              WHERE \"mine\".\"{EPOCH_COL}\" = {t}.\"{EXPIRES_AT}\" - {LINK_BASE}), {eff}) ELSE {eff} END",
             linked = self.is_linked(&t),
-            eff = self.effective_expiry(&t),
+            eff = self.effective_expiry_over(&t, "\"mem\""),
         );
         let taken = format!(
             "\"taken\" AS (INSERT INTO {table} (\"{NAME}\", \"{HOLDER_COL}\", \"{EPOCH_COL}\", \"{EXPIRES_AT}\") \
@@ -607,7 +641,7 @@ impl Builder<'_> {
         fill(
             self.dialect,
             &format!(
-                "WITH {mine}, {judged}, {killed}, {held}, {taken} \
+                "WITH {mem}, {mine}, {judged}, {killed}, {held}, {taken} \
                  SELECT * FROM \"taken\" UNION ALL SELECT * FROM \"held\" \
                  UNION ALL SELECT \"{NAME}\", \"{HOLDER_COL}\", \"{EPOCH_COL}\", \"{EXPIRES_AT}\" - {now} FROM \"mine\" \
                  WHERE \"{NAME}\" IN (SELECT \"value\" FROM {batch} AS \"b\")",
