@@ -211,14 +211,14 @@ impl LeaseSet {
 
     /// Renewing by liveness (only then is `untaken` kept): a lease the
     /// surveys have read lapsed under the same term, untaken, for a whole
-    /// ttl. Every node whose share
-    /// wants a lapsed lease tries it at its expiry and takes it within an
-    /// interval, so one left a ttl is in nobody's reach: in a fleet mid-
-    /// upgrade, a linked row of a crashed node that renewed by liveness,
-    /// which the nodes renewing every row read as held far ahead
-    /// (DESIGN §10 "Older versions never take a linked row").
-    /// A member that a live member outranks (or a healthy one, when this
-    /// one is not) takes no orphan: it would only hand it on.
+    /// ttl. Every node whose share wants a lapsed lease tries it at its
+    /// expiry and takes it within an interval, so one left a ttl is in
+    /// nobody's reach: in a fleet mid-upgrade, a linked row of a crashed
+    /// node that renewed by liveness, which the nodes renewing every row
+    /// read as held far ahead (DESIGN §10 "Older versions never take a
+    /// linked row"). A member that a live member outranks (or a healthy
+    /// one, when this one is not) takes no orphan: it would only hand it
+    /// on.
     fn is_orphan(&self, now: Instant, i: usize) -> bool {
         self.slots[i]
             .untaken
