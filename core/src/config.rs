@@ -86,7 +86,7 @@ impl Config {
             seed: self.seed,
             stop_lead: self.stop_lead,
             rank: self.rank.clone(),
-            by_liveness: false,
+            by_liveness: true,
         }
     }
 
@@ -201,11 +201,16 @@ pub struct SetConfig {
     /// those members. Carried by the membership row's name. The default,
     /// the lowest rank, is what every member has unless told otherwise.
     pub rank: Rank,
-    /// The set renews by liveness (DESIGN §10, issue 45): the machine's
-    /// side of it, its membership row released last at shutdown. Only the
-    /// model database has the statements yet (`sim::ModelDb::by_liveness`),
-    /// so it is hidden until the drivers have them.
-    #[doc(hidden)]
+    /// The set renews by liveness (DESIGN §9 "Renewal by liveness"; on by
+    /// default): each interval it writes its membership row only, and a
+    /// lease row only when the lease changes hands; a taken row is linked
+    /// to the membership row, whose expiry is the lease's. Off, it renews
+    /// every held row each interval, as sets did before (the shape a fleet
+    /// mid-upgrade shares safely with this one, and the one MySQL proper
+    /// needs: its driver refuses this shape there, error 1093). The
+    /// machine's side: its membership row is released last at shutdown,
+    /// kept whatever its health, and a lease left untaken by a crashed
+    /// linked holder is taken as an orphan.
     pub by_liveness: bool,
 }
 
@@ -218,7 +223,7 @@ impl SetConfig {
 
     /// Like [`SetConfig::new`] with another ttl; the other timings follow
     /// it (interval = timeout = ttl/4, drift = ttl/100, jitter =
-    /// interval/10, seed 0).
+    /// interval/10, seed 0), renewing by liveness.
     pub fn with_ttl(holder: HolderId, ttl: Duration) -> Self {
         let interval = ttl / 4;
         SetConfig {
@@ -231,7 +236,7 @@ impl SetConfig {
             seed: 0,
             stop_lead: Duration::ZERO,
             rank: Rank::default(),
-            by_liveness: false,
+            by_liveness: true,
         }
     }
 
@@ -408,6 +413,17 @@ mod tests {
         assert_eq!(c.drift, Duration::from_millis(100));
         assert_eq!(c.local_validity(), Duration::from_millis(9899));
         assert_eq!(c.validate(), Ok(()));
+    }
+
+    /// A set renews by liveness unless told otherwise (DESIGN §9 "Renewal
+    /// by liveness"), whether built as a set or from a lone lease's
+    /// configuration.
+    #[test]
+    fn a_set_renews_by_liveness_unless_told_otherwise() {
+        let holder = HolderId::new("h").unwrap();
+        assert!(SetConfig::new(holder.clone()).by_liveness);
+        assert!(SetConfig::with_ttl(holder, Duration::from_secs(2)).by_liveness);
+        assert!(config(2_000).without_lease().by_liveness);
     }
 
     #[test]

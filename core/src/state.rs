@@ -114,7 +114,7 @@ pub struct LeaseState {
     release_by: Option<Instant>,
     /// A planned handover decided and not yet answered.
     hand_over: Option<HandOver>,
-    /// A lease of a set renewing by liveness (DESIGN §10): a term that
+    /// A lease of a set renewing by liveness (DESIGN §9 "Renewal by liveness"): a term that
     /// ends at its deadline is released (`Release { epoch }`) before the
     /// machine tries again. Its row stays linked to the node's liveness,
     /// which the node's other renewals keep extending, so nobody else
@@ -649,7 +649,7 @@ impl LeaseState {
 
     /// With `on`, makes a term that ends at its deadline end with a
     /// release of its epoch, sent before the machine's next acquire (each
-    /// lease of a set renewing by liveness, DESIGN §10; set on every
+    /// lease of a set renewing by liveness, DESIGN §9 "Renewal by liveness"; set on every
     /// machine a set makes for a lease). Such a lease's row is linked to
     /// its node's membership row: when its own renewals failed for a ttl
     /// while the node's others went through, the row stays linked to a
@@ -1172,7 +1172,7 @@ pub enum Mutation {
     /// unhealthy, it neither yields to a healthy candidate nor hands over
     /// when its work escalates, so the work stays where it cannot run.
     IgnoresOwnHealth,
-    /// (p) A set that renews by liveness (DESIGN §10): the model
+    /// (p) A set that renews by liveness (DESIGN §9 "Renewal by liveness"): the model
     /// database's acquire takes a linked row whatever its holder's
     /// liveness (consulted by `sim::ModelDb`): a lease is taken while its
     /// holder's membership row is live and it still leads.

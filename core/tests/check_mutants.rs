@@ -428,7 +428,7 @@ fn a_planted_counterexample_is_written_for_the_timeline() {
     );
 }
 
-/// (p) Lease sets renewing by liveness (DESIGN §10, `Bounds::by_liveness`):
+/// (p) Lease sets renewing by liveness (DESIGN §9 "Renewal by liveness", `Bounds::by_liveness`):
 /// the model database's acquire takes a linked row while its holder's
 /// membership row is live. A node reaching for a lease the other holds
 /// (the share's plan, or a stale read) takes it, and two nodes lead it.

@@ -58,7 +58,7 @@ fn two_nodes_two_leases_hold_every_property_to_depth_26() {
 }
 
 /// The same as depth 26, with the model database renewing by liveness
-/// (DESIGN §10, `Bounds::by_liveness`): the unchanged `LeaseSet` over
+/// (DESIGN §9 "Renewal by liveness", `Bounds::by_liveness`): the unchanged `LeaseSet` over
 /// statements that link what a node takes to its membership row and
 /// confirm it by reading, every property per lease and no stealing (a
 /// linked row taken only once its holder's liveness is over).

@@ -16,9 +16,13 @@ mod exact;
 
 use exact::{ended, leading, me, member, ms, name, successor, TTL, VALIDITY_MS};
 
+/// The shape that renews every held row each interval (DESIGN §9), for
+/// contenders that turn renewal by liveness off; the default shape's
+/// vectors are `lease_set_liveness.rs`'s.
 fn template() -> SetConfig {
     let mut c = SetConfig::with_ttl(me(), TTL);
     c.jitter = Duration::ZERO;
+    c.by_liveness = false;
     c
 }
 

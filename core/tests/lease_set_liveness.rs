@@ -1,4 +1,4 @@
-//! `LeaseSet` renewing by liveness (DESIGN §10): the rule for a term that
+//! `LeaseSet` renewing by liveness (DESIGN §9 "Renewal by liveness"): the rule for a term that
 //! ends at its deadline. One node, leases `a` and `b`, ttl 10 s (interval
 //! and request timeout 2.5 s), no jitter, driven by hand: every renewal
 //! fails until the terms end.

@@ -1,4 +1,4 @@
-//! A lease set that renews by liveness (DESIGN §10, issue 45), on the
+//! A lease set that renews by liveness (DESIGN §9 "Renewal by liveness", issue 45), on the
 //! simulator with the model database in that shape
 //! (`ModelDb::by_liveness`): the unchanged `LeaseSet` over statements that
 //! link what a node takes to its membership row and confirm it by reading.
@@ -452,7 +452,7 @@ proptest! {
         let gone: Vec<usize> = config.crashes.iter().chain(&config.shutdowns).map(|&(_, n)| n).collect();
         let newer = |n: &usize| !config.renewing_every_row.contains(n);
         // Once no node renewing by liveness runs, a crashed one's linked
-        // rows wait for good (DESIGN §10): only safety is checked then.
+        // rows wait for good (DESIGN §9 "Renewal by liveness"): only safety is checked then.
         let stranded = config.crashes.iter().any(|(_, n)| newer(n))
             && !(0..nodes).any(|n| !gone.contains(&n) && newer(&n));
         let all_gone = { let mut g = gone.clone(); g.sort(); g.dedup(); g.len() == nodes };

@@ -3,7 +3,9 @@
 //! before anything moves, the leases handed to a healthy member, the
 //! membership row given up only once the unhealthy row is held, all
 //! members unhealthy sharing as before, and the way back. One node `me`,
-//! leases `a` and `b`, ttl 10 s (interval 2.5 s), no jitter.
+//! leases `a` and `b`, ttl 10 s (interval 2.5 s), no jitter, renewing
+//! every row (`by_liveness` off: the membership row swaps with health;
+//! renewing by liveness it stays, `set_liveness_sim.rs`).
 
 use std::time::Duration;
 
@@ -114,6 +116,7 @@ fn answer(
 fn settled(rows: &[LeaseRow]) -> LeaseSet {
     let mut c = SetConfig::with_ttl(me(), TTL);
     c.jitter = Duration::ZERO;
+    c.by_liveness = false;
     let mut s = LeaseSet::new(c, vec![name("a"), name("b")], ms(0)).unwrap();
     s.handle_timeout(ms(0));
     answer_at(&mut s, ms(1), &[]);
@@ -345,6 +348,7 @@ fn an_unhealthy_members_leases_are_shared_out_by_what_each_healthy_member_is_owe
     // that ranks first would give x both and leave y short.
     let mut c = SetConfig::with_ttl(me(), TTL);
     c.jitter = Duration::ZERO;
+    c.by_liveness = false;
     let leases: Vec<_> = (0..100)
         .map(|i| format!("l{i}"))
         .filter(|l| preference(&holder("x"), l) > preference(&holder("y"), l))

@@ -462,7 +462,7 @@ fn on_mysql_a_row_released_during_the_acquire_is_free_not_unsound() {
     );
 }
 
-// A lease set's statements renewing by liveness (DESIGN §10), as text:
+// A lease set's statements renewing by liveness (DESIGN §9 "Renewal by liveness"), as text:
 // one placeholder per parameter, the link written as `LINK_BASE` + the
 // caller's term, PostgreSQL's kill and its lookups by key, SQLite's two
 // statements, MySQL's chains (the kill before the take), and the reads of

@@ -71,7 +71,7 @@ pub(crate) mod sealed {
 
         /// What the loop runs, for a thread's name and its error messages.
         fn describe(plan: &Self::Plan) -> String;
-        /// Whether the plan's set renews by liveness (DESIGN §10): its
+        /// Whether the plan's set renews by liveness (DESIGN §9 "Renewal by liveness"): its
         /// driver then runs `Statements::renewing_by_liveness`.
         fn renews_by_liveness(_plan: &Self::Plan) -> bool {
             false

@@ -569,7 +569,7 @@ fn random_batch_sequences_of(
     })
 }
 
-/// Renewing by liveness (DESIGN §10), the model's set statements
+/// Renewing by liveness (DESIGN §9 "Renewal by liveness"), the model's set statements
 /// (`ModelDb::by_liveness`, the kill of a lapsed liveness included) and
 /// MariaDB's (`Statements::renewing_by_liveness`: each batch a chain of
 /// statements in one transaction) agree on every outcome and on the whole
@@ -642,7 +642,7 @@ const MYSQL_LIVENESS_MUTANTS: [(&str, BatchMutant); 2] = [
 ];
 
 /// After the runbook's statement (`after_failover`), a linked row is
-/// nobody's for a ttl, read through its liveness (DESIGN §10), on
+/// nobody's for a ttl, read through its liveness (DESIGN §9 "Renewal by liveness"), on
 /// MariaDB.
 #[test]
 fn the_runbook_keeps_a_linked_rows_grace_on_mysql() {

@@ -400,7 +400,7 @@ fn model_and_postgres_agree_on_random_batch_sequences() {
     }
 }
 
-/// Renewing by liveness (DESIGN §10), the model's set statements
+/// Renewing by liveness (DESIGN §9 "Renewal by liveness"), the model's set statements
 /// (`ModelDb::by_liveness`, the kill of a lapsed liveness included) and
 /// PostgreSQL's (`Statements::renewing_by_liveness`) agree on every
 /// outcome and on the whole table after every step.

@@ -403,7 +403,7 @@ fn model_and_sqlite_agree_on_random_batch_sequences() {
     }
 }
 
-/// Renewing by liveness (DESIGN §10), the model's set statements
+/// Renewing by liveness (DESIGN §9 "Renewal by liveness"), the model's set statements
 /// (`ModelDb::by_liveness_without_kill`) and SQLite's
 /// (`Statements::renewing_by_liveness`) agree on every outcome and on the
 /// whole table after every step, over the same random sequences: two of

@@ -25,7 +25,7 @@
 //!   that is why the promise is one node.
 //!   On the same cluster, then
 //!   (`sets_renewing_by_liveness_on_one_writer_node_take_a_crashed_sets_leases`):
-//!   three lease sets renewing by liveness (DESIGN §10) on the first
+//!   three lease sets renewing by liveness (DESIGN §9 "Renewal by liveness") on the first
 //!   node over 30 leases; one crashes, and its leases are led again at
 //!   the next epoch within ttl + 2 intervals, never by two sets at once.
 //!
@@ -232,7 +232,7 @@ fn contenders_on_nodes_with_their_own_server_ids_never_overlap() {
     sets_renewing_by_liveness_on_one_writer_node_take_a_crashed_sets_leases(&galera, &runtime);
 }
 
-/// Lease sets renewing by liveness (DESIGN §10) on the cluster's first
+/// Lease sets renewing by liveness (DESIGN §9 "Renewal by liveness") on the cluster's first
 /// node, as docs/operations.md §8 routes every contender: three sets over
 /// 30 leases share 10 each, one crashes (aborted, nothing released), and
 /// each of its 10 leases is led by another set at the next epoch within

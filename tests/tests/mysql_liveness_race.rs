@@ -1,4 +1,4 @@
-//! DESIGN §10 "A set's renewal by liveness": its one race on the MariaDB
+//! DESIGN §9 "Renewal by liveness": its one race on the MariaDB
 //! server at 127.0.0.1:3306 (FAILS, not skips, when it is down), first
 //! with the shape's statements written by hand (as `pg_liveness_race.rs`
 //! does on PostgreSQL), then with the library's own

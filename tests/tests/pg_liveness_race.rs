@@ -1,4 +1,4 @@
-//! DESIGN §10 "A set's renewal by liveness" (issue 45, designed, not yet
+//! DESIGN §9 "Renewal by liveness" (issue 45, designed, not yet
 //! built): its one race, tried on the PostgreSQL server at 127.0.0.1:5432
 //! (FAILS, not skips, when it is down) with the shape's statements written
 //! here by hand, before the library's are built on them.

@@ -278,12 +278,18 @@ async fn a_read_only_database_ends_every_term_of_a_pg_set_and_it_leads_again_onc
     .await;
     assert!(!set.is_finished(), "a read-only database is not fatal");
     // No lease is led. In the database: the rows lapse (nothing renews them) and no term is
-    // written (the epochs stay those of the ended terms).
+    // written (the epochs stay those of the ended terms). A row linked to its holder's
+    // liveness (the set renews by liveness, DESIGN §9) lapses with its membership row.
     let reader = db.client("ro-set-reader").await;
+    let now = picolease_core::sql::db_now_millis(picolease_core::sql::Dialect::Postgres);
+    let link = picolease_core::sql::LINK_BASE;
+    let t = table.table();
     let select = format!(
-        "SELECT name, epoch, expires_at <= {} FROM \"{}\" WHERE name = ANY($1) ORDER BY name",
-        picolease_core::sql::db_now_millis(picolease_core::sql::Dialect::Postgres),
-        table.table()
+        "SELECT l.name, l.epoch, CASE WHEN l.expires_at >= {link} THEN COALESCE( \
+           (SELECT m.expires_at <= {now} FROM \"{t}\" m \
+            WHERE m.name = 'picolease.member:' || l.holder AND m.epoch = l.expires_at - {link}), \
+           true) ELSE l.expires_at <= {now} END \
+         FROM \"{t}\" l WHERE l.name = ANY($1) ORDER BY l.name"
     );
     let wanted: Vec<&str> = names.iter().map(|n| n.as_str()).collect();
     let started = Instant::now();

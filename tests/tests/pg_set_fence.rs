@@ -21,7 +21,7 @@ async fn set_work_writes_through_fenced_transactions_only_inside_its_term() {
     fenced_set_work(false).await;
 }
 
-/// The same, the set renewing by liveness (DESIGN §10): its lease rows
+/// The same, the set renewing by liveness (DESIGN §9 "Renewal by liveness"): its lease rows
 /// are linked to its membership row, and the fence reads their expiry
 /// through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -158,8 +158,10 @@ pub enum Command {
         /// {NAME: {"sql", "params"}}}.
         #[arg(long)]
         json: bool,
-        /// A lease set's statements renewing by liveness (DESIGN §10).
-        #[arg(long, hide = true)]
+        /// A lease set's batch, survey, status and fence statements
+        /// renewing by liveness, picolease's default for sets (DESIGN §9
+        /// "Renewal by liveness"), instead of those renewing every row.
+        #[arg(long)]
         by_liveness: bool,
     },
     /// A live election among N nodes on a temporary SQLite file: crash,
@@ -355,9 +357,14 @@ pub enum Command {
         /// With --leases: how long to measure (default 20s).
         #[arg(long, value_name = "DURATION", requires = "leases", value_parser = parse_duration)]
         window: Option<Duration>,
-        /// With --leases: the processes renew by liveness (`run
-        /// --by-liveness`, DESIGN §10); the JSON adds "by_liveness".
-        #[arg(long, requires = "leases", hide = true)]
+        /// With --leases: the processes renew every held row each interval
+        /// (`run --every-row`) instead of by liveness (the default, DESIGN
+        /// §9 "Renewal by liveness"); the JSON's "by_liveness" says which.
+        #[arg(long, requires = "leases")]
+        every_row: bool,
+        /// With --leases: renew by liveness, the default (kept for the
+        /// scripts that name it).
+        #[arg(long, requires = "leases", hide = true, conflicts_with = "every_row")]
         by_liveness: bool,
     },
     /// The guard between `run` and CMD (internal: started by `run`).

@@ -191,52 +191,63 @@ fn bad_values_exit_2_and_unreachable_databases_exit_1() {
 }
 
 /// `bench --leases N --nodes P --json` (a set's steady-state cost on
-/// PostgreSQL): exactly its keys, every lease held, and the row updates
-/// per interval about one per lease and one per process (today's shape:
-/// every held row is renewed every interval). Loose bounds: the server's
-/// statistics are flushed lazily.
+/// PostgreSQL): exactly its keys, every lease held; renewing by liveness
+/// (the default) about one row update per process per interval, and with
+/// `--every-row` about one per lease and one per process (every held row
+/// renewed every interval). Loose bounds: the server's statistics are
+/// flushed lazily.
 #[test]
 fn postgres_write_cost_bench_counts_a_sets_row_updates() {
-    let out = picolease(&[
-        "--db", PG, "bench", "--leases", "20", "--nodes", "2", "--ttl", "1s", "--settle", "3s",
-        "--window", "4s", "--json",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let object: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let object = object.as_object().unwrap();
-    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(
-        keys,
-        [
-            "by_liveness",
-            "commits_per_s",
-            "exited",
-            "floor_commits_per_s",
-            "floor_wal_bytes_per_s",
-            "held",
-            "leases",
-            "nodes",
-            "row_updates_per_interval",
-            "row_updates_per_s",
-            "settled_s",
-            "ttl_ms",
-            "wal_bytes_per_s",
-            "window_s"
-        ]
-    );
-    assert_eq!(object["held"], 20);
-    assert_eq!(object["exited"], 0);
-    let per_interval = object["row_updates_per_interval"].as_f64().unwrap();
+    let bench = |shape: &[&str]| {
+        let mut args = vec![
+            "--db", PG, "bench", "--leases", "20", "--nodes", "2", "--ttl", "1s", "--settle", "3s",
+            "--window", "4s", "--json",
+        ];
+        args.extend_from_slice(shape);
+        let out = picolease(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let object: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let object = object.as_object().unwrap().clone();
+        let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "by_liveness",
+                "commits_per_s",
+                "exited",
+                "floor_commits_per_s",
+                "floor_wal_bytes_per_s",
+                "held",
+                "leases",
+                "nodes",
+                "row_updates_per_interval",
+                "row_updates_per_s",
+                "settled_s",
+                "ttl_ms",
+                "wal_bytes_per_s",
+                "window_s"
+            ]
+        );
+        assert_eq!(object["held"], 20);
+        assert_eq!(object["exited"], 0);
+        assert!(object["wal_bytes_per_s"].as_f64().unwrap() > 0.0);
+        assert!(object["settled_s"].as_f64().is_some_and(|s| s < 3.0));
+        object
+    };
+    let every_row = bench(&["--every-row"]);
+    assert_eq!(every_row["by_liveness"], false);
+    let per_interval = every_row["row_updates_per_interval"].as_f64().unwrap();
     assert!((11.0..=44.0).contains(&per_interval), "{per_interval}");
-    assert!(object["wal_bytes_per_s"].as_f64().unwrap() > 0.0);
-    assert_eq!(object["by_liveness"], false);
-    assert!(object["settled_s"].as_f64().is_some_and(|s| s < 3.0));
+    let by_liveness = bench(&[]);
+    assert_eq!(by_liveness["by_liveness"], true);
+    let per_interval = by_liveness["row_updates_per_interval"].as_f64().unwrap();
+    assert!((1.0..=6.0).contains(&per_interval), "{per_interval}");
 }
 
 #[test]

@@ -1,8 +1,9 @@
-//! Lease sets renewing by liveness (DESIGN §10), from outside: three
-//! `picolease run --name 's{0..299}' --by-liveness --json` processes on
+//! Lease sets renewing by liveness (the default, DESIGN §9 "Renewal by
+//! liveness"), from outside: three
+//! `picolease run --name 's{0..299}' --json` processes on
 //! SQLite, PostgreSQL and MariaDB share 300 leases (`scripts/bench-liveness`
 //! measures 10,000); on PostgreSQL and MariaDB the table
-//! then takes at most two row writes per node per interval (today's shape
+//! then takes at most two row writes per node per interval (`--every-row`
 //! writes every held row); a SIGKILLed process's leases are each taken by
 //! the others at the next epoch within ttl + an interval of the kill (and
 //! a poll), and no lease is ever led by two processes.
@@ -30,7 +31,7 @@ fn start(db: &str, log: &Log) -> Vec<Node> {
 fn start_with(db: &str, global: &[&str], log: &Log) -> Vec<Node> {
     let names = format!("s{{0..{}}}", LEASES - 1);
     let nodes: Vec<Node> = (0..3)
-        .map(|i| support::spawn(db, global, &names, "2s", i, log, &["--by-liveness"]))
+        .map(|i| support::spawn(db, global, &names, "2s", i, log, &[]))
         .collect();
     let none = BTreeSet::new();
     let took = wait_for("100 each", Duration::from_secs(60), || {
@@ -196,9 +197,9 @@ fn three_processes_on_mysql_write_a_row_each_per_interval_and_take_a_killed_ones
     sql("test", &format!("DROP TABLE IF EXISTS {table}, {counter}"));
 }
 
-/// A fleet in the middle of an upgrade (DESIGN §10 "Older versions never
+/// A fleet in the middle of an upgrade (DESIGN §9 "Older versions never
 /// take a linked row"): processes 0 and 2 renew every row (the older
-/// shape), 1 and 3 by liveness, over 200 leases on `db`; 3 is SIGKILLed.
+/// shape, `--every-row`), 1 and 3 by liveness (the default), over 200 leases on `db`; 3 is SIGKILLed.
 /// Its 50 linked rows the older survivors read as held far ahead; the
 /// newer survivor takes them up to its share (16 or 17) at their expiry,
 /// and the rest (at least 33) as orphans, once they stayed lapsed and
@@ -211,7 +212,7 @@ fn a_mixed_fleet_never_gives_a_lease_to_two(db: &str) {
     let log: Log = Arc::default();
     let mut nodes: Vec<Node> = (0..4)
         .map(|i| {
-            let shape: &[&str] = if i % 2 == 1 { &["--by-liveness"] } else { &[] };
+            let shape: &[&str] = if i % 2 == 1 { &[] } else { &["--every-row"] };
             support::spawn(db, &[], "s{0..199}", "2s", i, &log, shape)
         })
         .collect();

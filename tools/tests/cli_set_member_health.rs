@@ -9,7 +9,7 @@
 //! 127.0.0.1:5432 and on the MariaDB server at 127.0.0.1:3306 (a table
 //! per test; FAILS, not skips, when a server is unreachable).
 //!
-//! Renewing by liveness (`run --by-liveness`, DESIGN §10) the same holds
+//! Renewing by liveness (`run --by-liveness`, DESIGN §9 "Renewal by liveness") the same holds
 //! on SQLite and PostgreSQL, the sick node keeping its membership row.
 //!
 //! The time from the probe's failure to the last of node 1's leases led
@@ -170,7 +170,13 @@ fn unhealthy_member_hands_its_leases_over(
 fn an_unhealthy_member_hands_its_leases_to_the_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}", dir.path().join("leases.db").display());
-    unhealthy_member_hands_its_leases_over(&db, "pl_set_health", dir.path(), "SQLite", &[]);
+    unhealthy_member_hands_its_leases_over(
+        &db,
+        "pl_set_health",
+        dir.path(),
+        "SQLite renewing every row",
+        &["--every-row"],
+    );
 }
 
 #[cfg(feature = "postgres")]
@@ -180,7 +186,13 @@ fn on_postgres_an_unhealthy_member_hands_its_leases_to_the_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let table = format!("pl_set_health_{}", std::process::id());
     support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
-    unhealthy_member_hands_its_leases_over(POSTGRES, &table, dir.path(), "PostgreSQL", &[]);
+    unhealthy_member_hands_its_leases_over(
+        POSTGRES,
+        &table,
+        dir.path(),
+        "PostgreSQL renewing every row",
+        &["--every-row"],
+    );
     support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
 }
 
@@ -191,11 +203,17 @@ fn on_mysql_an_unhealthy_member_hands_its_leases_to_the_healthy() {
     let dir = tempfile::tempdir().unwrap();
     let table = format!("pl_set_health_{}", std::process::id());
     support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
-    unhealthy_member_hands_its_leases_over(MYSQL, &table, dir.path(), "MariaDB", &[]);
+    unhealthy_member_hands_its_leases_over(
+        MYSQL,
+        &table,
+        dir.path(),
+        "MariaDB renewing every row",
+        &["--every-row"],
+    );
     support::mysql::sql("test", &format!("DROP TABLE IF EXISTS {table}"));
 }
 
-/// Renewing by liveness (DESIGN §10, `run --by-liveness`): the sick node
+/// Renewing by liveness (the default, DESIGN §9 "Renewal by liveness"): the sick node
 /// keeps its membership row, the liveness its leases are linked to, and
 /// holds its unhealthy row beside it; the same moves, each by its own
 /// handover, never led twice.
@@ -208,7 +226,7 @@ fn renewing_by_liveness_an_unhealthy_member_hands_its_leases_to_the_healthy() {
         "pl_set_health",
         dir.path(),
         "SQLite by liveness",
-        &["--by-liveness"],
+        &[],
     );
 }
 
@@ -224,7 +242,7 @@ fn on_postgres_renewing_by_liveness_an_unhealthy_member_hands_its_leases_to_the_
         &table,
         dir.path(),
         "PostgreSQL by liveness",
-        &["--by-liveness"],
+        &[],
     );
     support::pg::sql(POSTGRES, &format!("DROP TABLE IF EXISTS {table}"));
 }

@@ -802,8 +802,8 @@ fn the_printed_postgres_batch_statements_run_on_the_server() {
     });
 }
 
-/// `sql --by-liveness` (hidden) prints a set's statements renewing by
-/// liveness (DESIGN §10): the same keys, the library's own
+/// `sql --by-liveness` prints a set's statements renewing by
+/// liveness (DESIGN §9 "Renewal by liveness"): the same keys, the library's own
 /// `Statements::renewing_by_liveness` text; on SQLite the batch acquire
 /// and renewal carry a read-back (two statements, one transaction), on
 /// MySQL a chain of them (each `read_back` with its own, every step's

@@ -87,7 +87,7 @@ pub struct Bounds {
     ///
     /// [`Property::Health`]: super::Property::Health
     pub health: bool,
-    /// Lease sets renew by liveness (DESIGN §10, issue 45): the model
+    /// Lease sets renew by liveness (DESIGN §9 "Renewal by liveness", issue 45): the model
     /// database's set statements link the rows a node takes to its
     /// membership row and confirm them by reading
     /// ([`ModelDb::by_liveness`](crate::sim::ModelDb::by_liveness)). Sets

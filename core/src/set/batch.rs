@@ -211,7 +211,7 @@ impl LeaseSet {
         // Shutting down, the membership row goes last: while a lease of
         // this node is still held, stopping or being given up, its
         // membership row stays (renewing by liveness it is the liveness
-        // those leases follow, DESIGN §10; releasing it first made them
+        // those leases follow, DESIGN §9 "Renewal by liveness"; releasing it first made them
         // takeable while their works still stopped, on the simulator).
         let leases_out = !self.shutting_down
             || !self.template.by_liveness

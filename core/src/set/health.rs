@@ -16,7 +16,7 @@
 //! first and the other released once it is held, so the node never drops
 //! out of the members' list; the node counts itself unhealthy only once
 //! its unhealthy row is written (the others cannot read it sooner).
-//! Renewing by liveness (DESIGN §10), the membership row is never given
+//! Renewing by liveness (DESIGN §9 "Renewal by liveness"), the membership row is never given
 //! up for health: it is the liveness everything the node holds is linked
 //! to, so the unhealthy row is held beside it.
 

@@ -102,7 +102,7 @@ struct Slot {
     /// under a holder, untaken, and when they first read it so. A lease
     /// left lapsed a whole ttl past that is an orphan nobody's share
     /// takes (a linked row, in a fleet where some nodes renew every row
-    /// and cannot take it, DESIGN §10), and any node takes it
+    /// and cannot take it, DESIGN §9 "Renewal by liveness"), and any node takes it
     /// (`plan.rs::is_orphan`, `take_outside_share`).
     untaken: Option<(Epoch, Instant)>,
     preference: u64,

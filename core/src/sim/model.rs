@@ -56,7 +56,7 @@ pub struct ModelDb {
     /// When this server last adopted a row, on its clock: the model
     /// checker promotes no standby at that very millisecond.
     adopted_ms: Option<i64>,
-    /// Lease sets renew by liveness (DESIGN §10): the set statements
+    /// Lease sets renew by liveness (DESIGN §9 "Renewal by liveness"): the set statements
     /// link what they take to the holder's membership row and confirm it
     /// by reading ([`ModelDb::by_liveness`]).
     linked: bool,
@@ -89,7 +89,7 @@ impl ModelDb {
     }
 
     /// An empty table whose lease-set statements renew by liveness (DESIGN
-    /// §10): a set's acquire extends the caller's live membership row (its
+    /// §9 "Renewal by liveness"): a set's acquire extends the caller's live membership row (its
     /// *liveness*) and links every other row it takes to it
     /// (`expires_at = LINK_BASE + its epoch`); a linked row is takeable once
     /// that liveness is over, the acquire ending a lapsed liveness first
@@ -109,7 +109,7 @@ impl ModelDb {
     /// the other, whole, so a renewal that comes later finds the taken
     /// row another's and confirms nothing of it; the lapsed liveness may
     /// be renewed again by its holder, with the rows still linked to it,
-    /// which nobody took (DESIGN §10).
+    /// which nobody took (DESIGN §9 "Renewal by liveness").
     pub fn by_liveness_without_kill() -> Self {
         ModelDb {
             linked: true,
@@ -132,7 +132,7 @@ impl ModelDb {
 
     /// Runs `statements` as a node renewing every row runs its own on a
     /// table where others renew by liveness: a fleet mid-upgrade (DESIGN
-    /// §10 "Older versions never take a linked row"). Its statements link
+    /// §9 "Older versions never take a linked row"). Its statements link
     /// nothing, and they read a linked row's `expires_at` as it is, an
     /// expiry far ahead: such a row is never theirs to take, nor stale to
     /// their survey. Their adoption after a failover and their fence

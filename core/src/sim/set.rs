@@ -74,7 +74,7 @@ pub struct SetSimConfig {
     pub unhealthy: Vec<(Duration, usize, Duration)>,
     /// Whether releases notify the other nodes (PostgreSQL's NOTIFY).
     pub notify: bool,
-    /// Whether the model database renews sets by liveness (DESIGN §10:
+    /// Whether the model database renews sets by liveness (DESIGN §9 "Renewal by liveness":
     /// [`ModelDb::by_liveness`]).
     pub by_liveness: bool,
     /// Renewing by liveness, the nodes that renew every row all the same:

@@ -725,7 +725,7 @@ impl Builder<'_> {
     }
 
     /// Every row with its expiry as every reader sees it: a linked row's
-    /// (DESIGN §10) through its holder's membership row, whichever way the
+    /// (DESIGN §9 "Renewal by liveness") through its holder's membership row, whichever way the
     /// set renews, so `picolease status` reads a fleet part of which renews
     /// by liveness.
     fn status(&self) -> Statement {

@@ -58,7 +58,7 @@ impl Builder<'_> {
     }
 
     /// The row's expiry as every statement reads it: a linked row's (a set
-    /// renewing by liveness, DESIGN §10) is its holder's liveness's, so
+    /// renewing by liveness, DESIGN §9 "Renewal by liveness") is its holder's liveness's, so
     /// that adopting it writes a plain row, nobody's for a ttl at least.
     pub(super) fn current_expiry(&self) -> Expr {
         let sql = self.effective_expiry(&format!("\"{}\"", self.table.table()));

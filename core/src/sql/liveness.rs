@@ -1,4 +1,4 @@
-//! A lease set's renewal by liveness (DESIGN §10 "A set's renewal by
+//! A lease set's renewal by liveness (DESIGN §9 "Renewal by liveness" "A set's renewal by
 //! liveness"): the statements that write one row per node per interval.
 //!
 //! A node's membership row is its **liveness**; every other row the node
@@ -439,7 +439,7 @@ impl Builder<'_> {
     /// The set's batch acquire by liveness.
     ///
     /// SQLite (one writer: nothing runs between its two statements, and
-    /// no kill is needed, DESIGN §10): the write extends the caller's
+    /// no kill is needed, DESIGN §9 "Renewal by liveness"): the write extends the caller's
     /// live liveness; the upsert, run after it in the same transaction
     /// (its [`ReadBack`]), takes what is free, lapsed or linked to an
     /// ended liveness, linking it to the caller's term, and returns each

@@ -1,4 +1,4 @@
-//! MySQL's and MariaDB's batches renewing by liveness (DESIGN §10): the
+//! MySQL's and MariaDB's batches renewing by liveness (DESIGN §9 "Renewal by liveness"): the
 //! rules of `sql::liveness` and of `sim::ModelDb::by_liveness` (the kill
 //! of a lapsed liveness included), in the shape these servers allow.
 //!

@@ -219,7 +219,7 @@ pub enum ReadOrder {
     /// change (release: once freed, a row no longer shows it was ours).
     BeforeWrite,
     /// After the write has committed, in a transaction of its own:
-    /// MySQL's acquire by liveness ends a lapsed liveness (DESIGN §10) in
+    /// MySQL's acquire by liveness ends a lapsed liveness (DESIGN §9 "Renewal by liveness") in
     /// a transaction of its own, so the takers of one crashed node's
     /// leases wait on its liveness row for that one statement each, not
     /// one after another for each other's whole acquire (on MariaDB the
@@ -254,7 +254,7 @@ impl Statement {
     /// position of the one whose rows are the result. A statement without
     /// a [`ReadBack`] stands alone; one with a read-back runs it before or
     /// after itself ([`ReadOrder`]), and a read-back may have a read-back
-    /// of its own: MySQL's batches renewing by liveness (DESIGN §10) write
+    /// of its own: MySQL's batches renewing by liveness (DESIGN §9 "Renewal by liveness") write
     /// several times before they read, the acquire ending a lapsed
     /// liveness, taking and linking rows, each in a statement of its own.
     pub fn in_order(&self) -> (Vec<&Statement>, usize) {
@@ -374,7 +374,7 @@ impl Statements {
     }
 
     /// The same statements with a lease set's renewal by liveness (DESIGN
-    /// §10 "A set's renewal by liveness"): the set's batch acquire links
+    /// §9 "Renewal by liveness"): the set's batch acquire links
     /// what it takes to the caller's membership row and its batch renewal
     /// writes that row alone, confirming linked rows by reading them; the
     /// survey and the fence read a linked row's expiry as its liveness's

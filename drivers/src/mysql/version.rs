@@ -1,5 +1,5 @@
 //! What the server a connection reached can run, by its version: a lease
-//! set renewing by liveness (DESIGN §10) needs MariaDB.
+//! set renewing by liveness (DESIGN §9 "Renewal by liveness") needs MariaDB.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -28,9 +28,10 @@ fn runs_sets_by_liveness(version: &str) -> Result<(), MysqlError> {
         return Ok(());
     }
     Err(MysqlError::UnsupportedServer {
-        reason: "a lease set renewing by liveness needs MariaDB (10.6 or later): MySQL \
-                 refuses a subquery on the table an UPDATE writes (error 1093), which its \
-                 statements have; run the set without --by-liveness"
+        reason: "a lease set renewing by liveness (the default) needs MariaDB (10.6 or \
+                 later): MySQL refuses a subquery on the table an UPDATE writes (error \
+                 1093), which its statements have; renew every row instead \
+                 (`SetConfig::by_liveness = false`, `run --every-row`)"
             .into(),
         version: version.to_string(),
     })
@@ -55,7 +56,9 @@ mod tests {
                 "{text}"
             );
             assert!(
-                text.contains("error 1093") && text.contains("MariaDB"),
+                text.contains("error 1093")
+                    && text.contains("MariaDB")
+                    && text.contains("--every-row"),
                 "{text}"
             );
         }

@@ -101,7 +101,7 @@ impl<D: Database, S: Scope> Builder<D, S> {
 }
 
 /// The statements a driver of `plan` runs on `table`: a set renewing by
-/// liveness (DESIGN §10) runs `Statements::renewing_by_liveness`.
+/// liveness (DESIGN §9 "Renewal by liveness") runs `Statements::renewing_by_liveness`.
 fn statements_for<D: Database, S: Scope>(plan: &S::Plan, table: &TableName) -> Statements {
     let statements = Statements::new(D::DIALECT, table);
     if S::renews_by_liveness(plan) {

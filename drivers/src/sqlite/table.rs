@@ -87,7 +87,7 @@ impl LeaseTable {
     }
 
     /// [`LeaseTable::open`] running `statements` (a lease set's renewing
-    /// by liveness, DESIGN §10, or the plain ones) on `db`'s table.
+    /// by liveness, DESIGN §9 "Renewal by liveness", or the plain ones) on `db`'s table.
     pub(crate) fn open_running(db: &Database, statements: Statements) -> Result<Self, SqliteError> {
         let conn = open_connection(db)?;
         let table = LeaseTable {
@@ -294,7 +294,7 @@ impl LeaseTable {
         let (steps, reply) = statement.in_order();
         let ran = match &steps[..] {
             [alone] => run(&self.conn, alone.sql(), alone.bind_batch(&bindings)),
-            // Renewing by liveness (DESIGN §10): the write, then the
+            // Renewing by liveness (DESIGN §9 "Renewal by liveness"): the write, then the
             // statement whose rows are the reply, in one transaction
             // holding the writer lock from the start.
             _ => self.in_transaction(|conn| {

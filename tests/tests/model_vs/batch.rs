@@ -418,7 +418,7 @@ fn is_others_member(name: &str, holder: &str) -> bool {
     })
 }
 
-/// The mutants of the statements renewing by liveness (DESIGN §10) the
+/// The mutants of the statements renewing by liveness (DESIGN §9 "Renewal by liveness") the
 /// by-liveness comparison must catch, by name: SQLite's (its acquire's
 /// upsert and its renewal's read are the read-backs).
 pub const LIVENESS_MUTANTS: [(&str, BatchMutant); 2] = [

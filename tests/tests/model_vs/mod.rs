@@ -891,7 +891,7 @@ impl<'r, R: RealDb> Comparison<'r, R> {
                 self.model_now += delta;
                 let table = ident(s.dialect(), &s.table().to_string());
                 // A linked row's expiry names its liveness's term, not a
-                // time: it stays (DESIGN §10).
+                // time: it stays (DESIGN §9 "Renewal by liveness").
                 let linked = match s.dialect() {
                     Dialect::Sqlite => {
                         format!("typeof(expires_at) = 'integer' AND expires_at >= {LINK_BASE}")

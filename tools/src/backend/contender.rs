@@ -48,17 +48,14 @@ impl Leases {
         Ok(Leases::Many { template, names })
     }
 
-    /// A set renewing by liveness when `on` (DESIGN §10); refused for one
-    /// name, which renews its one row anyway.
-    pub fn renewing_by_liveness(mut self, on: bool) -> Result<Self, CliError> {
-        match &mut self {
-            _ if !on => {}
-            Leases::One(_) => return Err(CliError::usage(
-                "--by-liveness is for several names (a lease set); one lease renews its one row",
-            )),
-            Leases::Many { template, .. } => template.by_liveness = true,
+    /// A set renewing every held row each interval when `every_row`, by
+    /// liveness otherwise (the default, DESIGN §9 "Renewal by liveness");
+    /// one name renews its one row either way.
+    pub fn renewing_every_row(mut self, every_row: bool) -> Self {
+        if let Leases::Many { template, .. } = &mut self {
+            template.by_liveness = !every_row;
         }
-        Ok(self)
+        self
     }
 
     /// Every lease name, in the order given.

@@ -28,7 +28,8 @@ pub struct CostOptions {
     pub settle: Duration,
     pub window: Duration,
     pub json: bool,
-    /// The processes renew by liveness (`run --by-liveness`, DESIGN §10).
+    /// The processes renew by liveness (the default), or every row
+    /// (`run --every-row`, DESIGN §9 "Renewal by liveness").
     pub by_liveness: bool,
 }
 
@@ -131,7 +132,7 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
         let child = Command::new(&exe)
             .args(["--db", db, "--table", &table, "run", "--name", &names])
             .args(["--ttl", &ttl, "--node", &format!("bench-{node}")])
-            .args(options.by_liveness.then_some("--by-liveness"))
+            .args((!options.by_liveness).then_some("--every-row"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -193,7 +194,7 @@ pub fn run(db: &str, target: &Target, options: &CostOptions) -> Result<ExitCode,
             if options.by_liveness {
                 " renewing by liveness"
             } else {
-                ""
+                " renewing every row"
             },
             interval * 1000.0,
             options.leases,
@@ -265,7 +266,7 @@ async fn counters(client: &tokio_postgres::Client, table: &str) -> Result<Counte
 }
 
 /// How many of the set's leases are held and unexpired now: a linked
-/// row (renewing by liveness, DESIGN §10) while its holder's liveness row
+/// row (renewing by liveness, DESIGN §9 "Renewal by liveness") while its holder's liveness row
 /// at its term is.
 async fn held(client: &tokio_postgres::Client, table: &str) -> Result<i64, CliError> {
     let link = picolease::sql::LINK_BASE;

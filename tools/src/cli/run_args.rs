@@ -61,10 +61,16 @@ pub struct RunArgs {
     /// One JSON object per line for each event (see above).
     #[arg(long)]
     pub json: bool,
-    /// With several names: the set renews by liveness (DESIGN §10): one
-    /// row per node per interval, a lease row written only when it changes
-    /// hands. SQLite and PostgreSQL; hidden until every database has it.
-    #[arg(long, hide = true)]
+    /// With several names: renew every held row each interval, instead of
+    /// by liveness (the default, DESIGN §9 "Renewal by liveness": one row
+    /// per node per interval, a lease row written only when it changes
+    /// hands). Needed on MySQL proper, which refuses the default's
+    /// statements (MariaDB runs them); a fleet may mix both shapes.
+    #[arg(long)]
+    pub every_row: bool,
+    /// With several names: renew by liveness, the default (kept for the
+    /// scripts that name it).
+    #[arg(long, hide = true, conflicts_with = "every_row")]
     pub by_liveness: bool,
     /// Serve HTTP on ADDR (IP:PORT or localhost:PORT) while running:
     /// GET /metrics (Prometheus text), /leader (200 when leading, else

@@ -169,7 +169,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
             settle,
             window,
             json,
-            by_liveness,
+            every_row,
             ..
         } => crate::bench::write_cost::dispatch(
             &cli.db,
@@ -181,7 +181,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode, CliError> {
                 settle: settle.unwrap_or(std::time::Duration::from_secs(25)),
                 window: window.unwrap_or(std::time::Duration::from_secs(20)),
                 json,
-                by_liveness,
+                by_liveness: !every_row,
             },
         ),
         Command::Bench { rounds, json, .. } => crate::bench::run(

@@ -29,8 +29,11 @@
 //! write, as `order` says; `COMMIT`, or `ROLLBACK` on any error) and decode
 //! the read-back's rows, never the write's affected-row count (DESIGN §3).
 //!
-//! `--by-liveness` (hidden) prints a lease set's
-//! statements renewing by liveness (DESIGN §10) instead: `acquire_batch`
+//! The lease-set statements printed by default renew every held row each
+//! interval: a contender in another language can run them beside
+//! picolease's own sets, which renew by liveness (never taking a row one
+//! of them links). `--by-liveness` prints a lease set's
+//! statements renewing by liveness (DESIGN §9 "Renewal by liveness") instead: `acquire_batch`
 //! links what it takes to the caller's membership row (`expires_at` =
 //! 2^62 + the membership row's epoch), `renew_batch` writes that row and
 //! the plain rows and confirms linked rows by reading, and `survey`,
@@ -183,7 +186,7 @@ impl Printed {
 const AFTER_FAILOVER: &str = "after_failover";
 
 /// What a statement renewing by liveness does, where it differs
-/// (DESIGN §10), by key.
+/// (DESIGN §9 "Renewal by liveness"), by key.
 const BY_LIVENESS: [(&str, &str); 5] = [
     ("status", "every lease: name, holder, epoch, expires_in_ms; a linked row (expires_at >= 2^62) expires with its holder's liveness, the membership row picolease.member:<holder id>[ <rank>] at epoch expires_at - 2^62 (now, once that term is over)"),
     ("fence", "a boolean SQL expression: AND it into your own WHERE so a stale leader's write changes nothing; a linked row's expiry read through its holder's liveness"),

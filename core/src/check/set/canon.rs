@@ -191,7 +191,7 @@ impl Ctx<'_> {
         out.extend(w.leaderless.iter().map(|&l| i64::from(l)));
         out.extend(w.last_epoch.iter().map(|&e| self.epoch(e)));
         for (name, row) in w.db.rows() {
-            // A linked row (DESIGN §10) is encoded by its term, beyond
+            // A linked row (DESIGN §9 "Renewal by liveness") is encoded by its term, beyond
             // every clamped time left: which liveness it follows matters.
             let left = match ModelDb::link(row) {
                 Some(term) => {

@@ -1,5 +1,5 @@
 //! The model database's side of a lease set's renewal by liveness (DESIGN
-//! §10 "A set's renewal by liveness"): a linked row's effective expiry,
+//! §9 "Renewal by liveness"): a linked row's effective expiry,
 //! the end of a lapsed liveness, and the renewal that writes the liveness
 //! and confirms linked rows by reading them. The statements that mirror
 //! these rules are `sql::liveness`'s.

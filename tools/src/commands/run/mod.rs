@@ -101,7 +101,7 @@ pub fn run(backend: &Backend, table: &TableName, args: RunArgs) -> Result<ExitCo
     let probe = health_probe(&args, &config)?;
     // The `leader` line says the term's timings, for `picolease timeline`.
     let timing_ms = (millis(config.ttl), millis(config.interval));
-    let leases = Leases::new(config, names)?.renewing_by_liveness(args.by_liveness)?;
+    let leases = Leases::new(config, names)?.renewing_every_row(args.every_row);
     let names = leases.names();
 
     // Signals first, so a SIGTERM during start-up is not lost.
