@@ -110,20 +110,34 @@ fn when_the_preferred_member_crashes_the_others_share_again_within_a_ttl() {
     assert_eq!(held, vec![4, 5]);
 }
 
+/// Renewing every row and by liveness alike. By liveness the leaving
+/// member's membership row goes last, so it outranks the next best until
+/// its leases are handed over; the next best keeps what was handed past
+/// it (`plan.rs::kept_from_better`): without that it handed the first
+/// three back and took them again 1.0 s after the leave, each moved
+/// twice.
 #[test]
 fn a_preferred_member_leaving_hands_its_leases_to_the_next_best() {
-    let mut config = SetSimConfig::new(3, 6, 21);
-    config.priorities = vec![0, 3, 5];
-    let leave = secs(8.0);
-    config.leaves = vec![(leave, 2)];
-    config.duration = secs(12.0);
-    let report = run(config.clone());
-    assert!(report.violations.is_empty(), "{:#?}", report.violations);
-    let (took, moves) =
-        all_moved_to(&report, 6, 1, leave, config.duration).expect("all go to node 1");
-    eprintln!("all 6 leases on the next best {took:?} after the leave");
-    assert!(took <= secs(0.05), "{took:?}");
-    assert!(moves.iter().all(|&m| m == 1), "{moves:?}");
+    for by_liveness in [false, true] {
+        let mut config = SetSimConfig::new(3, 6, 21);
+        config.by_liveness = by_liveness;
+        config.priorities = vec![0, 3, 5];
+        let leave = secs(8.0);
+        config.leaves = vec![(leave, 2)];
+        config.duration = secs(12.0);
+        let report = run(config.clone());
+        assert!(report.violations.is_empty(), "{:#?}", report.violations);
+        let (took, moves) =
+            all_moved_to(&report, 6, 1, leave, config.duration).expect("all go to node 1");
+        eprintln!(
+            "by liveness {by_liveness}: all 6 leases on the next best {took:?} after the leave"
+        );
+        assert!(took <= secs(0.05), "by liveness {by_liveness}: {took:?}");
+        assert!(
+            moves.iter().all(|&m| m == 1),
+            "by liveness {by_liveness}: {moves:?}"
+        );
+    }
 }
 
 proptest! {
@@ -155,8 +169,11 @@ proptest! {
         prop_assert!(settled.is_some(), "never settled: {:?}", report.samples.last());
         let settled = settled.unwrap();
         // Two surveys to plan, one to see the joiner, a release, and the
-        // sample after: within four intervals.
-        prop_assert!(settled <= last + config.interval * 4, "settled at {settled:?}, last start {last:?}");
+        // sample after: within four intervals. A lease handed to a node
+        // just as a better one joined stays there a ttl before it moves
+        // on (`plan.rs::kept_from_better`: the node handing it over did
+        // not know the better one yet).
+        prop_assert!(settled <= last + config.ttl + config.interval * 4, "settled at {settled:?}, last start {last:?}");
         prop_assert_eq!(report.moves_since(settled + config.interval), 0);
     }
 }

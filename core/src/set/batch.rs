@@ -144,11 +144,13 @@ impl LeaseSet {
         }
         match &reply {
             Reply::Acquired { .. } => {
+                let outranked = self.is_outranked(now);
                 let slot = &mut self.slots[i];
                 slot.seen = Seen::Free;
                 // A lease handed to this node: its offer is used up.
                 if slot.offered_until.take().is_some_and(|t| t > now) {
                     slot.handed_at = Some(now);
+                    slot.handed_past_better = outranked;
                 }
             }
             Reply::Held { expires_in, .. } => {

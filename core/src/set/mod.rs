@@ -98,6 +98,12 @@ struct Slot {
     /// When this node took a lease handed to it (its offer is used up
     /// then): the share gives such a lease up last for a ttl after.
     handed_at: Option<Instant>,
+    /// The lease handed to this node was taken while a live member
+    /// outranked this one: handed past the better member (the one
+    /// leaving, whose membership row goes last renewing by liveness, or
+    /// an operator's choice), so it is not handed back for a ttl after
+    /// (`plan.rs::kept_from_better`).
+    handed_past_better: bool,
     /// Renewing by liveness: the term (epoch) the surveys have read lapsed
     /// under a holder, untaken, and when they first read it so. A lease
     /// left lapsed a whole ttl past that is an orphan nobody's share
@@ -134,6 +140,7 @@ impl Slot {
             rest_until: None,
             offered_until: None,
             handed_at: None,
+            handed_past_better: false,
             untaken: None,
         })
     }

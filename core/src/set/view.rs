@@ -46,6 +46,7 @@ pub(crate) struct SlotView<'a> {
     pub(crate) rest_until: Option<Instant>,
     pub(crate) offered_until: Option<Instant>,
     pub(crate) handed_at: Option<Instant>,
+    pub(crate) handed_past_better: bool,
     pub(crate) untaken: Option<(Epoch, Instant)>,
 }
 
@@ -93,6 +94,7 @@ impl LeaseSet {
             rest_until: s.rest_until,
             offered_until: s.offered_until,
             handed_at: s.handed_at,
+            handed_past_better: s.handed_past_better,
             untaken: s.untaken,
         }
     }

@@ -296,6 +296,7 @@ impl Ctx<'_> {
                 slot.rest_until.map_or(-99, |t| self.local(n, t)),
                 slot.offered_until.map_or(-99, |t| self.local(n, t)),
                 slot.handed_at.map_or(-99, |t| self.local(n, t)),
+                i64::from(slot.handed_past_better),
             ]);
             match slot.untaken {
                 Some((term, since)) => out.extend([self.epoch(Some(term)), self.local(n, since)]),
