@@ -232,8 +232,8 @@ impl LeaseSet {
     /// expiry and takes it within an interval, so one left a ttl is in
     /// nobody's reach: in a fleet mid-upgrade, a linked row of a crashed
     /// node that renewed by liveness, which the nodes renewing every row
-    /// read as held far ahead (DESIGN §9 "Renewal by liveness" "Older versions never take a
-    /// linked row"). A member that a live member outranks (or a healthy
+    /// read as held far ahead (DESIGN §9 "Renewal by liveness", "Older
+    /// versions never take a linked row"). A member that a live member outranks (or a healthy
     /// one, when this one is not) takes no orphan: it would only hand it
     /// on.
     fn is_orphan(&self, now: Instant, i: usize) -> bool {

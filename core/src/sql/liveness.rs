@@ -1,5 +1,5 @@
-//! A lease set's renewal by liveness (DESIGN §9 "Renewal by liveness" "A set's renewal by
-//! liveness"): the statements that write one row per node per interval.
+//! A lease set's renewal by liveness (DESIGN §9 "Renewal by liveness"):
+//! the statements that write one row per node per interval.
 //!
 //! A node's membership row is its **liveness**; every other row the node
 //! takes while its liveness lives is **linked** to it: `expires_at =`
